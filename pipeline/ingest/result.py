@@ -1,0 +1,60 @@
+"""What a parser returns: tables keyed by table name, plus facts about the file.
+
+Every parser (``pipeline.ingest.<format>.parse``) returns a :class:`ParseResult`. Its tables
+hold the columns of ``schemas/<table>.yaml`` except ``job``, ``source`` and ``file_id``,
+which the writer adds; missing nullable columns are null-filled when the tables are
+conformed, so a parser only builds what its format knows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+
+class Warnings:
+    """Counts warnings by message, so a million bad lines give one line of summary each."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+
+    def add(self, message: str, count: int = 1) -> None:
+        """Record ``count`` occurrences of ``message`` (no-op for count <= 0)."""
+        if count > 0:
+            self._counts[message] += count
+
+    @property
+    def total(self) -> int:
+        """Number of warnings recorded."""
+        return sum(self._counts.values())
+
+    def messages(self) -> list[str]:
+        """Distinct messages, most frequent first, each with its count."""
+        return [f"{msg} (x{n})" if n > 1 else msg for msg, n in self._counts.most_common()]
+
+
+@dataclass
+class ParseResult:
+    """The output of one parser on one file.
+
+    Attributes
+    ----------
+    format
+        Source format name, also written as ``source`` on every row (``kineto``, ...).
+    tables
+        Table name -> Arrow table (columns as in ``schemas/``; ``rank`` included).
+    format_version
+        What the file declares or its shape implies, for ``files.format_version``.
+    rank_source
+        How the rank(s) were found (``distributedInfo``, ``file_name``, ...).
+    warnings
+        Counted warnings about the content (never fatal).
+    """
+
+    format: str
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    format_version: str | None = None
+    rank_source: str | None = None
+    warnings: Warnings = field(default_factory=Warnings)
