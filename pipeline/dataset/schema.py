@@ -1,0 +1,148 @@
+"""Table schemas: read from ``schemas/*.yaml`` into Arrow, and conform parser output to them.
+
+``schemas/`` is the only place column names, types and units are written down; this module
+turns it into ``pyarrow.Schema`` objects and checks every table before it is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import yaml
+
+_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "int64": pa.int64(),
+    "int32": pa.int32(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "list<int64>": pa.list_(pa.int64()),
+    "list<string>": pa.list_(pa.string()),
+}
+
+#: Columns every parser leaves out: the writer fills them with one value per file.
+WRITER_COLUMNS = ("job", "source", "file_id")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: name, Arrow type, unit, nullability, meaning."""
+
+    name: str
+    type: pa.DataType
+    type_name: str
+    unit: str
+    nullable: bool
+    meaning: str
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """One table of the dataset."""
+
+    name: str
+    description: str
+    partition: tuple[str, ...]
+    columns: tuple[Column, ...]
+
+    @property
+    def arrow(self) -> pa.Schema:
+        """The full schema, partition columns included."""
+        return pa.schema([pa.field(c.name, c.type, c.nullable) for c in self.columns])
+
+    @property
+    def file_arrow(self) -> pa.Schema:
+        """The schema of one Parquet part: partition columns live in the path, not the file."""
+        return pa.schema(
+            [pa.field(c.name, c.type, c.nullable) for c in self.columns if c.name not in self.partition]
+        )
+
+    def column(self, name: str) -> Column:
+        """The column called ``name``."""
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def schemas_dir() -> Path:
+    """Where the schema files are: ``$TOKENWIRE_SCHEMAS`` or the repository's ``schemas/``."""
+    env = os.environ.get("TOKENWIRE_SCHEMAS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "schemas"
+
+
+@functools.cache
+def load_schemas() -> dict[str, TableSchema]:
+    """Every table schema, by table name."""
+    out: dict[str, TableSchema] = {}
+    for path in sorted(schemas_dir().glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        cols = tuple(
+            Column(
+                name=c["name"],
+                type=_TYPES[c["type"]],
+                type_name=c["type"],
+                unit=c.get("unit") or "",
+                nullable=bool(c.get("nullable", True)),
+                meaning=c.get("meaning", ""),
+            )
+            for c in doc["columns"]
+        )
+        out[doc["table"]] = TableSchema(
+            name=doc["table"],
+            description=doc.get("description", ""),
+            partition=tuple(doc.get("partition", [])),
+            columns=cols,
+        )
+    if not out:
+        raise FileNotFoundError(f"no table schemas found in {schemas_dir()}")
+    return out
+
+
+def table_schema(name: str) -> TableSchema:
+    """The schema of table ``name``."""
+    schemas = load_schemas()
+    if name not in schemas:
+        raise KeyError(f"unknown table {name!r}; known: {', '.join(sorted(schemas))}")
+    return schemas[name]
+
+
+def conform(name: str, table: pa.Table, **constants: str) -> pa.Table:
+    """Return ``table`` with exactly the columns of schema ``name``, in order, with its types.
+
+    Missing nullable columns are filled with nulls; ``constants`` (e.g. ``job``, ``source``,
+    ``file_id``) fill whole columns with one value. An unknown column, a missing required
+    column, a null in a required column or a value that does not cast safely is an error
+    (a ``ValueError`` naming the table and column): that is a parser bug, not bad input.
+    """
+    schema = table_schema(name)
+    known = {c.name for c in schema.columns}
+    unknown = [c for c in table.column_names if c not in known]
+    if unknown:
+        raise ValueError(f"table {name}: unknown columns {unknown}")
+    n = table.num_rows
+    arrays = []
+    for col in schema.columns:
+        if col.name in constants:
+            arr = pa.array([constants[col.name]] * n, col.type)
+        elif col.name in table.column_names:
+            arr = table.column(col.name)
+            if arr.type != col.type:
+                try:
+                    arr = arr.cast(col.type, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise ValueError(f"table {name}: column {col.name}: {exc}") from exc
+        elif col.nullable:
+            arr = pa.nulls(n, col.type)
+        else:
+            raise ValueError(f"table {name}: required column {col.name} missing")
+        if not col.nullable and arr.null_count:
+            raise ValueError(f"table {name}: required column {col.name} has nulls")
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=schema.arrow)
