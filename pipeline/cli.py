@@ -7,12 +7,161 @@ code 1; wrong invocations exit 2 (click's usage errors); internal errors exit 3.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from pathlib import Path
+
 import click
 
 from pipeline import __version__
+from pipeline.errors import TokenwireError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tokenwire")
 def cli() -> None:
     """tokenwire: where the bytes of a training job go."""
+
+
+EXIT_BAD_INPUT = 1
+EXIT_INTERNAL = 3
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(f"Error: {message}", err=True)
+    raise SystemExit(code)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "dataset", required=True, type=click.Path(path_type=Path),
+              help="Dataset folder (created when missing).")
+@click.option("--job", help="Job name for every file (default: the folder's name).")
+@click.option("--jobs", "workers", type=click.IntRange(min=1),
+              help="Parallel worker processes (default: one per core for large inputs).")
+def ingest(paths: tuple[Path, ...], dataset: Path, job: str | None, workers: int | None) -> None:
+    """Parse trace files and folders of a job into a Parquet dataset.
+
+    \b
+    Example:
+      tokenwire ingest traces/ -o run42.tw --job run42
+
+    A file already in the dataset (same sha256) is skipped. Bad files are reported one line
+    each on stderr and the exit code is 1; the good files of the run are kept.
+    """
+    from pipeline.ingest.run import ingest as run_ingest
+
+    try:
+        with _Progress() as bar:
+            summary = run_ingest(
+                paths, dataset, job=job, jobs=workers, on_start=bar.start, on_file=bar.advance
+            )
+    except TokenwireError as exc:
+        _fail(str(exc))
+    _print_summary(summary)
+    errors = summary.errors
+    for out in errors:
+        click.echo(f"Error: {out.error}", err=True)
+    if any(o.internal for o in errors):
+        raise SystemExit(EXIT_INTERNAL)
+    if errors:
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+class _Progress:
+    """A progress bar over files on stderr; click shows it only on a terminal."""
+
+    def __init__(self) -> None:
+        self._bar = None
+        self._stack = contextlib.ExitStack()
+
+    def start(self, total: int) -> None:
+        bar = click.progressbar(length=total, label="ingest", file=sys.stderr, show_pos=True)
+        self._bar = self._stack.enter_context(bar)
+
+    def advance(self, outcome: object) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+def _print_summary(summary) -> None:
+    parts = [f"{summary.count('ingested')} ingested", f"{summary.count('skipped')} skipped"]
+    if summary.count("unrecognised"):
+        parts.append(f"{summary.count('unrecognised')} not traces")
+    if summary.errors:
+        parts.append(f"{len(summary.errors)} failed")
+    click.echo("files: " + ", ".join(parts), err=True)
+    for table, n in summary.rows.items():
+        click.echo(f"  {table:<16} {n:>12,} rows", err=True)
+    for out in summary.outcomes:
+        if out.status == "ingested" and out.warning_count:
+            click.echo(f"Warning: {out.path}: {out.warning_count} warnings", err=True)
+            for msg in out.warnings[:5]:
+                click.echo(f"  {msg}", err=True)
+        if out.status == "unrecognised":
+            click.echo(f"Warning: {out.path}: not a trace format tokenwire reads; skipped", err=True)
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+def tables(dataset: Path) -> None:
+    """List the dataset's tables: columns with types and units, and row counts."""
+    from pipeline.dataset.catalog import describe
+
+    try:
+        for table in describe(dataset):
+            click.echo(f"{table.name} ({table.rows:,} rows): {table.description}")
+            for col in table.columns:
+                unit = f" [{col.unit}]" if col.unit else ""
+                click.echo(f"  {col.name:<22} {col.type_name:<13}{unit:<12} {col.meaning}")
+    except TokenwireError as exc:
+        _fail(str(exc))
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("query", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
+              default="table", show_default=True, help="Output format.")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write to this file (required for --format parquet).")
+def sql(dataset: Path, query: str | None, fmt: str, output: Path | None) -> None:
+    """Run SQL over the dataset's tables (one DuckDB view per table).
+
+    \b
+    Example:
+      tokenwire sql run42.tw "SELECT op, sum(bytes) FROM collectives GROUP BY op"
+
+    Without QUERY, statements are read from stdin.
+    """
+    from pipeline.dataset.query import run_query, write_result
+
+    if fmt == "parquet" and output is None:
+        raise click.UsageError("--format parquet needs -o FILE")
+    text = query if query is not None else sys.stdin.read()
+    try:
+        frame = run_query(dataset, text)
+        if output is not None:
+            write_result(frame, output, fmt)
+        else:
+            click.echo(format_frame(frame, fmt), nl=False)
+    except TokenwireError as exc:
+        _fail(str(exc))
+
+
+def format_frame(frame, fmt: str) -> str:
+    """Render a Polars frame as text for stdout."""
+    import polars as pl
+
+    if fmt == "csv":
+        return frame.write_csv()
+    if fmt == "json":
+        return frame.write_json() + "\n"
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
+        return str(frame) + "\n"

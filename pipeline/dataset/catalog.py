@@ -1,0 +1,35 @@
+"""What a dataset holds: its tables, their columns with units, and row counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from pipeline.dataset.schema import Column, load_schemas
+from pipeline.dataset.store import MANIFEST, read_manifest
+from pipeline.errors import DatasetError
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One table of a dataset."""
+
+    name: str
+    description: str
+    rows: int
+    columns: tuple[Column, ...]
+
+
+def describe(dataset: Path) -> list[TableInfo]:
+    """Every table of ``dataset`` (empty ones too), rows counted from Parquet metadata."""
+    if not (Path(dataset) / MANIFEST).is_file():
+        raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
+    manifest = read_manifest(Path(dataset))
+    out = []
+    for schema in load_schemas().values():
+        rows = sum(pq.ParquetFile(Path(dataset) / p).metadata.num_rows
+                   for p in manifest.parts(schema.name))
+        out.append(TableInfo(schema.name, schema.description, rows, schema.columns))
+    return out

@@ -1,0 +1,62 @@
+"""Which source format a file holds, decided from its content (the name is only a hint).
+
+Each format module offers ``sniff(path, head) -> bool`` over the first 64 KiB of the file
+(gunzipped when the file is gzip) and ``parse(path) -> ParseResult``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+from pipeline.errors import TraceFormatError
+
+HEAD_BYTES = 64 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+
+#: Format name -> module under ``pipeline.ingest``, in the order they are tried.
+FORMATS: dict[str, str] = {
+    "kineto": "pipeline.ingest.kineto",
+}
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of ``path``, decompressed when it is gzip.
+
+    Raises
+    ------
+    TraceFormatError
+        When the file cannot be read or its gzip header is broken.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(size)
+            if not raw.startswith(GZIP_MAGIC):
+                return raw
+            f.seek(0)
+            with gzip.GzipFile(fileobj=f) as gz:
+                return gz.read(size)
+    except (OSError, EOFError, zlib.error) as exc:
+        # Only the first bytes are read here, so a truncated tail or a bad CRC shows up in parse.
+        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno:
+            raise TraceFormatError(path, f"cannot read file: {exc.strerror}") from exc
+        raise TraceFormatError(path, f"broken gzip data: {exc}") from exc
+
+
+def module_for(name: str) -> ModuleType:
+    """The parser module of format ``name``."""
+    return importlib.import_module(FORMATS[name])
+
+
+def detect(path: Path) -> str | None:
+    """The format of ``path``, or None when no parser recognises its content."""
+    head = read_head(path)
+    if not head:
+        raise TraceFormatError(path, "file is empty")
+    for name in FORMATS:
+        if module_for(name).sniff(path, head):
+            return name
+    return None

@@ -1,0 +1,308 @@
+"""Collectives in a Kineto trace, in every form PyTorch has written them.
+
+1. NCCL kernels carrying the collective's metadata in their args (PyTorch >= 2.2 or so).
+2. Metadata only on the ``record_param_comms`` CPU op: joined to the kernel by ``External
+   id``, else by the op that encloses the kernel's launch on the launching thread.
+3. No metadata: op and input shape from the enclosing ``nccl:<op>`` annotation or
+   ``c10d::<op>`` op, else the op from the kernel name and ``bytes`` null (a warning).
+4. gloo (CPU): each ``gloo:<op>`` annotation is a collective (it spans the work, on the
+   process group's runloop thread); the ``c10d::<op>`` op that enqueued it is matched by
+   order within its op, giving the peer of send/recv and the enqueue time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import polars as pl
+
+from pipeline.ingest.vocab import dtype_expr, dtype_size_expr, message_bytes_expr, op_expr
+
+if TYPE_CHECKING:
+    from pipeline.ingest.kineto import Trace
+    from pipeline.ingest.result import Warnings
+
+_META = [
+    "collective_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_desc",
+    "pg_ranks", "seq",
+]
+COLLECTIVE_COLUMNS = [
+    "collective_id", "comm", "pg_name", "seq", "op", "op_name", "dtype", "count", "out_count",
+    "bytes", "group_size", "peer", "start_ns", "end_ns", "dur_ns", "enqueue_ns", "stream",
+    "correlation", "external_id", "step", "size_source",
+]
+
+
+def collectives_table(
+    trace: Trace, events: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame,
+    warnings: Warnings,
+) -> pl.DataFrame:
+    """One row per collective this rank executed (NCCL kernel or gloo work), schema columns
+    plus ``_pg_desc`` and ``_pg_ranks`` for :func:`communicators_table`."""
+    groups = _pg_config(trace)
+    gpu = _nccl_kernel_collectives(events, ops, kernels)
+    cpu = _gloo_collectives(ops, warnings)
+    frame = pl.concat([gpu, cpu], how="diagonal_relaxed") if not cpu.is_empty() else gpu
+    if frame.is_empty():
+        return _empty()
+    frame = _finish(frame, groups, trace)
+    missing = frame.filter(pl.col("bytes").is_null()).height
+    if missing:
+        warnings.add("collectives without size metadata (op taken from the kernel name)", missing)
+    return frame
+
+
+def communicators_table(trace: Trace, rank: int, collectives: pl.DataFrame) -> pl.DataFrame:
+    """Process groups from ``distributedInfo.pg_config``, plus groups only named on events."""
+    rows = {}
+    for pg in _pg_config(trace).values():
+        rows[pg["pg_name"]] = pg
+    seen = collectives.filter(pl.col("pg_name").is_not_null()).unique("pg_name", keep="first")
+    for name, desc, ranks_text, size in seen.select(
+        "pg_name", "_pg_desc", "_pg_ranks", "group_size"
+    ).iter_rows():
+        if name not in rows:
+            ranks = _int_list(_json(ranks_text))
+            rows[name] = {"pg_name": name, "pg_desc": desc, "backend": None,
+                          "nranks": size if size is not None else (len(ranks) if ranks else None),
+                          "ranks": ranks}
+    frame = pl.DataFrame(
+        [
+            {
+                "comm": f"pg:{name}", "pg_name": name, "pg_desc": pg.get("pg_desc"),
+                "backend": pg.get("backend"), "nranks": pg.get("nranks"), "ranks": pg.get("ranks"),
+                "rank_in_comm": pg["ranks"].index(rank) if pg.get("ranks") and rank in pg["ranks"] else None,
+            }
+            for name, pg in rows.items()
+        ],
+        schema={"comm": pl.String, "pg_name": pl.String, "pg_desc": pl.String,
+                "backend": pl.String, "nranks": pl.Int64, "ranks": pl.List(pl.Int64),
+                "rank_in_comm": pl.Int64},
+    )
+    return frame.sort("pg_name")
+
+
+def _pg_config(trace: Trace) -> dict[str, dict[str, Any]]:
+    info = trace.distributedInfo or {}
+    out: dict[str, dict[str, Any]] = {}
+    for pg in info.get("pg_config") or []:
+        if not isinstance(pg, dict) or pg.get("pg_name") is None:
+            continue
+        ranks = _int_list(pg.get("ranks"))
+        size = pg.get("pg_size") if isinstance(pg.get("pg_size"), int) else None
+        out[str(pg["pg_name"])] = {
+            "pg_name": str(pg["pg_name"]), "pg_desc": pg.get("pg_desc"),
+            "backend": pg.get("backend_config"), "nranks": size or (len(ranks) if ranks else None),
+            "ranks": ranks,
+        }
+    return out
+
+
+def _enclosing(inner: pl.DataFrame, outer: pl.DataFrame, prefix: str) -> pl.DataFrame:
+    """Join to each ``inner`` row (pid, tid, start_ns, end_ns) the latest-starting ``outer``
+    range on the same thread that contains it; outer columns get ``prefix``."""
+    renamed = outer.rename({c: f"{prefix}{c}" for c in outer.columns if c not in ("pid", "tid")})
+    joined = inner.sort("start_ns").join_asof(
+        renamed.sort(f"{prefix}start_ns"), left_on="start_ns", right_on=f"{prefix}start_ns",
+        by=["pid", "tid"], strategy="backward", check_sortedness=False,
+    )
+    inside = pl.col(f"{prefix}end_ns") >= pl.col("end_ns")
+    return joined.with_columns(
+        [pl.when(inside).then(pl.col(c)).alias(c) for c in renamed.columns if c not in ("pid", "tid")]
+    )
+
+
+def _nccl_kernel_collectives(
+    events: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame
+) -> pl.DataFrame:
+    comm_ids = kernels.filter(pl.col("kind") == "comm").select("kernel_id", "step")
+    if comm_ids.is_empty():
+        return pl.DataFrame()
+    k = events.join(comm_ids, left_on="event_id", right_on="kernel_id").select(
+        pl.col("event_id").alias("collective_id"), "name", "start_ns", "end_ns", "dur_ns",
+        "stream", "correlation", "external_id", "step", *_META,
+    )
+    launches = ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])).select(
+        "correlation", "pid", "tid", "start_ns", "end_ns"
+    ).drop_nulls("correlation").unique("correlation", keep="first")
+    launched = k.join(
+        launches.rename({"start_ns": "launch_start_ns", "end_ns": "launch_end_ns"}),
+        on="correlation", how="left",
+    )
+    # Launch times stand in for the kernel's own while finding the enclosing host ranges.
+    host = launched.select(
+        "collective_id", "pid", "tid", pl.col("launch_start_ns").alias("start_ns"),
+        pl.col("launch_end_ns").alias("end_ns"),
+    ).filter(pl.col("start_ns").is_not_null())
+    rpc = ops.filter((pl.col("name") == "record_param_comms") & pl.col("collective_name").is_not_null())
+    by_ext = rpc.select("external_id", *[pl.col(c).alias(f"x_{c}") for c in _META], pl.col("start_ns").alias("x_start_ns")).unique("external_id", keep="first")
+    around_rpc = _enclosing(host, rpc.select("pid", "tid", "start_ns", "end_ns", *_META), "r_")
+    annotations = ops.filter(
+        (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(r"^(nccl|rccl):")
+    ).select("pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types")
+    around_ann = _enclosing(host, annotations, "a_")
+    c10d = ops.filter(pl.col("name").str.starts_with("c10d::")).select(
+        "pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types", "concrete_inputs"
+    )
+    around_c10d = _enclosing(host, c10d, "c_")
+    frame = (
+        launched.join(by_ext, on="external_id", how="left")
+        .join(around_rpc.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
+        .join(around_ann.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
+        .join(around_c10d.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
+    )
+    source = (
+        pl.when(pl.col("collective_name").is_not_null()).then(pl.lit("kernel_args"))
+        .when(pl.col("x_collective_name").is_not_null() | pl.col("r_collective_name").is_not_null())
+        .then(pl.lit("record_param_comms"))
+    )
+    meta = [
+        pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in _META
+    ]
+    return frame.with_columns(*meta, source.alias("size_source")).with_columns(
+        pl.coalesce("x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns").alias("enqueue_ns"),
+        pl.coalesce("collective_name", "c_name", "a_name", "name").alias("op_name"),
+        pl.coalesce("a_input_dims", "c_input_dims").alias("input_dims"),
+        pl.coalesce("a_input_types", "c_input_types").alias("input_types"),
+        pl.coalesce("a_name", "c_name").alias("shape_from"),
+        pl.col("c_concrete_inputs").alias("concrete_inputs"),
+    )
+
+
+def _gloo_collectives(ops: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
+    work = ops.filter(
+        (pl.col("kind") == "user_annotation") & pl.col("name").str.starts_with("gloo:")
+    ).select(
+        pl.col("op_id").alias("collective_id"), "name", "tid", "start_ns", "end_ns", "dur_ns",
+        "step", "input_dims", "input_types", pl.col("tid").alias("stream"),
+        op_expr(pl.col("name")).alias("_op"),
+    )
+    if work.is_empty():
+        return pl.DataFrame()
+    calls = ops.filter(pl.col("name").str.starts_with("c10d::")).select(
+        pl.col("start_ns").alias("enqueue_ns"), "concrete_inputs",
+        op_expr(pl.col("name")).alias("_op"),
+    )
+    work = work.sort("start_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
+    calls = calls.sort("enqueue_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
+    counts_work = work.group_by("_op").len()
+    counts_call = calls.group_by("_op").len()
+    same = counts_work.join(counts_call, on="_op", suffix="_c").filter(pl.col("len") == pl.col("len_c"))
+    unmatched = counts_work.height - same.height
+    if unmatched:
+        warnings.add("gloo work whose c10d call could not be matched by order (no enqueue time or peer)", unmatched)
+    calls = calls.join(same.select("_op"), on="_op")
+    frame = work.join(calls, on=["_op", "_k"], how="left")
+    return frame.with_columns(
+        pl.lit(None, pl.String).alias(c) for c in _META if c not in ("in_nelems", "out_nelems", "group_size", "seq")
+    ).with_columns(
+        pl.lit(None, pl.Int64).alias("in_nelems"), pl.lit(None, pl.Int64).alias("out_nelems"),
+        pl.lit(None, pl.Int64).alias("group_size"), pl.lit(None, pl.Int64).alias("seq"),
+        pl.col("name").alias("op_name"), pl.col("name").alias("shape_from"),
+        pl.lit(None, pl.String).alias("size_source"),
+    ).drop("_op", "_k", "tid")
+
+
+def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace) -> pl.DataFrame:
+    """Normalize op and dtype, compute sizes and peers, number the calls per communicator."""
+    only_group = next(iter(groups.values())) if len(groups) == 1 else None
+    dims = pl.col("input_dims").map_elements(_first_numel, return_dtype=pl.Int64)
+    dims_dtype = pl.col("input_types").map_elements(_first_type, return_dtype=pl.String)
+    frame = frame.with_columns(
+        op_expr(pl.coalesce("collective_name", "shape_from", "name")).alias("op"),
+        dtype_expr(pl.coalesce("dtype", dims_dtype)).alias("dtype"),
+        pl.when(pl.col("size_source").is_null() & dims.is_not_null())
+        .then(pl.lit("input_dims")).otherwise(pl.col("size_source")).fill_null("none")
+        .alias("size_source"),
+        dims.alias("_dims_numel"),
+        pl.coalesce("pg_name", pl.lit(only_group["pg_name"] if only_group else None, pl.String)),
+    )
+    size = dtype_size_expr(pl.col("dtype"))
+    group = pl.coalesce(
+        "group_size", pl.lit(only_group["nranks"] if only_group else None, pl.Int64)
+    )
+    count = pl.coalesce("in_nelems", "_dims_numel")
+    out_count = pl.coalesce(
+        "out_nelems",
+        pl.when(pl.col("op").is_in(["all_gather", "gather"])).then(pl.col("_dims_numel") * group),
+    )
+    frame = frame.with_columns(
+        count.alias("count"), out_count.alias("out_count"), group.alias("group_size"),
+    ).with_columns(
+        message_bytes_expr(pl.col("op"), pl.col("count"), pl.col("out_count"), size).alias("bytes"),
+        ("pg:" + pl.col("pg_name")).alias("comm"),
+        _peer(groups).alias("peer"),
+    )
+    frame = frame.with_columns(
+        pl.lit(None, pl.Int64).alias(c) for c in ("correlation", "external_id")
+        if c not in frame.columns
+    )
+    frame = frame.sort("enqueue_ns", "start_ns", nulls_last=True).with_columns(
+        pl.coalesce("seq", pl.int_range(pl.len()).over("comm")).cast(pl.Int64).alias("seq")
+    )
+    return frame.select(
+        *COLLECTIVE_COLUMNS, pl.col("pg_desc").alias("_pg_desc"), pl.col("pg_ranks").alias("_pg_ranks")
+    ).sort("collective_id")
+
+
+def _peer(groups: dict[str, dict[str, Any]]) -> pl.Expr:
+    """Send/recv peer from ``c10d::send``/``recv_`` Concrete Inputs (group rank), made global
+    through the group's rank list when it is known."""
+    local = pl.col("concrete_inputs").map_elements(_peer_from_inputs, return_dtype=pl.Int64)
+    table = {
+        (name, i): r for name, g in groups.items() for i, r in enumerate(g.get("ranks") or [])
+    }
+    key = pl.struct(pl.col("pg_name"), local.alias("local"))
+    global_rank = key.map_elements(
+        lambda s: table.get((s["pg_name"], s["local"]), s["local"]), return_dtype=pl.Int64
+    )
+    return pl.when(pl.col("op").is_in(["send", "recv"])).then(global_rank)
+
+
+def _peer_from_inputs(text: str | None) -> int | None:
+    values = _json(text)
+    if isinstance(values, list) and len(values) > 2 and str(values[2]).lstrip("-").isdigit():
+        return int(values[2])
+    return None
+
+
+def _first_numel(text: str | None) -> int | None:
+    dims = _json(text)
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
+        return None
+    numel = 1
+    for d in dims[0]:
+        if not isinstance(d, int):
+            return None
+        numel *= d
+    return numel
+
+
+def _first_type(text: str | None) -> str | None:
+    types = _json(text)
+    if isinstance(types, list) and types and isinstance(types[0], str) and types[0]:
+        return None if types[0] in ("TensorList", "Scalar") else types[0]
+    return None
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return value
+    return None
+
+
+def _empty() -> pl.DataFrame:
+    schema = {c: pl.Int64 for c in COLLECTIVE_COLUMNS}
+    schema.update({c: pl.String for c in ("comm", "pg_name", "op", "op_name", "dtype", "size_source")})
+    schema.update({"_pg_desc": pl.String, "_pg_ranks": pl.String})
+    return pl.DataFrame(schema=schema)

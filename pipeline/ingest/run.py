@@ -1,0 +1,343 @@
+"""Ingest a job's trace files into a dataset: find, hash, parse (in parallel), write, commit.
+
+Each file is parsed on its own (in a worker process when there are several), its tables are
+conformed to ``schemas/`` and written as Parquet parts; the main process then checks the
+run as a whole (two files claiming one rank of one job), writes the ``files`` rows and
+commits the manifest. A file whose bytes are already in the dataset is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.dataset.schema import conform
+from pipeline.dataset.store import (
+    FileEntry,
+    check_job_name,
+    job_name_from,
+    part_path,
+    read_manifest,
+    split_by_rank,
+    write_manifest,
+    write_part,
+    writer_lock,
+)
+from pipeline.errors import TokenwireError, TraceFormatError
+from pipeline.ingest.detect import detect, module_for
+
+#: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
+POOL_MIN_BYTES = 64 * 1024 * 1024
+MANIFEST_EVERY_S = 2.0
+
+
+@dataclass
+class InputFile:
+    """One file found for ingest, with the job it belongs to."""
+
+    path: Path
+    job: str
+    explicit: bool
+
+
+@dataclass
+class FileOutcome:
+    """What happened to one input file."""
+
+    path: Path
+    job: str
+    status: str  # ingested, skipped, unrecognised, failed
+    file_id: str | None = None
+    sha256: str | None = None
+    format: str | None = None
+    format_version: str | None = None
+    rank_source: str | None = None
+    ranks: list[int] = field(default_factory=list)
+    parts: dict[str, list[str]] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    warning_count: int = 0
+    error: str | None = None
+    internal: bool = False
+
+
+@dataclass
+class IngestSummary:
+    """The outcome of one ingest run."""
+
+    outcomes: list[FileOutcome]
+
+    def count(self, status: str) -> int:
+        """Number of files with ``status``."""
+        return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """Rows written per table, over the files ingested in this run."""
+        out: dict[str, int] = {}
+        for o in self.outcomes:
+            if o.status == "ingested":
+                for t, n in o.rows.items():
+                    out[t] = out.get(t, 0) + n
+        return dict(sorted(out.items()))
+
+    @property
+    def errors(self) -> list[FileOutcome]:
+        """The files that failed."""
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def find_inputs(paths: Iterable[Path], job: str | None) -> list[InputFile]:
+    """Expand folders (recursively, sorted) into files, each with its job name.
+
+    Without ``job``, a file's job is the name of the folder given on the command line (or,
+    for a file given directly, of the folder holding it).
+    """
+    if job is not None:
+        check_job_name(job)
+    found: list[InputFile] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            name = job or job_name_from(path.resolve().name)
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
+            if not files:
+                raise TraceFormatError(path, "no files in this folder")
+            found.extend(InputFile(p, name, explicit=False) for p in files)
+        elif path.exists():
+            name = job or job_name_from(path.resolve().parent.name)
+            found.append(InputFile(path, name, explicit=True))
+        else:
+            raise TraceFormatError(path, "no such file or folder")
+    return found
+
+
+def ingest(
+    paths: Iterable[Path],
+    dataset: Path,
+    *,
+    job: str | None = None,
+    jobs: int | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_file: Callable[[FileOutcome], None] | None = None,
+) -> IngestSummary:
+    """Parse ``paths`` into ``dataset``.
+
+    Parameters
+    ----------
+    paths
+        Trace files and folders of one or more jobs.
+    dataset
+        The dataset folder (created when missing).
+    job
+        Job name for every file; default: the folder name (see :func:`find_inputs`).
+    jobs
+        Worker processes; default: one per core when the input is large, else in-process.
+    on_start
+        Called once with the number of input files, for progress display.
+    on_file
+        Called after each file, for progress display.
+
+    Returns
+    -------
+    IngestSummary
+        One outcome per input file; bad files are reported there, never raised.
+    """
+    inputs = find_inputs(paths, job)
+    if on_start is not None:
+        on_start(len(inputs))
+    dataset = Path(dataset)
+    created = not dataset.exists()
+    with writer_lock(dataset):
+        manifest = read_manifest(dataset)
+        todo, outcomes = _plan(inputs, manifest, on_file)
+        results = _parse_all(todo, dataset, jobs, on_file)
+        accepted = _check_ranks(results, manifest, dataset)
+        _commit(dataset, manifest, accepted)
+        outcomes.extend(results)
+    if created and not accepted:
+        shutil.rmtree(dataset, ignore_errors=True)
+    order = {inp.path: i for i, inp in enumerate(inputs)}
+    outcomes.sort(key=lambda o: order.get(o.path, 0))
+    return IngestSummary(outcomes)
+
+
+def _plan(
+    inputs: list[InputFile], manifest, on_file
+) -> tuple[list[tuple[InputFile, str]], list[FileOutcome]]:
+    """Hash every input; drop those already ingested (or repeated in this run)."""
+    todo: list[tuple[InputFile, str]] = []
+    done: list[FileOutcome] = []
+    seen: set[str] = set()
+    for inp in inputs:
+        try:
+            sha = _sha256(inp.path)
+        except OSError as exc:
+            out = FileOutcome(inp.path, inp.job, "failed", error=f"{inp.path}: {exc.strerror}")
+            done.append(out)
+            _notify(on_file, out)
+            continue
+        if manifest.has_sha256(sha) or sha in seen:
+            out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
+            done.append(out)
+            _notify(on_file, out)
+            continue
+        seen.add(sha)
+        todo.append((inp, sha))
+    return todo, done
+
+
+def _parse_all(todo, dataset: Path, jobs: int | None, on_file) -> list[FileOutcome]:
+    total = sum(inp.path.stat().st_size for inp, _ in todo)
+    if jobs is None:
+        jobs = min(os.cpu_count() or 1, len(todo)) if total >= POOL_MIN_BYTES else 1
+    args = [(inp.path, inp.job, inp.explicit, sha, dataset) for inp, sha in todo]
+    results: list[FileOutcome] = []
+    if jobs <= 1 or len(todo) <= 1:
+        for a in args:
+            results.append(parse_file(*a))
+            _notify(on_file, results[-1])
+        return results
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        for out in pool.map(parse_file, *zip(*args, strict=True)):
+            results.append(out)
+            _notify(on_file, out)
+    return results
+
+
+def parse_file(path: Path, job: str, explicit: bool, sha256: str, dataset: Path) -> FileOutcome:
+    """Detect, parse and write the parts of one file (runs in a worker process).
+
+    Never raises: bad input and internal errors come back as a failed outcome.
+    """
+    out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
+    try:
+        fmt = detect(path)
+        if fmt is None:
+            if explicit:
+                raise TraceFormatError(path, "not a trace format tokenwire reads")
+            out.status = "unrecognised"
+            return out
+        result = module_for(fmt).parse(path)
+        out.format = fmt
+        out.format_version = result.format_version
+        out.rank_source = result.rank_source
+        out.warnings = result.warnings.messages()
+        out.warning_count = result.warnings.total
+        _write_tables(out, result.tables, dataset)
+        out.status = "ingested"
+    except TraceFormatError as exc:
+        out.error = str(exc)
+    except TokenwireError as exc:
+        out.error = f"{path}: {exc}"
+    except Exception as exc:  # a parser bug must not take the other files down with it
+        out.error = f"{path}: internal error: {type(exc).__name__}: {exc}"
+        out.internal = True
+    if out.status == "failed":
+        _remove_parts(dataset, out)
+    return out
+
+
+def _remove_parts(dataset: Path, out: FileOutcome) -> None:
+    """Delete the parts a refused or failed file wrote; the manifest never listed them."""
+    for rels in out.parts.values():
+        for rel in rels:
+            (dataset / rel).unlink(missing_ok=True)
+    out.parts = {}
+
+
+def _write_tables(out: FileOutcome, tables: dict[str, pa.Table], dataset: Path) -> None:
+    ranks: set[int] = set()
+    for name, table in tables.items():
+        table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
+        out.rows[name] = table.num_rows
+        for rank, rows in split_by_rank(name, table):
+            if rows.num_rows == 0:
+                continue
+            rel = part_path(name, out.job, rank, out.file_id)
+            write_part(dataset, rel, rows)
+            out.parts.setdefault(name, []).append(rel)
+            if rank is not None:
+                ranks.add(rank)
+    out.ranks = sorted(ranks)
+
+
+def _check_ranks(results: list[FileOutcome], manifest, dataset: Path) -> list[FileOutcome]:
+    """Refuse files that claim a rank another file of the same job and format already holds."""
+    owner: dict[tuple[str, str, int], str] = {}
+    for e in manifest.files.values():
+        for r in e.ranks:
+            owner[(e.job, e.format, r)] = e.path
+    accepted = []
+    for out in results:
+        if out.status != "ingested":
+            continue
+        clash = [(r, owner[(out.job, out.format, r)]) for r in out.ranks
+                 if (out.job, out.format, r) in owner]
+        if clash:
+            rank, other = clash[0]
+            out.status = "failed"
+            out.error = (f"{out.path}: rank {rank} of job {out.job!r} is already taken by "
+                         f"{other}; use --job to keep them apart")
+            _remove_parts(dataset, out)
+            continue
+        for r in out.ranks:
+            owner[(out.job, out.format, r)] = str(out.path)
+        accepted.append(out)
+    return accepted
+
+
+def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
+    """Write the ``files`` rows and list the accepted files in the manifest."""
+    last = time.monotonic()
+    for i, out in enumerate(accepted):
+        rel = part_path("files", out.job, None, out.file_id)
+        write_part(dataset, rel, _files_row(out))
+        out.parts["files"] = [rel]
+        out.rows["files"] = 1
+        manifest.files[out.file_id] = FileEntry(
+            file_id=out.file_id, sha256=out.sha256, path=str(out.path.resolve()), job=out.job,
+            format=out.format, ranks=out.ranks, parts=out.parts,
+        )
+        if time.monotonic() - last > MANIFEST_EVERY_S or i == len(accepted) - 1:
+            write_manifest(dataset, manifest)
+            last = time.monotonic()
+
+
+def _files_row(out: FileOutcome) -> pa.Table:
+    row = {
+        "file_id": [out.file_id], "sha256": [out.sha256], "path": [str(out.path.resolve())],
+        "format": [out.format], "format_version": [out.format_version],
+        "size_bytes": [out.path.stat().st_size], "ranks": [out.ranks],
+        "rank_source": [out.rank_source], "rows": [sum(out.rows.values())],
+        "warnings": [out.warning_count], "warning_messages": [out.warnings],
+        "ingested_at_ns": [time.time_ns()],
+    }
+    table = conform("files", pa.table(row), job=out.job)
+    return table.drop_columns(["job"])
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _notify(on_file, out: FileOutcome) -> None:
+    if on_file is not None:
+        on_file(out)

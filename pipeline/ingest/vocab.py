@@ -1,0 +1,81 @@
+"""The field's vocabulary, normalized once at ingest: collective op names and element types.
+
+Every source spells these its own way (``ncclKernel_AllReduce_...``, ``c10d::allreduce_``,
+``Collective name: _allgather_base``, ``gloo:all_to_all``; ``BFloat16``, ``c10::Half``,
+``long int``); the dataset holds one spelling.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+#: Substring (of the lower-cased name, underscores removed) -> op; first match wins, so the
+#: compound names come before the words they contain.
+_OP_PATTERNS: list[tuple[str, str]] = [
+    ("allreduce", "all_reduce"),
+    ("reducescatter", "reduce_scatter"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("sendrecv", "send_recv"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("reduce", "reduce"),
+]
+
+#: Spelling of an element type (lower-cased) -> (dataset name, bytes per element).
+DTYPES: dict[str, tuple[str, int]] = {}
+for _names, _canon, _size in [
+    (("float", "float32", "c10::float", "fp32"), "float32", 4),
+    (("bfloat16", "c10::bfloat16", "bf16"), "bfloat16", 2),
+    (("half", "float16", "c10::half", "fp16"), "float16", 2),
+    (("double", "float64", "fp64"), "float64", 8),
+    (("long", "long int", "int64", "long long", "int64_t"), "int64", 8),
+    (("int", "int32", "int32_t"), "int32", 4),
+    (("short", "short int", "int16"), "int16", 2),
+    (("char", "signed char", "int8", "int8_t"), "int8", 1),
+    (("byte", "unsigned char", "uint8", "uint8_t"), "uint8", 1),
+    (("bool",), "bool", 1),
+    (("float8_e4m3fn", "float8_e4m3fnuz", "float8e4m3", "fp8_e4m3"), "float8_e4m3", 1),
+    (("float8_e5m2", "float8_e5m2fnuz", "float8e5m2", "fp8_e5m2"), "float8_e5m2", 1),
+    (("complexfloat", "complex64"), "complex64", 8),
+    (("complexdouble", "complex128"), "complex128", 16),
+]:
+    for _n in _names:
+        DTYPES[_n] = (_canon, _size)
+
+
+def op_expr(name: pl.Expr) -> pl.Expr:
+    """The dataset's op name (``all_reduce``...) for a source's spelling; ``unknown`` if none."""
+    key = name.str.to_lowercase().str.replace_all("_", "")
+    expr = pl.when(name.is_null()).then(pl.lit(None, pl.String))
+    for pattern, op in _OP_PATTERNS:
+        expr = expr.when(key.str.contains(pattern, literal=True)).then(pl.lit(op))
+    return expr.otherwise(pl.lit("unknown"))
+
+
+def dtype_expr(name: pl.Expr) -> pl.Expr:
+    """The dataset's dtype name; unknown spellings are kept as written."""
+    key = name.str.to_lowercase().str.strip_chars()
+    mapping = {k: v[0] for k, v in DTYPES.items()}
+    return key.replace_strict(mapping, default=name, return_dtype=pl.String)
+
+
+def dtype_size_expr(dtype: pl.Expr) -> pl.Expr:
+    """Bytes per element of a dataset dtype name, null when unknown."""
+    sizes = {canon: size for canon, size in DTYPES.values()}
+    return dtype.replace_strict(sizes, default=None, return_dtype=pl.Int64)
+
+
+def message_bytes_expr(op: pl.Expr, in_count: pl.Expr, out_count: pl.Expr, size: pl.Expr) -> pl.Expr:
+    """Message size M (analytic-models.md §0) from per-rank input and output element counts.
+
+    all_gather and gather: the gathered output; every other op: this rank's input (the full
+    buffer for all_reduce and reduce_scatter, all it contributes for all_to_all, the tensor
+    for send/recv).
+    """
+    elements = pl.when(op.is_in(["all_gather", "gather"])).then(out_count).otherwise(in_count)
+    return pl.when(op.is_in(["send_recv", "unknown"])).then(None).otherwise(elements * size)
