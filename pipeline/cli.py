@@ -34,11 +34,21 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", "dataset", required=True, type=click.Path(path_type=Path),
-              help="Dataset folder (created when missing).")
+@click.option(
+    "-o",
+    "--output",
+    "dataset",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Dataset folder (created when missing).",
+)
 @click.option("--job", help="Job name for every file (default: the folder's name).")
-@click.option("--jobs", "workers", type=click.IntRange(min=1),
-              help="Parallel worker processes (default: one per core for large inputs).")
+@click.option(
+    "--jobs",
+    "workers",
+    type=click.IntRange(min=1),
+    help="Parallel worker processes (default: one per core for large inputs).",
+)
 def ingest(paths: tuple[Path, ...], dataset: Path, job: str | None, workers: int | None) -> None:
     """Parse trace files and folders of a job into a Parquet dataset.
 
@@ -105,7 +115,9 @@ def _print_summary(summary) -> None:
             for msg in out.warnings[:5]:
                 click.echo(f"  {msg}", err=True)
         if out.status == "unrecognised":
-            click.echo(f"Warning: {out.path}: not a trace format tokenwire reads; skipped", err=True)
+            click.echo(
+                f"Warning: {out.path}: not a trace format tokenwire reads; skipped", err=True
+            )
 
 
 @cli.command()
@@ -127,10 +139,20 @@ def tables(dataset: Path) -> None:
 @cli.command()
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.argument("query", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
-              default="table", show_default=True, help="Output format.")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Write to this file (required for --format parquet).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "parquet"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Write to this file (required for --format parquet).",
+)
 def sql(dataset: Path, query: str | None, fmt: str, output: Path | None) -> None:
     """Run SQL over the dataset's tables (one DuckDB view per table).
 

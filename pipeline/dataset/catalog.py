@@ -29,7 +29,8 @@ def describe(dataset: Path) -> list[TableInfo]:
     manifest = read_manifest(Path(dataset))
     out = []
     for schema in load_schemas().values():
-        rows = sum(pq.ParquetFile(Path(dataset) / p).metadata.num_rows
-                   for p in manifest.parts(schema.name))
+        rows = sum(
+            pq.ParquetFile(Path(dataset) / p).metadata.num_rows for p in manifest.parts(schema.name)
+        )
         out.append(TableInfo(schema.name, schema.description, rows, schema.columns))
     return out

@@ -25,7 +25,7 @@ def run_query(dataset: Path, text: str) -> pl.DataFrame:
         if not statements:
             raise QueryError("no SQL statement found")
         for statement in statements[:-1]:
-            con.execute(statement)
+            con.execute(statement).fetchall()
         relation = con.sql(statements[-1].query)
         if relation is None:
             return pl.DataFrame()

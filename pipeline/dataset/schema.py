@@ -58,7 +58,11 @@ class TableSchema:
     def file_arrow(self) -> pa.Schema:
         """The schema of one Parquet part: partition columns live in the path, not the file."""
         return pa.schema(
-            [pa.field(c.name, c.type, c.nullable) for c in self.columns if c.name not in self.partition]
+            [
+                pa.field(c.name, c.type, c.nullable)
+                for c in self.columns
+                if c.name not in self.partition
+            ]
         )
 
     def column(self, name: str) -> Column:

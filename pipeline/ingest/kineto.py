@@ -28,13 +28,31 @@ from pipeline.ingest.nesting import add_nesting, add_scope_path
 from pipeline.ingest.result import ParseResult, Warnings
 
 HOST_KINDS = (
-    "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver",
+    "cpu_op",
+    "user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
     "gpu_user_annotation",
 )
 GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 OPS_COLUMNS = [
-    "op_id", "pid", "tid", "name", "kind", "start_ns", "end_ns", "dur_ns", "depth", "parent_id",
-    "module_path", "input_dims", "input_types", "external_id", "correlation", "step",
+    "op_id",
+    "pid",
+    "tid",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "depth",
+    "parent_id",
+    "module_path",
+    "input_dims",
+    "input_types",
+    "external_id",
+    "correlation",
+    "step",
 ]
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)|_(\d+)\.", re.IGNORECASE)
 
@@ -43,14 +61,25 @@ _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)|_(\d+)\.", re.IGNORECASE)
 _NO_VALUE = msgspec.Raw(b"")
 
 
-class Args(msgspec.Struct, rename={
-    "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type",
-    "concrete_inputs": "Concrete Inputs", "collective_name": "Collective name",
-    "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems", "group_size": "Group size",
-    "in_split": "In split size", "out_split": "Out split size",
-    "pg_name": "Process Group Name", "pg_desc": "Process Group Description",
-    "pg_ranks": "Process Group Ranks", "seq": "Seq",
-}):
+class Args(
+    msgspec.Struct,
+    rename={
+        "external_id": "External id",
+        "input_dims": "Input Dims",
+        "input_type": "Input type",
+        "concrete_inputs": "Concrete Inputs",
+        "collective_name": "Collective name",
+        "in_nelems": "In msg nelems",
+        "out_nelems": "Out msg nelems",
+        "group_size": "Group size",
+        "in_split": "In split size",
+        "out_split": "Out split size",
+        "pg_name": "Process Group Name",
+        "pg_desc": "Process Group Description",
+        "pg_ranks": "Process Group Ranks",
+        "seq": "Seq",
+    },
+):
     """The ``args`` keys tokenwire reads; volatile ones stay raw JSON or loosely typed."""
 
     external_id: Any = None
@@ -101,11 +130,10 @@ class Trace(msgspec.Struct):
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """True when ``head`` is the start of a JSON object holding ``traceEvents``."""
+    """True when ``head`` starts a JSON object with a key only Kineto traces have up front."""
     text = head.lstrip()
-    return text.startswith(b"{") and b'"traceEvents"' in text or (
-        text.startswith(b"{") and b'"schemaVersion"' in text and b'"deviceProperties"' in text
-    )
+    keys = (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"')
+    return text.startswith(b"{") and any(key in text for key in keys)
 
 
 def parse(path: Path) -> ParseResult:
@@ -136,7 +164,10 @@ def parse(path: Path) -> ParseResult:
     tables = {name: _with_rank(frame, rank) for name, frame in tables.items()}
     version = f"schema {trace.schemaVersion}" if trace.schemaVersion is not None else None
     return ParseResult(
-        format="kineto", tables=tables, format_version=version, rank_source=rank_source,
+        format="kineto",
+        tables=tables,
+        format_version=version,
+        rank_source=rank_source,
         warnings=warnings,
     )
 
@@ -231,15 +262,33 @@ def _events_frame(trace: Trace, warnings: Warnings) -> pl.DataFrame:
             "seq": [_int(a.seq) for a in args],
         },
         schema_overrides={
-            "pid": pl.Int64, "tid": pl.Int64, "ts": pl.Binary, "dur": pl.Binary,
-            "external_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64,
-            "stream": pl.Int64, "grid": pl.List(pl.Int64), "block": pl.List(pl.Int64),
-            "bytes": pl.Int64, "in_nelems": pl.Int64, "out_nelems": pl.Int64,
-            "group_size": pl.Int64, "seq": pl.Int64, "input_dims": pl.String,
-            "input_types": pl.String, "concrete_inputs": pl.String,
-            "collective_name": pl.String, "dtype": pl.String, "in_split": pl.String,
-            "out_split": pl.String, "pg_name": pl.String, "pg_desc": pl.String,
-            "pg_ranks": pl.String, "cat": pl.String, "name": pl.String,
+            "pid": pl.Int64,
+            "tid": pl.Int64,
+            "ts": pl.Binary,
+            "dur": pl.Binary,
+            "external_id": pl.Int64,
+            "correlation": pl.Int64,
+            "device": pl.Int64,
+            "stream": pl.Int64,
+            "grid": pl.List(pl.Int64),
+            "block": pl.List(pl.Int64),
+            "bytes": pl.Int64,
+            "in_nelems": pl.Int64,
+            "out_nelems": pl.Int64,
+            "group_size": pl.Int64,
+            "seq": pl.Int64,
+            "input_dims": pl.String,
+            "input_types": pl.String,
+            "concrete_inputs": pl.String,
+            "collective_name": pl.String,
+            "dtype": pl.String,
+            "in_split": pl.String,
+            "out_split": pl.String,
+            "pg_name": pl.String,
+            "pg_desc": pl.String,
+            "pg_ranks": pl.String,
+            "cat": pl.String,
+            "name": pl.String,
         },
     )
     base = trace.baseTimeNanoseconds or 0
@@ -279,7 +328,8 @@ def _steps(events: pl.DataFrame) -> pl.DataFrame:
         )
         .select(
             pl.col("name").str.extract(r"#(\d+)").cast(pl.Int64).alias("step"),
-            "start_ns", "end_ns",
+            "start_ns",
+            "end_ns",
         )
         .drop_nulls("step")
         .unique("step", keep="first")
@@ -300,28 +350,50 @@ def step_of(frame: pl.DataFrame, steps: pl.DataFrame, at: str = "start_ns") -> p
 
 def _ops(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """Host ranges with nesting, module path and step."""
-    is_module = (pl.col("cat") == "python_function") & pl.col("name").str.starts_with(
-        "nn.Module: "
-    )
-    ops = (
-        events.filter(pl.col("cat").is_in(HOST_KINDS))
-        .with_columns(
-            pl.col("event_id").alias("op_id"),
-            is_module.alias("is_module"),
-            pl.when(is_module).then(pl.lit("module")).otherwise(pl.col("cat")).alias("kind"),
-        )
+    is_module = (pl.col("cat") == "python_function") & pl.col("name").str.starts_with("nn.Module: ")
+    ops = events.filter(pl.col("cat").is_in(HOST_KINDS)).with_columns(
+        pl.col("event_id").alias("op_id"),
+        is_module.alias("is_module"),
+        pl.when(is_module).then(pl.lit("module")).otherwise(pl.col("cat")).alias("kind"),
     )
     ops = add_nesting(ops)
     ops = add_scope_path(
-        ops, scope=pl.col("is_module"),
-        label=pl.col("name").str.strip_prefix("nn.Module: "), out="module_path",
+        ops,
+        scope=pl.col("is_module"),
+        label=pl.col("name").str.strip_prefix("nn.Module: "),
+        out="module_path",
     )
     ops = step_of(ops, steps)
     return ops.select(
-        "op_id", "pid", "tid", "name", "kind", "start_ns", "end_ns", "dur_ns", "depth",
-        "parent_id", "module_path", "input_dims", "input_types", "external_id", "correlation",
-        "step", "is_module", "concrete_inputs", "collective_name", "in_nelems", "out_nelems",
-        "group_size", "dtype", "in_split", "out_split", "pg_name", "pg_desc", "pg_ranks", "seq",
+        "op_id",
+        "pid",
+        "tid",
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "depth",
+        "parent_id",
+        "module_path",
+        "input_dims",
+        "input_types",
+        "external_id",
+        "correlation",
+        "step",
+        "is_module",
+        "concrete_inputs",
+        "collective_name",
+        "in_nelems",
+        "out_nelems",
+        "group_size",
+        "dtype",
+        "in_split",
+        "out_split",
+        "pg_name",
+        "pg_desc",
+        "pg_ranks",
+        "seq",
     ).sort("op_id")
 
 
@@ -349,9 +421,12 @@ def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
 def _kernels(events: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """GPU activity, each with the step of the runtime call that launched it."""
     gpu = events.filter(pl.col("cat").is_in(GPU_KINDS))
-    launches = ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])).select(
-        "correlation", pl.col("step").alias("launch_step")
-    ).drop_nulls("correlation").unique("correlation", keep="first")
+    launches = (
+        ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
+        .select("correlation", pl.col("step").alias("launch_step"))
+        .drop_nulls("correlation")
+        .unique("correlation", keep="first")
+    )
     gpu = step_of(gpu, steps).join(launches, on="correlation", how="left")
     return gpu.select(
         pl.col("event_id").alias("kernel_id"),
@@ -359,7 +434,14 @@ def _kernels(events: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl
         pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
         "name",
         kernel_kind(pl.col("name"), pl.col("cat")).alias("kind"),
-        "start_ns", "end_ns", "dur_ns", "correlation", "external_id", "bytes", "grid", "block",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "correlation",
+        "external_id",
+        "bytes",
+        "grid",
+        "block",
         pl.coalesce("launch_step", "step").alias("step"),
     ).sort("kernel_id")
 
@@ -401,7 +483,9 @@ def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
     return token_table.group_by("step").agg(
         (pl.col("batch") * pl.col("seq")).sum().alias("tokens"),
         pl.format(
-            "aten::embedding [{}, {}] x {}", pl.col("batch").first(), pl.col("seq").first(),
+            "aten::embedding [{}, {}] x {}",
+            pl.col("batch").first(),
+            pl.col("seq").first(),
             pl.len(),
         ).alias("tokens_source"),
     )
@@ -419,7 +503,9 @@ def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
             gpu_name = props.get("name")
     return pl.DataFrame(
         {
-            "world_size": [info.get("world_size") if isinstance(info.get("world_size"), int) else None],
+            "world_size": [
+                info.get("world_size") if isinstance(info.get("world_size"), int) else None
+            ],
             "host": [trace.host_name],
             "pid": [pid],
             "device": [f"cuda:{device}" if device is not None else "cpu"],
@@ -429,8 +515,13 @@ def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
             "base_time_ns": [trace.baseTimeNanoseconds],
         },
         schema={
-            "world_size": pl.Int64, "host": pl.String, "pid": pl.Int64, "device": pl.String,
-            "gpu_name": pl.String, "backend": pl.String, "comm_lib_version": pl.String,
+            "world_size": pl.Int64,
+            "host": pl.String,
+            "pid": pl.Int64,
+            "device": pl.String,
+            "gpu_name": pl.String,
+            "backend": pl.String,
+            "comm_lib_version": pl.String,
             "base_time_ns": pl.Int64,
         },
     )

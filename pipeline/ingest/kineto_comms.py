@@ -24,18 +24,46 @@ if TYPE_CHECKING:
     from pipeline.ingest.result import Warnings
 
 _META = [
-    "collective_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_desc",
-    "pg_ranks", "seq",
+    "collective_name",
+    "in_nelems",
+    "out_nelems",
+    "group_size",
+    "dtype",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "seq",
 ]
 COLLECTIVE_COLUMNS = [
-    "collective_id", "comm", "pg_name", "seq", "op", "op_name", "dtype", "count", "out_count",
-    "bytes", "group_size", "peer", "start_ns", "end_ns", "dur_ns", "enqueue_ns", "stream",
-    "correlation", "external_id", "step", "size_source",
+    "collective_id",
+    "comm",
+    "pg_name",
+    "seq",
+    "op",
+    "op_name",
+    "dtype",
+    "count",
+    "out_count",
+    "bytes",
+    "group_size",
+    "peer",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "enqueue_ns",
+    "stream",
+    "correlation",
+    "external_id",
+    "step",
+    "size_source",
 ]
 
 
 def collectives_table(
-    trace: Trace, events: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame,
+    trace: Trace,
+    events: pl.DataFrame,
+    ops: pl.DataFrame,
+    kernels: pl.DataFrame,
     warnings: Warnings,
 ) -> pl.DataFrame:
     """One row per collective this rank executed (NCCL kernel or gloo work), schema columns
@@ -64,21 +92,37 @@ def communicators_table(trace: Trace, rank: int, collectives: pl.DataFrame) -> p
     ).iter_rows():
         if name not in rows:
             ranks = _int_list(_json(ranks_text))
-            rows[name] = {"pg_name": name, "pg_desc": desc, "backend": None,
-                          "nranks": size if size is not None else (len(ranks) if ranks else None),
-                          "ranks": ranks}
+            rows[name] = {
+                "pg_name": name,
+                "pg_desc": desc,
+                "backend": None,
+                "nranks": size if size is not None else (len(ranks) if ranks else None),
+                "ranks": ranks,
+            }
     frame = pl.DataFrame(
         [
             {
-                "comm": f"pg:{name}", "pg_name": name, "pg_desc": pg.get("pg_desc"),
-                "backend": pg.get("backend"), "nranks": pg.get("nranks"), "ranks": pg.get("ranks"),
-                "rank_in_comm": pg["ranks"].index(rank) if pg.get("ranks") and rank in pg["ranks"] else None,
+                "comm": f"pg:{name}",
+                "pg_name": name,
+                "pg_desc": pg.get("pg_desc"),
+                "backend": pg.get("backend"),
+                "nranks": pg.get("nranks"),
+                "ranks": pg.get("ranks"),
+                "rank_in_comm": pg["ranks"].index(rank)
+                if pg.get("ranks") and rank in pg["ranks"]
+                else None,
             }
             for name, pg in rows.items()
         ],
-        schema={"comm": pl.String, "pg_name": pl.String, "pg_desc": pl.String,
-                "backend": pl.String, "nranks": pl.Int64, "ranks": pl.List(pl.Int64),
-                "rank_in_comm": pl.Int64},
+        schema={
+            "comm": pl.String,
+            "pg_name": pl.String,
+            "pg_desc": pl.String,
+            "backend": pl.String,
+            "nranks": pl.Int64,
+            "ranks": pl.List(pl.Int64),
+            "rank_in_comm": pl.Int64,
+        },
     )
     return frame.sort("pg_name")
 
@@ -92,8 +136,10 @@ def _pg_config(trace: Trace) -> dict[str, dict[str, Any]]:
         ranks = _int_list(pg.get("ranks"))
         size = pg.get("pg_size") if isinstance(pg.get("pg_size"), int) else None
         out[str(pg["pg_name"])] = {
-            "pg_name": str(pg["pg_name"]), "pg_desc": pg.get("pg_desc"),
-            "backend": pg.get("backend_config"), "nranks": size or (len(ranks) if ranks else None),
+            "pg_name": str(pg["pg_name"]),
+            "pg_desc": pg.get("pg_desc"),
+            "backend": pg.get("backend_config"),
+            "nranks": size or (len(ranks) if ranks else None),
             "ranks": ranks,
         }
     return out
@@ -104,12 +150,20 @@ def _enclosing(inner: pl.DataFrame, outer: pl.DataFrame, prefix: str) -> pl.Data
     range on the same thread that contains it; outer columns get ``prefix``."""
     renamed = outer.rename({c: f"{prefix}{c}" for c in outer.columns if c not in ("pid", "tid")})
     joined = inner.sort("start_ns").join_asof(
-        renamed.sort(f"{prefix}start_ns"), left_on="start_ns", right_on=f"{prefix}start_ns",
-        by=["pid", "tid"], strategy="backward", check_sortedness=False,
+        renamed.sort(f"{prefix}start_ns"),
+        left_on="start_ns",
+        right_on=f"{prefix}start_ns",
+        by=["pid", "tid"],
+        strategy="backward",
+        check_sortedness=False,
     )
     inside = pl.col(f"{prefix}end_ns") >= pl.col("end_ns")
     return joined.with_columns(
-        [pl.when(inside).then(pl.col(c)).alias(c) for c in renamed.columns if c not in ("pid", "tid")]
+        [
+            pl.when(inside).then(pl.col(c)).alias(c)
+            for c in renamed.columns
+            if c not in ("pid", "tid")
+        ]
     )
 
 
@@ -120,23 +174,44 @@ def _nccl_kernel_collectives(
     if comm_ids.is_empty():
         return pl.DataFrame()
     k = events.join(comm_ids, left_on="event_id", right_on="kernel_id").select(
-        pl.col("event_id").alias("collective_id"), "name", "start_ns", "end_ns", "dur_ns",
-        "stream", "correlation", "external_id", "step", *_META,
+        pl.col("event_id").alias("collective_id"),
+        "name",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "stream",
+        "correlation",
+        "external_id",
+        "step",
+        *_META,
     )
-    launches = ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])).select(
-        "correlation", "pid", "tid", "start_ns", "end_ns"
-    ).drop_nulls("correlation").unique("correlation", keep="first")
+    launches = (
+        ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
+        .select("correlation", "pid", "tid", "start_ns", "end_ns")
+        .drop_nulls("correlation")
+        .unique("correlation", keep="first")
+    )
     launched = k.join(
         launches.rename({"start_ns": "launch_start_ns", "end_ns": "launch_end_ns"}),
-        on="correlation", how="left",
+        on="correlation",
+        how="left",
     )
     # Launch times stand in for the kernel's own while finding the enclosing host ranges.
     host = launched.select(
-        "collective_id", "pid", "tid", pl.col("launch_start_ns").alias("start_ns"),
+        "collective_id",
+        "pid",
+        "tid",
+        pl.col("launch_start_ns").alias("start_ns"),
         pl.col("launch_end_ns").alias("end_ns"),
     ).filter(pl.col("start_ns").is_not_null())
-    rpc = ops.filter((pl.col("name") == "record_param_comms") & pl.col("collective_name").is_not_null())
-    by_ext = rpc.select("external_id", *[pl.col(c).alias(f"x_{c}") for c in _META], pl.col("start_ns").alias("x_start_ns")).unique("external_id", keep="first")
+    rpc = ops.filter(
+        (pl.col("name") == "record_param_comms") & pl.col("collective_name").is_not_null()
+    )
+    by_ext = rpc.select(
+        "external_id",
+        *[pl.col(c).alias(f"x_{c}") for c in _META],
+        pl.col("start_ns").alias("x_start_ns"),
+    ).unique("external_id", keep="first")
     around_rpc = _enclosing(host, rpc.select("pid", "tid", "start_ns", "end_ns", *_META), "r_")
     annotations = ops.filter(
         (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(r"^(nccl|rccl):")
@@ -153,15 +228,16 @@ def _nccl_kernel_collectives(
         .join(around_c10d.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
     )
     source = (
-        pl.when(pl.col("collective_name").is_not_null()).then(pl.lit("kernel_args"))
+        pl.when(pl.col("collective_name").is_not_null())
+        .then(pl.lit("kernel_args"))
         .when(pl.col("x_collective_name").is_not_null() | pl.col("r_collective_name").is_not_null())
         .then(pl.lit("record_param_comms"))
     )
-    meta = [
-        pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in _META
-    ]
+    meta = [pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in _META]
     return frame.with_columns(*meta, source.alias("size_source")).with_columns(
-        pl.coalesce("x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns").alias("enqueue_ns"),
+        pl.coalesce(
+            "x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns"
+        ).alias("enqueue_ns"),
         pl.coalesce("collective_name", "c_name", "a_name", "name").alias("op_name"),
         pl.coalesce("a_input_dims", "c_input_dims").alias("input_dims"),
         pl.coalesce("a_input_types", "c_input_types").alias("input_types"),
@@ -174,34 +250,57 @@ def _gloo_collectives(ops: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
     work = ops.filter(
         (pl.col("kind") == "user_annotation") & pl.col("name").str.starts_with("gloo:")
     ).select(
-        pl.col("op_id").alias("collective_id"), "name", "tid", "start_ns", "end_ns", "dur_ns",
-        "step", "input_dims", "input_types", pl.col("tid").alias("stream"),
+        pl.col("op_id").alias("collective_id"),
+        "name",
+        "tid",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "step",
+        "input_dims",
+        "input_types",
+        pl.col("tid").alias("stream"),
         op_expr(pl.col("name")).alias("_op"),
     )
     if work.is_empty():
         return pl.DataFrame()
     calls = ops.filter(pl.col("name").str.starts_with("c10d::")).select(
-        pl.col("start_ns").alias("enqueue_ns"), "concrete_inputs",
+        pl.col("start_ns").alias("enqueue_ns"),
+        "concrete_inputs",
         op_expr(pl.col("name")).alias("_op"),
     )
     work = work.sort("start_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
     calls = calls.sort("enqueue_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
     counts_work = work.group_by("_op").len()
     counts_call = calls.group_by("_op").len()
-    same = counts_work.join(counts_call, on="_op", suffix="_c").filter(pl.col("len") == pl.col("len_c"))
+    same = counts_work.join(counts_call, on="_op", suffix="_c").filter(
+        pl.col("len") == pl.col("len_c")
+    )
     unmatched = counts_work.height - same.height
     if unmatched:
-        warnings.add("gloo work whose c10d call could not be matched by order (no enqueue time or peer)", unmatched)
+        warnings.add(
+            "gloo work whose c10d call could not be matched by order (no enqueue time or peer)",
+            unmatched,
+        )
     calls = calls.join(same.select("_op"), on="_op")
     frame = work.join(calls, on=["_op", "_k"], how="left")
-    return frame.with_columns(
-        pl.lit(None, pl.String).alias(c) for c in _META if c not in ("in_nelems", "out_nelems", "group_size", "seq")
-    ).with_columns(
-        pl.lit(None, pl.Int64).alias("in_nelems"), pl.lit(None, pl.Int64).alias("out_nelems"),
-        pl.lit(None, pl.Int64).alias("group_size"), pl.lit(None, pl.Int64).alias("seq"),
-        pl.col("name").alias("op_name"), pl.col("name").alias("shape_from"),
-        pl.lit(None, pl.String).alias("size_source"),
-    ).drop("_op", "_k", "tid")
+    return (
+        frame.with_columns(
+            pl.lit(None, pl.String).alias(c)
+            for c in _META
+            if c not in ("in_nelems", "out_nelems", "group_size", "seq")
+        )
+        .with_columns(
+            pl.lit(None, pl.Int64).alias("in_nelems"),
+            pl.lit(None, pl.Int64).alias("out_nelems"),
+            pl.lit(None, pl.Int64).alias("group_size"),
+            pl.lit(None, pl.Int64).alias("seq"),
+            pl.col("name").alias("op_name"),
+            pl.col("name").alias("shape_from"),
+            pl.lit(None, pl.String).alias("size_source"),
+        )
+        .drop("_op", "_k", "tid")
+    )
 
 
 def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace) -> pl.DataFrame:
@@ -213,7 +312,9 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
         op_expr(pl.coalesce("collective_name", "shape_from", "name")).alias("op"),
         dtype_expr(pl.coalesce("dtype", dims_dtype)).alias("dtype"),
         pl.when(pl.col("size_source").is_null() & dims.is_not_null())
-        .then(pl.lit("input_dims")).otherwise(pl.col("size_source")).fill_null("none")
+        .then(pl.lit("input_dims"))
+        .otherwise(pl.col("size_source"))
+        .fill_null("none")
         .alias("size_source"),
         dims.alias("_dims_numel"),
         pl.coalesce("pg_name", pl.lit(only_group["pg_name"] if only_group else None, pl.String)),
@@ -228,21 +329,26 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
         pl.when(pl.col("op").is_in(["all_gather", "gather"])).then(pl.col("_dims_numel") * group),
     )
     frame = frame.with_columns(
-        count.alias("count"), out_count.alias("out_count"), group.alias("group_size"),
+        count.alias("count"),
+        out_count.alias("out_count"),
+        group.alias("group_size"),
     ).with_columns(
         message_bytes_expr(pl.col("op"), pl.col("count"), pl.col("out_count"), size).alias("bytes"),
         ("pg:" + pl.col("pg_name")).alias("comm"),
         _peer(groups).alias("peer"),
     )
     frame = frame.with_columns(
-        pl.lit(None, pl.Int64).alias(c) for c in ("correlation", "external_id")
+        pl.lit(None, pl.Int64).alias(c)
+        for c in ("correlation", "external_id")
         if c not in frame.columns
     )
     frame = frame.sort("enqueue_ns", "start_ns", nulls_last=True).with_columns(
         pl.coalesce("seq", pl.int_range(pl.len()).over("comm")).cast(pl.Int64).alias("seq")
     )
     return frame.select(
-        *COLLECTIVE_COLUMNS, pl.col("pg_desc").alias("_pg_desc"), pl.col("pg_ranks").alias("_pg_ranks")
+        *COLLECTIVE_COLUMNS,
+        pl.col("pg_desc").alias("_pg_desc"),
+        pl.col("pg_ranks").alias("_pg_ranks"),
     ).sort("collective_id")
 
 
@@ -250,9 +356,7 @@ def _peer(groups: dict[str, dict[str, Any]]) -> pl.Expr:
     """Send/recv peer from ``c10d::send``/``recv_`` Concrete Inputs (group rank), made global
     through the group's rank list when it is known."""
     local = pl.col("concrete_inputs").map_elements(_peer_from_inputs, return_dtype=pl.Int64)
-    table = {
-        (name, i): r for name, g in groups.items() for i, r in enumerate(g.get("ranks") or [])
-    }
+    table = {(name, i): r for name, g in groups.items() for i, r in enumerate(g.get("ranks") or [])}
     key = pl.struct(pl.col("pg_name"), local.alias("local"))
     global_rank = key.map_elements(
         lambda s: table.get((s["pg_name"], s["local"]), s["local"]), return_dtype=pl.Int64
@@ -303,6 +407,8 @@ def _int_list(value: Any) -> list[int] | None:
 
 def _empty() -> pl.DataFrame:
     schema = {c: pl.Int64 for c in COLLECTIVE_COLUMNS}
-    schema.update({c: pl.String for c in ("comm", "pg_name", "op", "op_name", "dtype", "size_source")})
+    schema.update(
+        {c: pl.String for c in ("comm", "pg_name", "op", "op_name", "dtype", "size_source")}
+    )
     schema.update({"_pg_desc": pl.String, "_pg_ranks": pl.String})
     return pl.DataFrame(schema=schema)

@@ -26,13 +26,22 @@ def add_nesting(ranges: pl.DataFrame) -> pl.DataFrame:
     # One row per boundary. kind orders ties at one instant: closes of non-empty ranges (0),
     # then opens (1), then closes of empty ranges (2), which must follow their own open.
     opens = ranges.select(
-        "op_id", "pid", "tid", pl.col("start_ns").alias("t"), pl.lit(1, pl.Int8).alias("kind"),
-        (-pl.col("end_ns")).alias("tie"), pl.lit(1, pl.Int64).alias("delta"),
+        "op_id",
+        "pid",
+        "tid",
+        pl.col("start_ns").alias("t"),
+        pl.lit(1, pl.Int8).alias("kind"),
+        (-pl.col("end_ns")).alias("tie"),
+        pl.lit(1, pl.Int64).alias("delta"),
     )
     closes = ranges.select(
-        "op_id", "pid", "tid", pl.col("end_ns").alias("t"),
+        "op_id",
+        "pid",
+        "tid",
+        pl.col("end_ns").alias("t"),
         pl.when(zero).then(pl.lit(2, pl.Int8)).otherwise(pl.lit(0, pl.Int8)).alias("kind"),
-        (-pl.col("start_ns")).alias("tie"), pl.lit(-1, pl.Int64).alias("delta"),
+        (-pl.col("start_ns")).alias("tie"),
+        pl.lit(-1, pl.Int64).alias("delta"),
     )
     bounds = (
         pl.concat([opens, closes])
@@ -45,11 +54,19 @@ def add_nesting(ranges: pl.DataFrame) -> pl.DataFrame:
         .select("op_id", "pid", "tid", "pos", pl.col("open_before").alias("depth"))
     )
     candidates = bounds.select(
-        "pid", "tid", "pos", (pl.col("depth") + 1).alias("depth"), pl.col("op_id").alias("parent_id")
+        "pid",
+        "tid",
+        "pos",
+        (pl.col("depth") + 1).alias("depth"),
+        pl.col("op_id").alias("parent_id"),
     ).sort("pos")
     linked = bounds.sort("pos").join_asof(
-        candidates, on="pos", by=["pid", "tid", "depth"], strategy="backward",
-        allow_exact_matches=False, check_sortedness=False,
+        candidates,
+        on="pos",
+        by=["pid", "tid", "depth"],
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,
     )
     return ranges.join(linked.select("op_id", "depth", "parent_id"), on="op_id", how="left")
 
@@ -57,28 +74,32 @@ def add_nesting(ranges: pl.DataFrame) -> pl.DataFrame:
 def add_scope_path(
     ranges: pl.DataFrame, *, scope: pl.Expr, label: pl.Expr, out: str, sep: str = "/"
 ) -> pl.DataFrame:
-    """Add column ``out``: the labels of the enclosing ranges where ``scope`` holds, outermost first.
+    """Add column ``out``: labels of the enclosing ranges where ``scope`` holds, outermost first.
 
     ``ranges`` must have ``op_id, parent_id, depth`` (see :func:`add_nesting`). A scope range
     includes its own label. Runs one join per nesting level, not one step per range.
     """
-    frame = ranges.with_columns(
-        scope.fill_null(False).alias("_is_scope"), label.alias("_label")
-    )
+    frame = ranges.with_columns(scope.fill_null(False).alias("_is_scope"), label.alias("_label"))
     known = pl.DataFrame(schema={"op_id": pl.Int64, out: pl.String})
     pieces = []
     for depth in sorted(frame.get_column("depth").drop_nulls().unique().to_list()):
-        level = frame.filter(pl.col("depth") == depth).join(
-            known.rename({"op_id": "parent_id", out: "_parent_path"}), on="parent_id", how="left"
-        ).with_columns(
-            pl.when(pl.col("_is_scope"))
-            .then(
-                pl.when(pl.col("_parent_path").is_null())
-                .then(pl.col("_label"))
-                .otherwise(pl.col("_parent_path") + sep + pl.col("_label"))
+        level = (
+            frame.filter(pl.col("depth") == depth)
+            .join(
+                known.rename({"op_id": "parent_id", out: "_parent_path"}),
+                on="parent_id",
+                how="left",
             )
-            .otherwise(pl.col("_parent_path"))
-            .alias(out)
+            .with_columns(
+                pl.when(pl.col("_is_scope"))
+                .then(
+                    pl.when(pl.col("_parent_path").is_null())
+                    .then(pl.col("_label"))
+                    .otherwise(pl.col("_parent_path") + sep + pl.col("_label"))
+                )
+                .otherwise(pl.col("_parent_path"))
+                .alias(out)
+            )
         )
         known = level.select("op_id", out)
         pieces.append(level.drop("_parent_path"))

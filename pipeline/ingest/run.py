@@ -281,13 +281,18 @@ def _check_ranks(results: list[FileOutcome], manifest, dataset: Path) -> list[Fi
     for out in results:
         if out.status != "ingested":
             continue
-        clash = [(r, owner[(out.job, out.format, r)]) for r in out.ranks
-                 if (out.job, out.format, r) in owner]
+        clash = [
+            (r, owner[(out.job, out.format, r)])
+            for r in out.ranks
+            if (out.job, out.format, r) in owner
+        ]
         if clash:
             rank, other = clash[0]
             out.status = "failed"
-            out.error = (f"{out.path}: rank {rank} of job {out.job!r} is already taken by "
-                         f"{other}; use --job to keep them apart")
+            out.error = (
+                f"{out.path}: rank {rank} of job {out.job!r} is already taken by "
+                f"{other}; use --job to keep them apart"
+            )
             _remove_parts(dataset, out)
             continue
         for r in out.ranks:
@@ -305,8 +310,13 @@ def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
         out.parts["files"] = [rel]
         out.rows["files"] = 1
         manifest.files[out.file_id] = FileEntry(
-            file_id=out.file_id, sha256=out.sha256, path=str(out.path.resolve()), job=out.job,
-            format=out.format, ranks=out.ranks, parts=out.parts,
+            file_id=out.file_id,
+            sha256=out.sha256,
+            path=str(out.path.resolve()),
+            job=out.job,
+            format=out.format,
+            ranks=out.ranks,
+            parts=out.parts,
         )
         if time.monotonic() - last > MANIFEST_EVERY_S or i == len(accepted) - 1:
             write_manifest(dataset, manifest)
@@ -315,11 +325,17 @@ def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
 
 def _files_row(out: FileOutcome) -> pa.Table:
     row = {
-        "file_id": [out.file_id], "sha256": [out.sha256], "path": [str(out.path.resolve())],
-        "format": [out.format], "format_version": [out.format_version],
-        "size_bytes": [out.path.stat().st_size], "ranks": [out.ranks],
-        "rank_source": [out.rank_source], "rows": [sum(out.rows.values())],
-        "warnings": [out.warning_count], "warning_messages": [out.warnings],
+        "file_id": [out.file_id],
+        "sha256": [out.sha256],
+        "path": [str(out.path.resolve())],
+        "format": [out.format],
+        "format_version": [out.format_version],
+        "size_bytes": [out.path.stat().st_size],
+        "ranks": [out.ranks],
+        "rank_source": [out.rank_source],
+        "rows": [sum(out.rows.values())],
+        "warnings": [out.warning_count],
+        "warning_messages": [out.warnings],
         "ingested_at_ns": [time.time_ns()],
     }
     table = conform("files", pa.table(row), job=out.job)

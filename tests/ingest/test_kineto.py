@@ -1,0 +1,224 @@
+"""Kineto parser on every real trace, with expectations computed from the raw JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.dataset.schema import conform
+from pipeline.ingest import kineto
+from tests.conftest import real_traces_dir
+
+DTYPE_BYTES = {"float": 4, "Float": 4, "BFloat16": 2, "long int": 8, "Long": 8, "int": 4}
+GLOO_OPS = {"all_reduce", "all_to_all", "all_gather", "send", "recv", "broadcast"}
+
+
+def _kineto_files() -> list[str]:
+    root = real_traces_dir()
+    if root is None:
+        return []
+    files = sorted((root / "kineto").rglob("*.json.gz")) + sorted(
+        (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz")
+    )
+    return [str(p.relative_to(root)) for p in files]
+
+
+def _raw(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def _expected_collectives(doc: dict) -> Counter:
+    """Collectives per op, derived straight from the raw events, independently of the parser."""
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    nccl = [e for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    out: Counter = Counter()
+    for e in nccl:
+        name = e.get("args", {}).get("Collective name")
+        if name:
+            out[
+                {
+                    "allreduce": "all_reduce",
+                    "broadcast": "broadcast",
+                    "_allgather_base": "all_gather",
+                }[name]
+            ] += 1
+    if nccl and not out:
+        # No metadata anywhere: one c10d op encloses each NCCL kernel's launch.
+        c10d = Counter(e["name"] for e in events if e["name"].startswith("c10d::"))
+        out["all_to_all"] = c10d["c10d::alltoall_base_"]
+        out["all_reduce"] = c10d["c10d::allreduce_"]
+    for e in events:
+        if e.get("cat") == "user_annotation" and e["name"].startswith("gloo:"):
+            out[e["name"].removeprefix("gloo:")] += 1
+    return out
+
+
+def _expected_bytes(doc: dict) -> int:
+    """Sum of message sizes: kernel metadata, else the nccl:/gloo: annotation's input dims."""
+    total = 0
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    with_meta = [e for e in kernels if "Collective name" in e.get("args", {})]
+    for e in with_meta:
+        a = e["args"]
+        n = a["Out msg nelems"] if "allgather" in a["Collective name"] else a["In msg nelems"]
+        total += n * DTYPE_BYTES[a["dtype"]]
+    if with_meta:
+        return total
+    for e in events:
+        if e.get("cat") == "user_annotation" and e["name"].split(":")[0] in ("nccl", "gloo"):
+            numel = 1
+            for d in e["args"]["Input Dims"][0]:
+                numel *= d
+            total += numel * DTYPE_BYTES[e["args"]["Input type"][0]]
+    return total
+
+
+@pytest.mark.parametrize("rel", _kineto_files())
+def test_real_trace(rel: str, real_traces: Path) -> None:
+    path = real_traces / rel
+    doc = _raw(path)
+    result = kineto.parse(path)
+    tables = {
+        n: conform(n, t, job="j", source="kineto", file_id="f") for n, t in result.tables.items()
+    }
+    info = doc["distributedInfo"]
+
+    ranks = pl.from_arrow(tables["ranks"])
+    assert ranks["rank"].to_list() == [info["rank"]]
+    assert ranks["world_size"].to_list() == [info["world_size"]]
+    assert result.rank_source == "distributedInfo"
+
+    colls = pl.from_arrow(tables["collectives"])
+    assert Counter(colls["op"].to_list()) == +_expected_collectives(doc)
+    assert colls["bytes"].null_count() == 0
+    assert colls["bytes"].sum() == _expected_bytes(doc)
+    assert colls["rank"].unique().to_list() == [info["rank"]]
+
+    step_names = {
+        e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
+    }
+    steps = pl.from_arrow(tables["steps"])
+    assert sorted(steps["step"].to_list()) == sorted(int(n.split("#")[1]) for n in step_names)
+
+    comms = pl.from_arrow(tables["communicators"])
+    assert sorted(comms["pg_name"].to_list()) == sorted(
+        g["pg_name"] for g in info.get("pg_config", [])
+    )
+
+    n_kernels = sum(
+        1
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
+    assert tables["kernels"].num_rows == n_kernels
+
+
+def test_metadata_kernels_keep_process_group(real_traces: Path) -> None:
+    path = real_traces / "kineto/b200_rank0of8_eager.json.gz"
+    colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
+    row = colls.row(0, named=True)
+    assert (row["op"], row["comm"], row["dtype"], row["count"], row["out_count"], row["bytes"]) == (
+        "all_gather",
+        "pg:3",
+        "bfloat16",
+        25136,
+        201088,
+        201088 * 2,
+    )
+    assert row["size_source"] == "kernel_args"
+
+
+def test_dlrm_sizes_come_from_annotations(real_traces: Path) -> None:
+    path = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
+    colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
+    assert set(colls["size_source"]) == {"input_dims"}
+    assert set(colls["op_name"]) == {"c10d::allreduce_", "c10d::alltoall_base_"}
+    assert colls.filter(pl.col("op") == "all_reduce")["count"].sort().to_list() == [
+        112,
+        226960,
+        394241,
+    ]
+
+
+def test_gloo_send_recv_peers(real_traces: Path) -> None:
+    for r, peer in ((0, 1), (1, 0)):
+        path = next((real_traces / "kineto_cpu_gloo/pp/ws2").glob(f"rank{r}.*.pt.trace.json.gz"))
+        colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
+        assert set(colls["op"]) == {"send", "recv"}
+        assert colls["peer"].to_list() == [peer] * colls.height
+        assert colls["enqueue_ns"].null_count() == 0
+        assert (colls["bytes"] == 4 * 64 * 128 * 4).all()
+
+
+def test_module_scopes_and_tokens(real_traces: Path) -> None:
+    path = next((real_traces / "kineto_cpu_gloo/tp_manual/ws2").glob("rank0.*.pt.trace.json.gz"))
+    result = kineto.parse(path)
+    ops = pl.from_arrow(result.tables["ops"])
+    linear = ops.filter(pl.col("name") == "aten::linear").drop_nulls("module_path")
+    assert linear.height > 0
+    assert linear["module_path"].str.contains("Block_0/").any()
+    modules = ops.filter(pl.col("kind") == "module")
+    assert modules["name"].str.starts_with("nn.Module: ").all()
+    steps = pl.from_arrow(result.tables["steps"])
+    assert steps["tokens"].to_list() == [512, 512]  # micro-batch 8 x seq 64
+
+
+def test_rank_from_file_name(tmp_path: Path) -> None:
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::add",
+                "pid": 1,
+                "tid": 1,
+                "ts": 10.5,
+                "dur": 2,
+            }
+        ],
+    }
+    for name, rank in (
+        ("worker3.json", 3),
+        ("rank-5.pt.trace.json", 5),
+        ("trace_7.json", 7),
+        ("rank12.json", 12),
+    ):
+        path = tmp_path / name
+        path.write_text(json.dumps(doc))
+        result = kineto.parse(path)
+        assert result.rank_source == "file_name"
+        assert result.tables["ops"].column("rank").to_pylist() == [rank]
+
+
+def test_times_are_exact_integers(tmp_path: Path) -> None:
+    doc = {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "a",
+                "pid": 1,
+                "tid": 1,
+                "ts": 4458677009853.422,
+                "dur": 2636.669,
+            },
+            {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 0.0015},
+        ],
+    }
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    ops = pl.from_arrow(kineto.parse(path).tables["ops"]).sort("op_id")
+    assert ops["start_ns"].to_list() == [
+        1_700_000_000_000_000_000 + 4458677009853422,
+        1_700_000_000_000_000_000 + 5000,
+    ]
+    assert ops["dur_ns"].to_list() == [2636669, 1]

@@ -1,0 +1,256 @@
+"""``tokenwire ingest`` end to end: dataset layout, idempotence, bad input, rank clashes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import cli
+from pipeline.dataset.schema import load_schemas
+from pipeline.dataset.store import read_manifest
+from pipeline.dataset.views import connect
+from tests.conftest import tree_digest
+
+TINY = {
+    "schemaVersion": 1,
+    "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2},
+    "traceEvents": [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 7,
+            "tid": 7,
+            "ts": 100,
+            "dur": 50,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "pid": 7,
+            "tid": 7,
+            "ts": 110,
+            "dur": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": 7,
+            "tid": 8,
+            "ts": 111,
+            "dur": 20,
+            "args": {"Input Dims": [[1024]], "Input type": ["float"]},
+        },
+    ],
+}
+
+
+def _trace(folder: Path, name: str, rank: int = 0) -> Path:
+    doc = json.loads(json.dumps(TINY))
+    doc["distributedInfo"]["rank"] = rank
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _ingest(*args: str):
+    return CliRunner().invoke(cli, ["ingest", *args])
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    """A dataset holding two good ranks of job ``good``."""
+    src = tmp_path / "good"
+    _trace(src, "rank0.json", 0)
+    _trace(src, "rank1.json", 1)
+    out = tmp_path / "ds"
+    result = _ingest(str(src), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_layout_and_rows(dataset: Path) -> None:
+    con = connect(dataset)
+    assert con.execute("SELECT job, rank, op, bytes FROM collectives ORDER BY rank").fetchall() == [
+        ("good", 0, "all_reduce", 4096),
+        ("good", 1, "all_reduce", 4096),
+    ]
+    assert con.execute("SELECT count(*) FROM files").fetchall()[0] == (2,)
+    parts = sorted(p.relative_to(dataset).as_posix() for p in dataset.rglob("*.parquet"))
+    assert "collectives/job=good/rank=0/" in parts[0] or any(
+        p.startswith("collectives/job=good/rank=0/part-") for p in parts
+    )
+    assert all(p.split("/")[-1].startswith("part-") for p in parts)
+
+
+def test_every_part_matches_its_schema_exactly(dataset: Path) -> None:
+    manifest = read_manifest(dataset)
+    for name, schema in load_schemas().items():
+        for rel in manifest.parts(name):
+            assert pq.read_schema(dataset / rel).remove_metadata() == schema.file_arrow, rel
+
+
+def test_reingest_is_a_noop(dataset: Path, tmp_path: Path) -> None:
+    before = tree_digest(dataset)
+    result = _ingest(str(tmp_path / "good"), "-o", str(dataset))
+    assert result.exit_code == 0
+    assert "0 ingested, 2 skipped" in result.stderr
+    assert tree_digest(dataset) == before
+
+
+def _assert_refused(result, dataset: Path, before: dict, needle: str) -> None:
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    assert needle in errors[0]
+    assert "Traceback" not in result.stderr
+    assert tree_digest(dataset) == before
+
+
+def test_truncated_json(dataset: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "rank2.json"
+    bad.parent.mkdir()
+    text = json.dumps(TINY)
+    bad.write_text(text[:250])
+    before = tree_digest(dataset)
+    result = _ingest(str(bad), "-o", str(dataset))
+    _assert_refused(result, dataset, before, f"{bad}: byte 250: JSON ends early")
+
+
+def test_malformed_json_names_the_byte(dataset: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "rank2.json"
+    bad.parent.mkdir()
+    bad.write_text('{"traceEvents": [ {"ph": "X",, } ]}')
+    before = tree_digest(dataset)
+    result = _ingest(str(bad), "-o", str(dataset))
+    _assert_refused(result, dataset, before, f"{bad}: byte 29: malformed JSON")
+
+
+def test_gzip_with_broken_crc(dataset: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "rank2.json.gz"
+    bad.parent.mkdir()
+    data = bytearray(gzip.compress(json.dumps(TINY).encode()))
+    data[-8] ^= 0xFF  # the CRC32 in the gzip trailer
+    bad.write_bytes(bytes(data))
+    before = tree_digest(dataset)
+    result = _ingest(str(bad), "-o", str(dataset))
+    _assert_refused(result, dataset, before, f"{bad}: broken gzip data")
+
+
+def test_json_that_is_not_a_trace(dataset: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "config.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"model": "gpt", "layers": 4}))
+    before = tree_digest(dataset)
+    result = _ingest(str(bad), "-o", str(dataset))
+    _assert_refused(result, dataset, before, f"{bad}: not a trace format tokenwire reads")
+
+
+def test_trace_with_wrong_types(dataset: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "rank2.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": 5}]}))
+    before = tree_digest(dataset)
+    result = _ingest(str(bad), "-o", str(dataset))
+    _assert_refused(result, dataset, before, "$.traceEvents[0].name")
+
+
+def test_empty_folder(dataset: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    before = tree_digest(dataset)
+    result = _ingest(str(empty), "-o", str(dataset))
+    _assert_refused(result, dataset, before, f"{empty}: no files in this folder")
+
+
+def test_two_files_with_one_rank(dataset: Path, tmp_path: Path) -> None:
+    clash = tmp_path / "good2"
+    _trace(clash, "rank0-again.json", 0)
+    doc = json.loads((clash / "rank0-again.json").read_text())
+    doc["traceEvents"][0]["dur"] = 60  # other bytes, same rank
+    (clash / "rank0-again.json").write_text(json.dumps(doc))
+    before = tree_digest(dataset)
+    result = _ingest(str(clash), "-o", str(dataset), "--job", "good")
+    _assert_refused(result, dataset, before, "rank 0 of job 'good' is already taken by")
+
+
+def test_two_files_with_one_rank_in_one_run(tmp_path: Path) -> None:
+    src = tmp_path / "job"
+    _trace(src, "a.json", 0)
+    doc = json.loads((src / "a.json").read_text())
+    doc["traceEvents"][0]["dur"] = 60
+    (src / "b.json").write_text(json.dumps(doc))
+    result = _ingest(str(src), "-o", str(tmp_path / "ds"))
+    assert result.exit_code == 1
+    assert "b.json: rank 0 of job 'job' is already taken by" in result.stderr
+    con = connect(tmp_path / "ds")
+    assert con.execute("SELECT count(*) FROM files").fetchall()[0] == (1,)
+    assert not list((tmp_path / "ds").rglob("*.tmp-*"))
+
+
+def test_bad_file_into_new_dataset_leaves_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{")
+    result = _ingest(str(bad), "-o", str(tmp_path / "new"))
+    assert result.exit_code == 1
+    assert not (tmp_path / "new").exists()
+
+
+def test_real_dlrm_job_is_one_job_of_eight_ranks(real_traces: Path, tmp_path: Path) -> None:
+    src = tmp_path / "dlrm"
+    shutil.copytree(real_traces / "kineto/dlrm_v100_8ranks", src)
+    result = _ingest(str(src), "-o", str(tmp_path / "ds"), "--jobs", "2")
+    assert result.exit_code == 0, result.output
+    con = connect(tmp_path / "ds")
+    assert con.execute("SELECT DISTINCT job FROM ranks").fetchall() == [("dlrm",)]
+    assert con.execute("SELECT list(rank ORDER BY rank), min(world_size) FROM ranks").fetchall()[
+        0
+    ] == (
+        list(range(8)),
+        8,
+    )
+    per_rank = con.execute(
+        "SELECT rank, op, count(*) FROM collectives GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    assert per_rank == [
+        (r, op, n) for r in range(8) for op, n in (("all_reduce", 3), ("all_to_all", 5))
+    ]
+
+
+def test_tables_and_sql_commands(dataset: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["tables", str(dataset)])
+    assert result.exit_code == 0
+    assert "collectives (2 rows)" in result.output
+    assert "bytes" in result.output and "[bytes]" in result.output
+    result = runner.invoke(
+        cli,
+        [
+            "sql",
+            str(dataset),
+            "SELECT rank, bytes FROM collectives ORDER BY rank",
+            "--format",
+            "csv",
+        ],
+    )
+    assert result.exit_code == 0
+    assert result.output == "rank,bytes\n0,4096\n1,4096\n"
+    result = runner.invoke(
+        cli, ["sql", str(dataset), "--format", "json"], input="SELECT count(*) AS n FROM steps"
+    )
+    assert json.loads(result.output) == [{"n": 2}]
+    result = runner.invoke(cli, ["sql", str(dataset), "SELECT * FROM nope"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: Catalog Error")
+    result = runner.invoke(cli, ["sql", str(dataset / "missing"), "SELECT 1"])
+    assert result.exit_code == 1
+    assert "not a tokenwire dataset" in result.stderr
