@@ -36,6 +36,14 @@ HOST_KINDS = (
     "gpu_user_annotation",
 )
 GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Scalar args copied as they are, by Args field name -> column type.
+_ARG_COLUMNS = {
+    "external_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
+    "bytes": pl.Int64, "collective_name": pl.String, "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64, "group_size": pl.Int64, "dtype": pl.String, "in_split": pl.String,
+    "out_split": pl.String, "pg_name": pl.String, "pg_desc": pl.String, "pg_ranks": pl.String,
+    "seq": pl.Int64,
+}
 OPS_COLUMNS = [
     "op_id",
     "pid",
@@ -231,65 +239,25 @@ def _events_frame(trace: Trace, warnings: Warnings) -> pl.DataFrame:
         evs = [e for e in evs if e.ts and not isinstance(e.pid, str)]
     none = Args()
     args = [e.args or none for e in evs]
+    columns = {
+        "cat": (pl.String, [e.cat for e in evs]),
+        "name": (pl.String, [e.name for e in evs]),
+        "pid": (pl.Int64, [e.pid for e in evs]),
+        "tid": (pl.Int64, [e.tid for e in evs]),
+        "ts": (pl.Binary, [bytes(e.ts) for e in evs]),
+        "dur": (pl.Binary, [bytes(e.dur) or b"0" for e in evs]),
+        "grid": (pl.List(pl.Int64), [_int_list(a.grid) for a in args]),
+        "block": (pl.List(pl.Int64), [_int_list(a.block) for a in args]),
+        "input_dims": (pl.String, [_raw_text(a.input_dims) for a in args]),
+        "input_types": (pl.String, [_raw_text(a.input_type) for a in args]),
+        "concrete_inputs": (pl.String, [_raw_text(a.concrete_inputs) for a in args]),
+    }
+    for field, dtype in _ARG_COLUMNS.items():
+        columns[field] = (dtype, [getattr(a, field) for a in args])
+    # strict=False turns a value of another type (a string where an int belongs) into null.
     frame = pl.DataFrame(
-        {
-            "cat": [e.cat for e in evs],
-            "name": [e.name for e in evs],
-            "pid": [e.pid for e in evs],
-            "tid": [e.tid if isinstance(e.tid, int) else None for e in evs],
-            "ts": [bytes(e.ts) for e in evs],
-            "dur": [bytes(e.dur) or b"0" for e in evs],
-            "external_id": [_int(a.external_id) for a in args],
-            "correlation": [_int(a.correlation) for a in args],
-            "device": [_int(a.device) for a in args],
-            "stream": [_int(a.stream) for a in args],
-            "grid": [_int_list(a.grid) for a in args],
-            "block": [_int_list(a.block) for a in args],
-            "bytes": [_int(a.bytes) for a in args],
-            "input_dims": [_raw_text(a.input_dims) for a in args],
-            "input_types": [_raw_text(a.input_type) for a in args],
-            "concrete_inputs": [_raw_text(a.concrete_inputs) for a in args],
-            "collective_name": [_str(a.collective_name) for a in args],
-            "in_nelems": [_int(a.in_nelems) for a in args],
-            "out_nelems": [_int(a.out_nelems) for a in args],
-            "group_size": [_int(a.group_size) for a in args],
-            "dtype": [_str(a.dtype) for a in args],
-            "in_split": [_str(a.in_split) for a in args],
-            "out_split": [_str(a.out_split) for a in args],
-            "pg_name": [_str(a.pg_name) for a in args],
-            "pg_desc": [_str(a.pg_desc) for a in args],
-            "pg_ranks": [_str(a.pg_ranks) for a in args],
-            "seq": [_int(a.seq) for a in args],
-        },
-        schema_overrides={
-            "pid": pl.Int64,
-            "tid": pl.Int64,
-            "ts": pl.Binary,
-            "dur": pl.Binary,
-            "external_id": pl.Int64,
-            "correlation": pl.Int64,
-            "device": pl.Int64,
-            "stream": pl.Int64,
-            "grid": pl.List(pl.Int64),
-            "block": pl.List(pl.Int64),
-            "bytes": pl.Int64,
-            "in_nelems": pl.Int64,
-            "out_nelems": pl.Int64,
-            "group_size": pl.Int64,
-            "seq": pl.Int64,
-            "input_dims": pl.String,
-            "input_types": pl.String,
-            "concrete_inputs": pl.String,
-            "collective_name": pl.String,
-            "dtype": pl.String,
-            "in_split": pl.String,
-            "out_split": pl.String,
-            "pg_name": pl.String,
-            "pg_desc": pl.String,
-            "pg_ranks": pl.String,
-            "cat": pl.String,
-            "name": pl.String,
-        },
+        [pl.Series(name, values, dtype=dtype, strict=False)
+         for name, (dtype, values) in columns.items()]
     )
     base = trace.baseTimeNanoseconds or 0
     start = us_text_to_ns(pl.col("ts").cast(pl.String)) + base
@@ -530,10 +498,6 @@ def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
 def _with_rank(frame: pl.DataFrame, rank: int) -> pa.Table:
     keep = [c for c in frame.columns if c not in ("rank",)]
     return frame.select(pl.lit(rank, pl.Int64).alias("rank"), *keep).to_arrow()
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _str(value: Any) -> str | None:

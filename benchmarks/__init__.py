@@ -1,0 +1,1 @@
+"""Benchmarks: each measures tokenwire next to a baseline in the same run, as ratios."""
