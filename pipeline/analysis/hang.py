@@ -277,12 +277,12 @@ def _signatures(coll: pl.DataFrame) -> pl.DataFrame:
 
 def _membership(
     comm: str,
-    comms: pl.DataFrame,
+    rows: pl.DataFrame,
     coll_ranks: list[int],
     dumped: list[int],
     warnings: list[str],
 ) -> tuple[list[int], str, str | None, str | None]:
-    rows = comms.filter(pl.col("comm") == comm)
+    """Members of ``comm`` (from its ``communicators`` rows), how they were found, name, desc."""
     name = next(iter(rows["pg_name"].drop_nulls()), None) if rows.height else None
     desc = next(iter(rows["pg_desc"].drop_nulls()), None) if rows.height else None
     lists = {tuple(x) for x in rows["ranks"].drop_nulls().to_list()} if rows.height else set()
@@ -338,17 +338,21 @@ def _mismatches(grid: pl.DataFrame, per_seq: pl.DataFrame) -> tuple[list[Mismatc
 
 def _group(
     comm: str,
-    sig: pl.DataFrame,
+    mine: pl.DataFrame,
     members: list[int],
     membership: str,
     name: str | None,
     desc: str | None,
     dumped: list[int],
 ) -> GroupReport:
-    expected = [r for r in members if r in set(dumped)]
-    missing_dump = [r for r in members if r not in set(dumped)]
-    mine = sig.filter(pl.col("comm") == comm)
-    bounds = mine.group_by("rank").agg(lo=pl.col("seq").min(), hi=pl.col("seq").max())
+    have = set(dumped)
+    expected = [r for r in members if r in have]
+    missing_dump = [r for r in members if r not in have]
+    bounds = mine.group_by("rank").agg(
+        lo=pl.col("seq").min(),
+        hi=pl.col("seq").max(),
+        done=pl.col("seq").filter(pl.col("progress") == _PROGRESS["completed"]).max(),
+    )
     lo = bounds.filter(pl.col("rank").is_in(expected))["lo"].max()
     hi = mine["seq"].max()
     ranks_df = pl.DataFrame({"rank": expected}, schema={"rank": pl.Int64})
@@ -409,9 +413,11 @@ def _group(
                         r["rank"], _STATUS[r["progress"]], r["state"], r["retired"], r["op_names"]
                     )
                 )
-    done = mine.filter(pl.col("progress") == _PROGRESS["completed"])
-    last_completed = {r: _max_seq(done, r) for r in expected}
-    last_entered = {r: _max_seq(mine, r) for r in expected}
+    last_completed = dict.fromkeys(expected)
+    last_entered = dict.fromkeys(expected)
+    for r, entered, completed in bounds.select("rank", "hi", "done").iter_rows():
+        if r in last_entered:
+            last_entered[r], last_completed[r] = entered, completed
     return GroupReport(
         comm=comm,
         pg_name=name,
@@ -440,17 +446,8 @@ def _group(
     )
 
 
-def _max_seq(df: pl.DataFrame, rank: int) -> int | None:
-    s = df.filter(pl.col("rank") == rank)["seq"]
-    return s.max() if s.len() else None
-
-
-def _p2p_issues(coll: pl.DataFrame, comm: str, dumped: set[int]) -> list[P2PIssue]:
-    p2p = coll.filter(
-        (pl.col("comm") == comm)
-        & pl.col("is_p2p").fill_null(False)
-        & pl.col("op").is_in(["send", "recv"])
-    )
+def _p2p_issues(coll: pl.DataFrame, dumped: set[int]) -> list[P2PIssue]:
+    p2p = coll.filter(pl.col("is_p2p").fill_null(False) & pl.col("op").is_in(["send", "recv"]))
     pending = p2p.filter(pl.col("progress") < _PROGRESS["completed"]).sort(
         ["rank", "p2p_seq", "collective_id"]
     )
@@ -514,16 +511,26 @@ def analyze(
         | set(comms["rank"].unique().to_list())
     )
     warnings: list[str] = []
-    sig = _signatures(coll)
+    # split once by group: a job has many groups and each is analysed on its own rows
+    coll_by = {k[0]: v for k, v in coll.partition_by("comm", as_dict=True).items()}
+    sig_by = {k[0]: v for k, v in _signatures(coll).partition_by("comm", as_dict=True).items()}
+    comms_by = {k[0]: v for k, v in comms.partition_by("comm", as_dict=True).items()}
+    empty_comms = comms.clear()
     groups = []
-    for comm in sorted(coll["comm"].drop_nulls().unique().to_list()):
-        coll_ranks = coll.filter(pl.col("comm") == comm)["rank"].unique().to_list()
-        members, how, name, desc = _membership(comm, comms, coll_ranks, dumped, warnings)
-        if sig.filter(pl.col("comm") == comm).height:
-            g = _group(comm, sig, members, how, name, desc, dumped)
+    for comm in sorted(c for c in coll_by if c is not None):
+        rows = coll_by[comm]
+        members, how, name, desc = _membership(
+            comm,
+            comms_by.get(comm, empty_comms),
+            rows["rank"].unique().to_list(),
+            dumped,
+            warnings,
+        )
+        if comm in sig_by:
+            g = _group(comm, sig_by[comm], members, how, name, desc, dumped)
         else:
             g = _empty_group(comm, members, how, name, desc, dumped)
-        g.p2p = _p2p_issues(coll, comm, set(dumped))
+        g.p2p = _p2p_issues(rows, set(dumped))
         groups.append(g)
     return HangReport(dumped_ranks=dumped, groups=groups, warnings=warnings)
 
@@ -532,26 +539,27 @@ def _empty_group(
     comm: str, members: list[int], how: str, name: str | None, desc: str | None, dumped: list[int]
 ) -> GroupReport:
     """A group used only for send/recv: no collective sequence to compare."""
-    expected = [r for r in members if r in set(dumped)]
+    have = set(dumped)
+    expected = [r for r in members if r in have]
     return GroupReport(
-        comm,
-        name,
-        desc,
-        members,
-        how,
-        [r for r in members if r not in set(dumped)],
-        None,
-        None,
-        None,
-        None,
-        dict.fromkeys(expected),
-        dict.fromkeys(expected),
-        None,
-        None,
-        None,
-        [],
-        [],
-        [],
+        comm=comm,
+        pg_name=name,
+        pg_desc=desc,
+        ranks=members,
+        membership=how,
+        ranks_without_dump=[r for r in members if r not in have],
+        seq_first=None,
+        seq_last=None,
+        last_completed_by_all=None,
+        last_completed_op=None,
+        last_completed=dict.fromkeys(expected),
+        last_entered=dict.fromkeys(expected),
+        first_disagreement=None,
+        focus_seq=None,
+        focus_op=None,
+        never_entered=[],
+        stuck=[],
+        completed_at_focus=[],
     )
 
 
