@@ -330,7 +330,16 @@ def _int_field(
         raise _EntryError(f"'{key}' is {v!r}, not an integer")
     if zero_is_null and v == 0:
         return None
-    return int(v)
+    return _int64(int(v), key)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _int64(v: int, what: str) -> int:
+    if not _INT64[0] <= v <= _INT64[1]:
+        raise _EntryError(f"'{what}' is {v}, outside 64-bit integers")
+    return v
 
 
 def _sizes(e: dict, key: str) -> list[list[int]] | None:
@@ -356,7 +365,7 @@ def _dtypes(e: dict, key: str) -> list[str] | None:
 def _numel(sizes: list[list[int]] | None) -> int | None:
     if sizes is None:
         return None
-    return sum(math.prod(s) for s in sizes)
+    return _int64(sum(math.prod(s) for s in sizes), "element count")
 
 
 def _ms_to_ns(v: Any, key: str) -> int | None:
@@ -366,8 +375,8 @@ def _ms_to_ns(v: Any, key: str) -> int | None:
         raise _EntryError(f"'{key}' is {v!r}, not a number")
     try:
         # repr keeps the digits the writer produced; Decimal avoids binary float scaling.
-        return int((Decimal(repr(v)) * 1_000_000).to_integral_value())
-    except (InvalidOperation, ValueError) as exc:
+        return _int64(int((Decimal(repr(v)) * 1_000_000).to_integral_value()), key)
+    except (InvalidOperation, ValueError, OverflowError) as exc:
         raise _EntryError(f"'{key}' is {v!r}, not a finite number") from exc
 
 
@@ -381,7 +390,7 @@ def _message_bytes(
         n = out_count if out_count else count
     else:
         n = count if count else out_count
-    return None if n is None else n * esize
+    return None if n is None else _int64(n * esize, "bytes")
 
 
 _COLUMNS = (
@@ -483,7 +492,7 @@ def _add_entry(rows: _Rows, i: int, e: Any, rank: int, ranks_of: dict[str, list[
     created = _int_field(e, "time_created_ns")
     if created is None and "time_created_us" in e:
         us = _int_field(e, "time_created_us")
-        created = None if us is None else us * 1000
+        created = None if us is None else _int64(us * 1000, "time_created_us")
     timeout = _int_field(e, "timeout_ms")
     rows.add(
         rank=rank,
@@ -512,7 +521,7 @@ def _add_entry(rows: _Rows, i: int, e: Any, rank: int, ranks_of: dict[str, list[
             e, "time_discovered_completed_ns", zero_is_null=True
         ),
         dur_ns=_ms_to_ns(e.get("duration_ms"), "duration_ms"),
-        timeout_ns=None if timeout is None else timeout * 1_000_000,
+        timeout_ns=None if timeout is None else _int64(timeout * 1_000_000, "timeout_ms"),
         size_source="input_dims" if count is not None or out_count is not None else "none",
     )
 

@@ -419,3 +419,22 @@ def test_no_rank_anywhere(tmp_path: Path) -> None:
     path = _write_json(tmp_path / "dump.json", {"version": "2.10", "pg_config": {}})
     with pytest.raises(TraceFormatError, match="no 'rank' key"):
         fr.parse(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"time_created_ns": 2**70}, "outside 64-bit"),
+        ({"input_sizes": [[2**40, 2**40]]}, "outside 64-bit"),
+        ({"duration_ms": float("inf")}, "duration_ms"),
+        ({"duration_ms": float("nan")}, "duration_ms"),
+        ({"retired": "yes"}, "'retired'"),
+        ({"process_group": ["0"]}, "'process_group'"),
+    ],
+)
+def test_bad_values_in_a_pickled_entry(tmp_path: Path, change: dict, match: str) -> None:
+    entry = _nccl_entry(**change)
+    path = tmp_path / "rank0.pkl"
+    path.write_bytes(pickle.dumps({"version": "2.4", "pg_config": {}, "entries": [entry]}))
+    with pytest.raises(TraceFormatError, match=f"entry 0: .*{match}"):
+        fr.parse(path)
