@@ -26,6 +26,7 @@ from the highest first sequence id any rank still has. Send/recv (``is_p2p``) do
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -578,8 +579,6 @@ class LoadedDumps:
 
 
 def _head(path: Path) -> bytes:
-    import gzip
-
     with path.open("rb") as f:
         head = f.read(64 * 1024)
     if head.startswith(b"\x1f\x8b"):
