@@ -36,7 +36,8 @@ dataset, mode, paths = Path(sys.argv[1]), sys.argv[2], [Path(p) for p in sys.arg
 if mode == 'one-job':
     errors = ingest(paths, dataset, job='bench', jobs=1).errors
 else:
-    errors = [e for i, p in enumerate(paths) for e in ingest([p], dataset, job=f'f{i}', jobs=1).errors]
+    errors = [e for i, p in enumerate(paths)
+              for e in ingest([p], dataset, job=f'f{i}', jobs=1).errors]
 for e in errors:
     print(e.error, file=sys.stderr)
 sys.exit(1 if errors else 0)
@@ -55,11 +56,15 @@ def json_mb(paths: list[Path]) -> float:
 def generate_job(seed_trace: Path, out: Path, *, ranks: int, target_mb: float) -> list[Path]:
     """Write ``ranks`` traces totalling about ``target_mb`` MB by repeating a real trace."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(gzip.decompress(seed_trace.read_bytes()) if seed_trace.suffix == ".gz"
-                     else seed_trace.read_bytes())
+    doc = json.loads(
+        gzip.decompress(seed_trace.read_bytes())
+        if seed_trace.suffix == ".gz"
+        else seed_trace.read_bytes()
+    )
     events = doc["traceEvents"]
     span = max(e.get("ts", 0) + e.get("dur", 0) for e in events) - min(
-        e.get("ts", 0) for e in events if "ts" in e)
+        e.get("ts", 0) for e in events if "ts" in e
+    )
     one = len(json.dumps(events)) / 1e6
     copies = max(1, round(target_mb / ranks / one))
     paths = []
@@ -67,12 +72,14 @@ def generate_job(seed_trace: Path, out: Path, *, ranks: int, target_mb: float) -
         path = out / f"rank{r}.pt.trace.json"
         with open(path, "w") as f:
             head = {k: v for k, v in doc.items() if k != "traceEvents"}
-            head["distributedInfo"] = dict(head.get("distributedInfo") or {}, rank=r,
-                                           world_size=ranks)
+            head["distributedInfo"] = dict(
+                head.get("distributedInfo") or {}, rank=r, world_size=ranks
+            )
             f.write(json.dumps(head)[:-1] + ', "traceEvents": [')
             for c in range(copies):
-                shifted = [dict(e, ts=round(e["ts"] + c * span, 3)) if "ts" in e else e
-                           for e in events]
+                shifted = [
+                    dict(e, ts=round(e["ts"] + c * span, 3)) if "ts" in e else e for e in events
+                ]
                 f.write(("," if c else "") + json.dumps(shifted)[1:-1])
             f.write("]}")
         paths.append(path)
@@ -85,7 +92,8 @@ def real_inputs() -> list[Path]:
     if not root.is_dir():
         return []
     return sorted((root / "kineto").rglob("*.json.gz")) + sorted(
-        (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz"))
+        (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz")
+    )
 
 
 def run_case(title: str, paths: list[Path], work: Path, mode: str) -> str:

@@ -187,3 +187,37 @@ def format_frame(frame, fmt: str) -> str:
         return frame.write_json() + "\n"
     with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
         return str(frame) + "\n"
+
+
+@cli.command("hang")
+@click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH..."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Plain-text report or JSON.",
+)
+def hang(paths: tuple[Path, ...], fmt: str) -> None:
+    """Where a hung job's ranks stopped agreeing, from PyTorch flight recorder dumps.
+
+    PATH is a dump file (JSON or pickle, plain or gzipped) or a folder holding one dump per
+    rank. For each process group it prints the last collective every rank completed, the
+    first sequence id where ranks disagree, the ranks that never entered or are stuck in the
+    first unfinished collective, and ops, element counts or dtypes that differ between ranks.
+
+    Exit codes: 0 no hang or mismatch found; 4 a hang or mismatch was found; 1 unreadable
+    input; 2 wrong invocation.
+    """
+    from pipeline.analysis import hang as hang_analysis
+
+    try:
+        report = hang_analysis.analyze_paths(list(paths))
+    except TokenwireError as exc:
+        _fail(str(exc))
+    click.echo(report.to_json() if fmt == "json" else report.to_text())
+    if report.problem_found:
+        raise SystemExit(hang_analysis.EXIT_PROBLEM)

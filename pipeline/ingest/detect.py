@@ -19,6 +19,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 #: Format name -> module under ``pipeline.ingest``, in the order they are tried.
 FORMATS: dict[str, str] = {
+    "flight_recorder": "pipeline.ingest.flight_recorder",
     "kineto": "pipeline.ingest.kineto",
 }
 

@@ -38,10 +38,21 @@ HOST_KINDS = (
 GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 #: Scalar args copied as they are, by Args field name -> column type.
 _ARG_COLUMNS = {
-    "external_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
-    "bytes": pl.Int64, "collective_name": pl.String, "in_nelems": pl.Int64,
-    "out_nelems": pl.Int64, "group_size": pl.Int64, "dtype": pl.String, "in_split": pl.String,
-    "out_split": pl.String, "pg_name": pl.String, "pg_desc": pl.String, "pg_ranks": pl.String,
+    "external_id": pl.Int64,
+    "correlation": pl.Int64,
+    "device": pl.Int64,
+    "stream": pl.Int64,
+    "bytes": pl.Int64,
+    "collective_name": pl.String,
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "group_size": pl.Int64,
+    "dtype": pl.String,
+    "in_split": pl.String,
+    "out_split": pl.String,
+    "pg_name": pl.String,
+    "pg_desc": pl.String,
+    "pg_ranks": pl.String,
     "seq": pl.Int64,
 }
 OPS_COLUMNS = [
@@ -256,8 +267,10 @@ def _events_frame(trace: Trace, warnings: Warnings) -> pl.DataFrame:
         columns[field] = (dtype, [getattr(a, field) for a in args])
     # strict=False turns a value of another type (a string where an int belongs) into null.
     frame = pl.DataFrame(
-        [pl.Series(name, values, dtype=dtype, strict=False)
-         for name, (dtype, values) in columns.items()]
+        [
+            pl.Series(name, values, dtype=dtype, strict=False)
+            for name, (dtype, values) in columns.items()
+        ]
     )
     base = trace.baseTimeNanoseconds or 0
     start = us_text_to_ns(pl.col("ts").cast(pl.String)) + base

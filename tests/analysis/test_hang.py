@@ -1,0 +1,289 @@
+"""Hang analysis: the real dumps are healthy; hangs and desyncs made from them are found."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.analysis import hang
+from pipeline.cli import cli
+from pipeline.errors import TraceFormatError
+
+RUNS = ("ddp", "tp_manual", "moe")
+
+
+def _raw(real_traces: Path, run: str, rank: int) -> dict:
+    path = real_traces / "kineto_cpu_gloo" / run / "ws2" / f"rank{rank}.flight_recorder.json.gz"
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def _write(folder: Path, docs: dict[int, dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank, doc in docs.items():
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+    return folder
+
+
+def _run_cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["hang", *args])
+    return result.exit_code, result.output
+
+
+def _only_group(report: hang.HangReport) -> hang.GroupReport:
+    assert len(report.groups) == 1
+    return report.groups[0]
+
+
+# --------------------------------------------------------------------------- real dumps
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_real_dumps_are_healthy(real_traces: Path, run: str) -> None:
+    folder = real_traces / "kineto_cpu_gloo" / run / "ws2"
+    n = len(_raw(real_traces, run, 0)["entries"])
+    report = hang.analyze_paths([folder])
+    assert not report.problem_found
+    g = _only_group(report)
+    assert (g.comm, g.pg_desc, g.ranks) == ("pg:0", "default_pg", [0, 1])
+    assert g.last_completed_by_all == n
+    assert g.first_disagreement is None and g.mismatches == []
+    assert g.last_entered == {0: n, 1: n}
+    code, out = _run_cli(str(folder))
+    assert code == 0, out
+    assert "no hang or mismatch found" in out
+
+
+def test_pp_dumps_have_no_collectives(real_traces: Path) -> None:
+    folder = real_traces / "kineto_cpu_gloo/pp/ws2"
+    report = hang.analyze_paths([folder])
+    assert report.groups == [] and report.dumped_ranks == [0, 1]
+    assert not report.problem_found
+
+
+# --------------------------------------------------------------------------- hangs made from them
+
+
+@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("cut", [1, 3])
+def test_rank_that_stopped_early(real_traces: Path, tmp_path: Path, run: str, cut: int) -> None:
+    r0, r1 = _raw(real_traces, run, 0), _raw(real_traces, run, 1)
+    n = len(r0["entries"])
+    # rank 1 never issued its last `cut` collectives; rank 0 waits in the first of them
+    r1["entries"] = r1["entries"][:-cut]
+    r0["entries"] = r0["entries"][: n - cut + 1]
+    r0["entries"][-1]["retired"] = False
+    hung_seq = r0["entries"][-1]["collective_seq_id"]
+    folder = _write(tmp_path / run, {0: r0, 1: r1})
+
+    g = _only_group(hang.analyze_paths([folder]))
+    assert g.last_completed_by_all == hung_seq - 1
+    assert g.first_disagreement == g.focus_seq == hung_seq
+    assert g.never_entered == [1]
+    assert [(s.rank, s.status, s.retired) for s in g.stuck] == [(0, "scheduled", False)]
+    assert g.last_entered == {0: hung_seq, 1: hung_seq - 1}
+
+    code, out = _run_cli(str(folder))
+    assert code == hang.EXIT_PROBLEM
+    assert "process group 0 (default_pg) [pg:0]" in out
+    assert f"first unfinished collective: seq {hung_seq}" in out
+    assert "never entered: ranks [1]" in out
+    assert "stuck in it: rank 0 (scheduled; state=scheduled, retired=false)" in out
+
+    code, out = _run_cli(str(folder / "rank0.json"), str(folder / "rank1.json"), "--format", "json")
+    assert code == hang.EXIT_PROBLEM
+    doc = json.loads(out)
+    assert doc["problem_found"] is True
+    group = doc["groups"][0]
+    assert group["comm"] == "pg:0" and group["focus_seq"] == hung_seq
+    assert group["never_entered"] == [1] and group["stuck"][0]["rank"] == 0
+
+
+def test_deleted_entries_alone_show_the_missing_rank(real_traces: Path, tmp_path: Path) -> None:
+    r0, r1 = _raw(real_traces, "ddp", 0), _raw(real_traces, "ddp", 1)
+    r0["entries"] = r0["entries"][:-2]
+    folder = _write(tmp_path / "ddp", {0: r0, 1: r1})
+    g = _only_group(hang.analyze_paths([folder]))
+    assert g.first_disagreement == g.focus_seq == 13
+    assert g.never_entered == [0] and g.stuck == [] and g.completed_at_focus == [1]
+    assert g.last_completed_by_all == 12
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_size_changed_on_one_rank(real_traces: Path, tmp_path: Path, run: str) -> None:
+    r0, r1 = _raw(real_traces, run, 0), _raw(real_traces, run, 1)
+    # an all_reduce (sizes must agree); all_to_all splits may differ by design
+    i = next(i for i, e in enumerate(r1["entries"]) if e["profiling_name"] == "gloo:all_reduce")
+    e = r1["entries"][i]
+    seq = e["collective_seq_id"]
+    e["input_sizes"] = [[e["input_sizes"][0][0] + 1, *e["input_sizes"][0][1:]]]
+    folder = _write(tmp_path / run, {0: r0, 1: r1})
+
+    g = _only_group(hang.analyze_paths([folder]))
+    assert g.first_disagreement == seq
+    m = g.mismatches[0]
+    assert (m.seq, m.what, m.op_name, m.odd_ranks) == (seq, "count", "gloo:all_reduce", [1])
+    n0 = sum(_numel(s) for s in r0["entries"][i]["input_sizes"])
+    assert m.values == {0: str(n0), 1: str(_numel(e["input_sizes"][0]))}
+
+    code, out = _run_cli(str(folder))
+    assert code == hang.EXIT_PROBLEM
+    assert f"MISMATCH seq {seq} (gloo:all_reduce): count differs" in out
+    assert f"rank 1: {_numel(e['input_sizes'][0])}" in out
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def test_dtype_and_op_changed(real_traces: Path, tmp_path: Path) -> None:
+    r0, r1 = _raw(real_traces, "tp_manual", 0), _raw(real_traces, "tp_manual", 1)
+    r1["entries"][4]["input_dtypes"] = ["BFloat16"]
+    r1["entries"][9]["profiling_name"] = "gloo:broadcast"
+    folder = _write(tmp_path / "tp", {0: r0, 1: r1})
+    g = _only_group(hang.analyze_paths([folder]))
+    found = {(m.seq, m.what) for m in g.mismatches}
+    assert found == {(5, "dtype"), (10, "op")}
+    op = next(m for m in g.mismatches if m.what == "op")
+    assert op.values == {0: "gloo:all_reduce", 1: "gloo:broadcast"}
+    assert g.first_disagreement == 5
+
+
+def test_all_to_all_that_does_not_add_up(real_traces: Path, tmp_path: Path) -> None:
+    r0, r1 = _raw(real_traces, "moe", 0), _raw(real_traces, "moe", 1)
+    i = next(i for i, e in enumerate(r1["entries"]) if e["profiling_name"] == "gloo:all_to_all")
+    seq = r1["entries"][i]["collective_seq_id"]
+    r1["entries"][i]["output_sizes"][0][0] += 7
+    folder = _write(tmp_path / "moe", {0: r0, 1: r1})
+    g = _only_group(hang.analyze_paths([folder]))
+    assert [(m.seq, m.what) for m in g.mismatches] == [(seq, "all_to_all_total")]
+
+
+def test_majority_names_the_odd_rank(real_traces: Path, tmp_path: Path) -> None:
+    base = _raw(real_traces, "ddp", 0)
+    base["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}
+    docs = {r: copy.deepcopy(base) for r in range(3)}
+    docs[2]["entries"][6]["input_sizes"] = [[5]]
+    folder = _write(tmp_path / "three", docs)
+    g = _only_group(hang.analyze_paths([folder]))
+    m = g.mismatches[0]
+    assert (m.seq, m.what, m.odd_ranks, m.majority) == (7, "count", [2], True)
+    code, out = _run_cli(str(folder))
+    assert code == hang.EXIT_PROBLEM and "odd ranks [2]" in out
+
+
+def test_missing_dump_is_reported_not_a_hang(real_traces: Path, tmp_path: Path) -> None:
+    base = _raw(real_traces, "ddp", 0)
+    base["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}
+    folder = _write(tmp_path / "partial", {0: base, 1: copy.deepcopy(base)})
+    report = hang.analyze_paths([folder])
+    g = _only_group(report)
+    assert g.ranks == [0, 1, 2] and g.ranks_without_dump == [2]
+    assert not report.problem_found
+
+
+def test_ring_buffer_windows_are_aligned(real_traces: Path, tmp_path: Path) -> None:
+    r0, r1 = _raw(real_traces, "tp_manual", 0), _raw(real_traces, "tp_manual", 1)
+    r0["entries"] = r0["entries"][10:]
+    r1["entries"] = r1["entries"][25:]
+    folder = _write(tmp_path / "ring", {0: r0, 1: r1})
+    report = hang.analyze_paths([folder])
+    g = _only_group(report)
+    assert (g.seq_first, g.seq_last) == (26, 80)
+    assert not report.problem_found
+
+
+# --------------------------------------------------------------------------- NCCL-style states
+
+
+def _nccl(seq: int, state: str, retired: bool, name: str = "nccl:all_reduce", **kw: object) -> dict:
+    e = {
+        "record_id": seq,
+        "pg_id": 0,
+        "process_group": ["0", "default_pg"],
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "op_id": seq,
+        "profiling_name": name,
+        "time_created_ns": 1000 + seq,
+        "input_sizes": [[16]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[16]],
+        "output_dtypes": ["Float"],
+        "state": state,
+        "time_discovered_started_ns": 5 if state != "scheduled" else 0,
+        "time_discovered_completed_ns": 6 if state == "completed" else 0,
+        "retired": retired,
+        "timeout_ms": 600000,
+        "is_p2p": False,
+    }
+    e.update(kw)
+    return e
+
+
+def _nccl_doc(entries: list[dict], ranks: str = "[0, 1]") -> dict:
+    return {
+        "version": "2.7",
+        "comm_lib_version": "2.21.5",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": ranks}},
+        "pg_status": {},
+        "entries": entries,
+    }
+
+
+def test_nccl_states(tmp_path: Path) -> None:
+    done = [_nccl(s, "completed", True) for s in (1, 2)]
+    docs = {
+        0: _nccl_doc([*done, _nccl(3, "started", False)]),
+        1: _nccl_doc([*done, _nccl(3, "scheduled", True)]),  # retired, never done: timed out
+    }
+    g = _only_group(hang.analyze_paths([_write(tmp_path / "nccl", docs)]))
+    assert g.last_completed_by_all == 2 and g.focus_seq == 3
+    assert g.first_disagreement is None  # both entered, neither finished, same op and size
+    assert [(s.rank, s.status) for s in g.stuck] == [(0, "started"), (1, "timed_out")]
+
+
+def test_unfinished_send_without_a_recv(tmp_path: Path) -> None:
+    send = _nccl(0, "started", False, "nccl:send 0->1", is_p2p=True, p2p_seq_id=1)
+    recv_other = _nccl(0, "completed", True, "nccl:recv 1<-0", is_p2p=True, p2p_seq_id=1)
+    docs = {0: _nccl_doc([send]), 1: _nccl_doc([recv_other])}
+    report = hang.analyze_paths([_write(tmp_path / "p2p", docs)])
+    g = _only_group(report)
+    assert [(p.rank, p.op, p.peer) for p in g.p2p] == [(0, "send", 1)]
+    assert g.p2p[0].peer_side == "peer has no unfinished recv from rank 0"
+    assert report.problem_found
+
+
+# --------------------------------------------------------------------------- input errors
+
+
+def test_two_dumps_of_the_same_rank(real_traces: Path, tmp_path: Path) -> None:
+    r0 = _raw(real_traces, "ddp", 0)
+    folder = _write(tmp_path / "dup", {0: r0})
+    (folder / "copy_rank0.json").write_text(json.dumps(r0))
+    with pytest.raises(TraceFormatError, match="rank 0 group pg:0 was already read"):
+        hang.analyze_paths([folder])
+    code, out = _run_cli(str(folder))
+    assert code == 1 and "Error:" in out
+
+
+def test_folder_without_dumps(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    code, out = _run_cli(str(tmp_path))
+    assert code == 1 and "no flight recorder dumps" in out
+
+
+def test_broken_dump_file(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json"
+    path.write_text('{"version": "2.10", "entries": [')
+    code, out = _run_cli(str(path))
+    assert code == 1 and out.startswith("Error: ") and "invalid JSON" in out
+    assert "Traceback" not in out
