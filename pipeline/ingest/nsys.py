@@ -59,8 +59,9 @@ def parse(path: Path) -> ParseResult:
     elif head.startswith(b"\x1f\x8b") or head.lstrip().startswith(b"{"):
         raw = nsys_json.read(path, _lines(path))
     else:
-        raise TraceFormatError(path, "not an Nsight Systems export (neither SQLite nor json)",
-                               offset=0)
+        raise TraceFormatError(
+            path, "not an Nsight Systems export (neither SQLite nor json)", offset=0
+        )
     tables, rank_source = nsys_tables.build(raw, path, result.warnings)
     result.tables = tables
     result.format_version = raw.format_version
@@ -83,8 +84,10 @@ def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
         tables = nsys_sqlite.table_names(con)
         if not tables & set(nsys_sqlite.NSIGHT_TABLES):
             raise TraceFormatError(
-                path, "SQLite database is not an Nsight Systems export (no StringIds, "
-                "NVTX_EVENTS, CUPTI_ACTIVITY_KIND_* or export metadata tables)")
+                path,
+                "SQLite database is not an Nsight Systems export (no StringIds, "
+                "NVTX_EVENTS, CUPTI_ACTIVITY_KIND_* or export metadata tables)",
+            )
         return nsys_sqlite.read(con)
     except sqlite3.Error as exc:
         raise TraceFormatError(path, f"cannot read SQLite database: {exc}") from None

@@ -181,9 +181,12 @@ def sniff_head(head: bytes) -> bool:
     text = head.lstrip()
     if not text.startswith(b'{"data":['):
         return False
-    markers = (b'"NvtxEvent"', b'"TraceProcessEvent"', b'"CommEvent"', b'"CudaEvent"',
-               b'"[Broken backtraces]"', b'"QnxKernelTrace"')
+    markers = (
+        b'"NvtxEvent"',
+        b'"TraceProcessEvent"',
+        b'"CommEvent"',
+        b'"CudaEvent"',
+        b'"[Broken backtraces]"',
+        b'"QnxKernelTrace"',
+    )
     return any(m in text for m in markers)
-
-
-

@@ -27,17 +27,39 @@ import polars as pl
 from pipeline.ingest.nsys_raw import NsysRaw, ProcessInfo
 from pipeline.ingest.result import Warnings
 
-_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
-              "MV2_COMM_WORLD_RANK")
-_LOCAL_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
-               "MV2_COMM_WORLD_LOCAL_RANK")
-_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS",
-              "MV2_COMM_WORLD_SIZE")
+_RANK_VARS = (
+    "RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "SLURM_PROCID",
+    "MV2_COMM_WORLD_RANK",
+)
+_LOCAL_VARS = (
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "MPI_LOCALRANKID",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+)
+_SIZE_VARS = (
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "SLURM_NTASKS",
+    "MV2_COMM_WORLD_SIZE",
+)
 _RANK_ARG = re.compile(r"^--?rank(?:=(\d+))?$")
 _RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z])rank[_\-]?(\d+)")
 
-UNIT_SCHEMA = {"pid": pl.Int64, "device": pl.Int64, "rank": pl.Int64, "local_rank": pl.Int64,
-               "world_size": pl.Int64, "rank_source": pl.Utf8}
+UNIT_SCHEMA = {
+    "pid": pl.Int64,
+    "device": pl.Int64,
+    "rank": pl.Int64,
+    "local_rank": pl.Int64,
+    "world_size": pl.Int64,
+    "rank_source": pl.Utf8,
+}
 
 
 @dataclass
@@ -86,8 +108,11 @@ def assign(
         free = (r for r in range(len(units) + len(taken) + 1) if r not in taken)
         for u in unknown:
             u.rank, u.source = next(free), "process_order"
-        warnings.add("rank not found in the report (no MPI/NCCL/env/argv/file name): "
-                     "numbered by process order", len(unknown))
+        warnings.add(
+            "rank not found in the report (no MPI/NCCL/env/argv/file name): "
+            "numbered by process order",
+            len(unknown),
+        )
     ranks = [u.rank for u in units]
     if len(set(ranks)) != len(ranks):
         warnings.add("two processes/devices of the report claim the same rank")

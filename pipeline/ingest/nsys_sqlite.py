@@ -41,7 +41,7 @@ _ENV_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$')
 
 
 def connect(path: Path, timeout_s: float = 1.0) -> sqlite3.Connection:
-    """Open ``path`` read-only; a locked database fails after ``timeout_s`` (never ``immutable``)."""
+    """Open ``path`` read-only; a locked database fails after ``timeout_s`` (no ``immutable``)."""
     uri = f"file:{path.resolve().as_posix()}?mode=ro"
     return sqlite3.connect(uri, uri=True, timeout=timeout_s)
 
@@ -71,7 +71,9 @@ def _columns(con: sqlite3.Connection, table: str) -> set[str]:
 
 def _pick(available: set[str], wanted: list[tuple[str, str]]) -> str:
     """SELECT list: ``column AS alias`` where the column exists, ``NULL AS alias`` otherwise."""
-    parts = [f'"{col}" AS {alias}' if col in available else f"NULL AS {alias}" for col, alias in wanted]
+    parts = [
+        f'"{col}" AS {alias}' if col in available else f"NULL AS {alias}" for col, alias in wanted
+    ]
     return ", ".join(parts)
 
 
@@ -88,18 +90,32 @@ def _resolve(df: pl.DataFrame, strings: pl.DataFrame, id_col: str, out: str) -> 
     return joined.drop(id_col)
 
 
-def _gpu_activity(con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.DataFrame) -> pl.DataFrame:
+def _gpu_activity(
+    con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.DataFrame
+) -> pl.DataFrame:
     parts = []
-    common = [("start", "start"), ("end", "end"), ("deviceId", "device"), ("streamId", "stream"),
-              ("correlationId", "correlation"), ("globalPid", "global_pid")]
+    common = [
+        ("start", "start"),
+        ("end", "end"),
+        ("deviceId", "device"),
+        ("streamId", "stream"),
+        ("correlationId", "correlation"),
+        ("globalPid", "global_pid"),
+    ]
     if "CUPTI_ACTIVITY_KIND_KERNEL" in cols:
         avail = cols["CUPTI_ACTIVITY_KIND_KERNEL"]
-        dims = [(c, c.replace("grid", "grid_").replace("block", "block_").lower())
-                for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")]
-        select = _pick(avail, common + [("demangledName", "name_id"), ("shortName", "short_id")] + dims)
+        dims = [
+            (c, c.replace("grid", "grid_").replace("block", "block_").lower())
+            for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+        ]
+        select = _pick(
+            avail, common + [("demangledName", "name_id"), ("shortName", "short_id")] + dims
+        )
         rows = con.execute(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
-        schema = {k: KERNEL_SCHEMA[k] for k in ("start", "end", "device", "stream", "correlation",
-                                                  "global_pid")}
+        schema = {
+            k: KERNEL_SCHEMA[k]
+            for k in ("start", "end", "device", "stream", "correlation", "global_pid")
+        }
         schema |= {"name_id": pl.Int64, "short_id": pl.Int64}
         schema |= {alias: pl.Int64 for _, alias in dims}
         df = frame(rows, schema)
@@ -109,31 +125,60 @@ def _gpu_activity(con: sqlite3.Connection, cols: dict[str, set[str]], strings: p
         )
         parts.append(df)
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in cols:
-        select = _pick(cols["CUPTI_ACTIVITY_KIND_MEMCPY"],
-                       common + [("bytes", "bytes"), ("copyKind", "copy_kind")])
+        select = _pick(
+            cols["CUPTI_ACTIVITY_KIND_MEMCPY"],
+            common + [("bytes", "bytes"), ("copyKind", "copy_kind")],
+        )
         rows = con.execute(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchall()
-        schema = {k: KERNEL_SCHEMA[k] for k in ("start", "end", "device", "stream", "correlation",
-                                                  "global_pid", "bytes", "copy_kind")}
+        schema = {
+            k: KERNEL_SCHEMA[k]
+            for k in (
+                "start",
+                "end",
+                "device",
+                "stream",
+                "correlation",
+                "global_pid",
+                "bytes",
+                "copy_kind",
+            )
+        }
         parts.append(frame(rows, schema).with_columns(pl.lit("memcpy").alias("activity")))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in cols:
         select = _pick(cols["CUPTI_ACTIVITY_KIND_MEMSET"], common + [("bytes", "bytes")])
         rows = con.execute(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchall()
-        schema = {k: KERNEL_SCHEMA[k] for k in ("start", "end", "device", "stream", "correlation",
-                                                  "global_pid", "bytes")}
+        schema = {
+            k: KERNEL_SCHEMA[k]
+            for k in ("start", "end", "device", "stream", "correlation", "global_pid", "bytes")
+        }
         parts.append(frame(rows, schema).with_columns(pl.lit("memset").alias("activity")))
     if not parts:
         return empty(KERNEL_SCHEMA)
-    full = [p.with_columns([pl.lit(None, t).alias(c) for c, t in KERNEL_SCHEMA.items()
-                            if c not in p.columns]) for p in parts]
+    full = [
+        p.with_columns(
+            [pl.lit(None, t).alias(c) for c, t in KERNEL_SCHEMA.items() if c not in p.columns]
+        )
+        for p in parts
+    ]
     return pl.concat([p.select(list(KERNEL_SCHEMA)).cast(KERNEL_SCHEMA) for p in full])
 
 
-def _runtime(con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.DataFrame) -> pl.DataFrame:
+def _runtime(
+    con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.DataFrame
+) -> pl.DataFrame:
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in cols:
         return empty(RUNTIME_SCHEMA)
-    select = _pick(cols["CUPTI_ACTIVITY_KIND_RUNTIME"], [
-        ("start", "start"), ("end", "end"), ("eventClass", "event_class"),
-        ("globalTid", "global_tid"), ("correlationId", "correlation"), ("nameId", "name_id")])
+    select = _pick(
+        cols["CUPTI_ACTIVITY_KIND_RUNTIME"],
+        [
+            ("start", "start"),
+            ("end", "end"),
+            ("eventClass", "event_class"),
+            ("globalTid", "global_tid"),
+            ("correlationId", "correlation"),
+            ("nameId", "name_id"),
+        ],
+    )
     rows = con.execute(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchall()
     schema = {k: v for k, v in RUNTIME_SCHEMA.items() if k != "name"} | {"name_id": pl.Int64}
     df = _resolve(frame(rows, schema), strings, "name_id", "name")
@@ -141,21 +186,43 @@ def _runtime(con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.Dat
     return df.with_columns(pl.col("event_class").fill_null(0)).select(list(RUNTIME_SCHEMA))
 
 
-def _nvtx(con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.DataFrame) -> pl.DataFrame:
+def _nvtx(
+    con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.DataFrame
+) -> pl.DataFrame:
     if "NVTX_EVENTS" not in cols:
         return empty(NVTX_SCHEMA)
     avail = cols["NVTX_EVENTS"]
-    select = _pick(avail, [
-        ("start", "start"), ("end", "end"), ("eventType", "event_type"), ("text", "inline_text"),
-        ("globalTid", "global_tid"), ("endGlobalTid", "end_global_tid"), ("textId", "text_id"),
-        ("domainId", "domain_id"), ("rangeId", "range_id")])
+    select = _pick(
+        avail,
+        [
+            ("start", "start"),
+            ("end", "end"),
+            ("eventType", "event_type"),
+            ("text", "inline_text"),
+            ("globalTid", "global_tid"),
+            ("endGlobalTid", "end_global_tid"),
+            ("textId", "text_id"),
+            ("domainId", "domain_id"),
+            ("rangeId", "range_id"),
+        ],
+    )
     rows = con.execute(f"SELECT rowid, {select} FROM NVTX_EVENTS").fetchall()
-    schema = {"row_id": pl.Int64, "start": pl.Int64, "end": pl.Int64, "event_type": pl.Int64,
-              "inline_text": pl.Utf8, "global_tid": pl.Int64, "end_global_tid": pl.Int64,
-              "text_id": pl.Int64, "domain_id": pl.Int64, "range_id": pl.Int64}
+    schema = {
+        "row_id": pl.Int64,
+        "start": pl.Int64,
+        "end": pl.Int64,
+        "event_type": pl.Int64,
+        "inline_text": pl.Utf8,
+        "global_tid": pl.Int64,
+        "end_global_tid": pl.Int64,
+        "text_id": pl.Int64,
+        "domain_id": pl.Int64,
+        "range_id": pl.Int64,
+    }
     df = _resolve(frame(rows, schema), strings, "text_id", "registered_text")
     df = df.with_columns(
-        pl.coalesce("inline_text", "registered_text").alias("text"), pl.col("domain_id").fill_null(0)
+        pl.coalesce("inline_text", "registered_text").alias("text"),
+        pl.col("domain_id").fill_null(0),
     )
     payloads = _payloads(con) if "binaryData" in avail else None
     if payloads is None:
@@ -168,7 +235,8 @@ def _nvtx(con: sqlite3.Connection, cols: dict[str, set[str]], strings: pl.DataFr
 def _payloads(con: sqlite3.Connection) -> pl.DataFrame:
     """``binaryData`` (schema 3.28+, not yet seen in a real export): BLOB, or base64/hex text."""
     rows = con.execute(
-        "SELECT rowid, binaryData FROM NVTX_EVENTS WHERE binaryData IS NOT NULL").fetchall()
+        "SELECT rowid, binaryData FROM NVTX_EVENTS WHERE binaryData IS NOT NULL"
+    ).fetchall()
     ids = pl.Series("row_id", [r[0] for r in rows], dtype=pl.Int64)
     values = [r[1] for r in rows]
     if all(isinstance(v, bytes) for v in values):
@@ -184,8 +252,9 @@ def _payloads(con: sqlite3.Connection) -> pl.DataFrame:
     return pl.DataFrame([ids]).with_columns(decoded["payload"])
 
 
-def _report_facts(con: sqlite3.Connection, tables: set[str], cols: dict[str, set[str]],
-                  raw: NsysRaw) -> None:
+def _report_facts(
+    con: sqlite3.Connection, tables: set[str], cols: dict[str, set[str]], raw: NsysRaw
+) -> None:
     """Session start, schema version, host, GPUs, processes, MPI ranks, capture environment."""
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
@@ -199,7 +268,8 @@ def _report_facts(con: sqlite3.Connection, tables: set[str], cols: dict[str, set
         raw.format_version = "2020.x (no export metadata)"
     if "TARGET_INFO_SYSTEM_ENV" in tables:
         row = con.execute(
-            "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
+            "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1"
+        ).fetchone()
         raw.hostname = row[0] if row else None
     if "TARGET_INFO_GPU" in tables and {"id", "name"} <= cols["TARGET_INFO_GPU"]:
         raw.gpu_names = dict(con.execute("SELECT id, name FROM TARGET_INFO_GPU").fetchall())

@@ -31,9 +31,22 @@ from pipeline.ingest.nsys_raw import (
 )
 from pipeline.ingest.result import Warnings
 
-_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
-               7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD (unified)",
-               12: "DtoH (unified)", 13: "DtoD (unified)"}
+_COPY_KINDS = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "HtoD (unified)",
+    12: "DtoH (unified)",
+    13: "DtoD (unified)",
+}
 _KIND_PATTERNS = (  # first match wins; names are CUPTI's demangled kernel names
     ("comm", r"(?i)nccl|rccl"),
     ("attention", r"(?i)flash|fmha|attention|attn|sdpa"),
@@ -58,10 +71,18 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
     kernels = _kernels(raw.kernels, shift)
     ops = _ops(raw, shift, warnings)
     ops = nest(ops)
-    launch = (ops.filter(pl.col("correlation").is_not_null())
-              .sort("kind").unique(["pid", "correlation"], keep="first")
-              .select("pid", "correlation", pl.col("tid").alias("launch_tid"),
-                      pl.col("start_ns").alias("launch_ns"), pl.col("parent_id").alias("range_id")))
+    launch = (
+        ops.filter(pl.col("correlation").is_not_null())
+        .sort("kind")
+        .unique(["pid", "correlation"], keep="first")
+        .select(
+            "pid",
+            "correlation",
+            pl.col("tid").alias("launch_tid"),
+            pl.col("start_ns").alias("launch_ns"),
+            pl.col("parent_id").alias("range_id"),
+        )
+    )
     kernels = kernels.join(launch, on=["pid", "correlation"], how="left")
     names = ops.select(pl.col("op_id").alias("range_id"), pl.col("name").alias("nvtx_range"))
     kernels = kernels.join(names, on="range_id", how="left").drop("range_id")
@@ -69,28 +90,41 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
     nccl_ops = ops.filter(pl.col("domain") == "NCCL")
     payloads = nsys_nccl.decode_payloads(nccl_ops, warnings)
     inits = ops.join(payloads.filter(pl.col("rank").is_not_null()), on="op_id").select(
-        "pid", "cuda_dev", "rank", "nranks")
+        "pid", "cuda_dev", "rank", "nranks"
+    )
 
-    thread_dev = (kernels.drop_nulls("launch_tid").group_by("pid", "launch_tid")
-                  .agg(pl.col("device").mode().min().alias("device"))
-                  .rename({"launch_tid": "tid"}))
-    units_keys = pl.concat([
-        kernels.select("pid", "device"),
-        ops.select("pid", pl.lit(None, pl.Int64).alias("device")),
-    ]).unique()
+    thread_dev = (
+        kernels.drop_nulls("launch_tid")
+        .group_by("pid", "launch_tid")
+        .agg(pl.col("device").mode().min().alias("device"))
+        .rename({"launch_tid": "tid"})
+    )
+    units_keys = pl.concat(
+        [
+            kernels.select("pid", "device"),
+            ops.select("pid", pl.lit(None, pl.Int64).alias("device")),
+        ]
+    ).unique()
     has_dev = units_keys.filter(pl.col("device").is_not_null())["pid"].unique()
     units_keys = units_keys.filter(pl.col("device").is_not_null() | ~pl.col("pid").is_in(has_dev))
     units = nsys_ranks.assign(raw, units_keys, inits, path, warnings)
-    primary = (kernels.group_by("pid", "device").len().sort("len", descending=True)
-               .unique("pid", keep="first").select("pid", pl.col("device").alias("primary_dev")))
+    primary = (
+        kernels.group_by("pid", "device")
+        .len()
+        .sort("len", descending=True)
+        .unique("pid", keep="first")
+        .select("pid", pl.col("device").alias("primary_dev"))
+    )
 
     def with_rank(df: pl.DataFrame, by_thread: bool) -> pl.DataFrame:
         if by_thread:
             df = df.join(thread_dev, on=["pid", "tid"], how="left", suffix="_thread")
             dev = "device_thread" if "device_thread" in df.columns else "device"
-            df = df.join(primary, on="pid", how="left").with_columns(
-                pl.coalesce(dev, "primary_dev").alias("unit_dev")).drop(
-                [c for c in ("device_thread", "primary_dev") if c in df.columns])
+            df = (
+                df.join(primary, on="pid", how="left")
+                .with_columns(pl.coalesce(dev, "primary_dev").alias("unit_dev"))
+                .drop([c for c in ("device_thread", "primary_dev") if c in df.columns])
+            )
         else:
             df = df.with_columns(pl.col("device").alias("unit_dev"))
         u = units.select("pid", pl.col("device").alias("unit_dev"), "rank")
@@ -102,8 +136,17 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
         "ranks": _ranks_table(units, raw, kernels, ops),
     }
     nccl_kernels = kernels.filter(pl.col("kind") == "comm").select(
-        "kernel_id", "pid", "device", "stream", "name", "start_ns", "end_ns", "correlation",
-        "launch_tid", "launch_ns")
+        "kernel_id",
+        "pid",
+        "device",
+        "stream",
+        "name",
+        "start_ns",
+        "end_ns",
+        "correlation",
+        "launch_tid",
+        "launch_ns",
+    )
     coll = nsys_nccl.collectives(nccl_ops, nccl_kernels, payloads, warnings)
     coll = with_rank(coll.with_columns(pl.col("device").cast(pl.Int64)), by_thread=False)
     coll = _fill_rank(coll, units)
@@ -125,11 +168,18 @@ def _kernels(df: pl.DataFrame, shift: int) -> pl.DataFrame:
     kind = pl.when(pl.col("activity") != "kernel").then(pl.col("activity"))
     for label, pattern in _KIND_PATTERNS:
         kind = kind.when(pl.col("name").str.contains(pattern)).then(pl.lit(label))
-    name = (pl.when(pl.col("activity") == "memcpy")
-            .then(pl.lit("Memcpy ") + pl.col("copy_kind").replace_strict(
-                _COPY_KINDS, default="Unknown", return_dtype=pl.Utf8))
-            .when(pl.col("activity") == "memset").then(pl.lit("Memset"))
-            .otherwise(pl.col("name")))
+    name = (
+        pl.when(pl.col("activity") == "memcpy")
+        .then(
+            pl.lit("Memcpy ")
+            + pl.col("copy_kind").replace_strict(
+                _COPY_KINDS, default="Unknown", return_dtype=pl.Utf8
+            )
+        )
+        .when(pl.col("activity") == "memset")
+        .then(pl.lit("Memset"))
+        .otherwise(pl.col("name"))
+    )
     return df.with_row_index("kernel_id").with_columns(
         pl.col("kernel_id").cast(pl.Int64),
         _pid("global_pid"),
@@ -142,15 +192,19 @@ def _kernels(df: pl.DataFrame, shift: int) -> pl.DataFrame:
 
 def _ops(raw: NsysRaw, shift: int, warnings: Warnings) -> pl.DataFrame:
     nv = raw.nvtx.with_columns(_pid("global_tid"), _tid("global_tid"))
-    domains = (nv.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
-               .select("pid", "domain_id", pl.col("text").alias("domain"))
-               .unique(["pid", "domain_id"], keep="last"))
+    domains = (
+        nv.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
+        .select("pid", "domain_id", pl.col("text").alias("domain"))
+        .unique(["pid", "domain_id"], keep="last")
+    )
     keep = nv.filter(pl.col("event_type").is_in([NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK]))
     open_ended = keep.filter((pl.col("event_type") != NVTX_MARK) & pl.col("end").is_null()).height
-    warnings.add("NVTX range without an end (still open when the capture stopped): duration 0",
-                 open_ended)
+    warnings.add(
+        "NVTX range without an end (still open when the capture stopped): duration 0", open_ended
+    )
     nvtx = keep.join(domains, on=["pid", "domain_id"], how="left").select(
-        "pid", "tid",
+        "pid",
+        "tid",
         pl.col("text").fill_null("").alias("name"),
         pl.lit("nvtx").alias("kind"),
         (pl.col("start") + shift).alias("start_ns"),
@@ -158,15 +212,20 @@ def _ops(raw: NsysRaw, shift: int, warnings: Warnings) -> pl.DataFrame:
         "domain",
         pl.lit(None, pl.Int64).alias("correlation"),
         pl.col("payload"),
-        pl.col("event_type").replace_strict(
-            {NVTX_PUSH_POP: "range", NVTX_MARK: "point"}, default=None,
-            return_dtype=pl.Utf8).alias("nest"),
+        pl.col("event_type")
+        .replace_strict(
+            {NVTX_PUSH_POP: "range", NVTX_MARK: "point"}, default=None, return_dtype=pl.Utf8
+        )
+        .alias("nest"),
     )
     rt = raw.runtime.with_columns(_pid("global_tid"), _tid("global_tid")).select(
-        "pid", "tid",
+        "pid",
+        "tid",
         pl.col("name").fill_null(""),
-        pl.when(pl.col("event_class") == 1).then(pl.lit("cuda_driver"))
-        .otherwise(pl.lit("cuda_runtime")).alias("kind"),
+        pl.when(pl.col("event_class") == 1)
+        .then(pl.lit("cuda_driver"))
+        .otherwise(pl.lit("cuda_runtime"))
+        .alias("kind"),
         (pl.col("start") + shift).alias("start_ns"),
         (pl.col("end") + shift).alias("end_ns"),
         pl.lit(None, pl.Utf8).alias("domain"),
@@ -185,29 +244,59 @@ def nest(ops: pl.DataFrame) -> pl.DataFrame:
     points = ops.filter(pl.col("nest") == "point")
     # order at equal times: range ends (0), range starts (1, longer first), points (2),
     # ends of zero-length ranges (3) so such a range still opens before it closes
-    events = pl.concat([
-        ranges.select(*key, pl.col("start_ns").alias("t"), pl.lit(1).alias("order"),
-                      (-pl.col("end_ns")).alias("tie"), pl.lit(1).alias("delta"), "op_id",
-                      pl.lit("S").alias("ev")),
-        ranges.select(*key, pl.col("end_ns").alias("t"),
-                      pl.when(pl.col("end_ns") > pl.col("start_ns")).then(0).otherwise(3)
-                      .alias("order"), pl.lit(0, pl.Int64).alias("tie"), pl.lit(-1).alias("delta"),
-                      pl.lit(None, pl.Int64).alias("op_id"), pl.lit("E").alias("ev")),
-        points.select(*key, pl.col("start_ns").alias("t"), pl.lit(2).alias("order"),
-                      pl.lit(0, pl.Int64).alias("tie"), pl.lit(0).alias("delta"), "op_id",
-                      pl.lit("P").alias("ev")),
-    ], how="vertical_relaxed")
-    events = (events.sort(["pid", "tid", "t", "order", "tie"])
-              .with_row_index("pos")
-              .with_columns(pl.col("delta").cum_sum().over(["pid", "tid"]).alias("open")))
+    events = pl.concat(
+        [
+            ranges.select(
+                *key,
+                pl.col("start_ns").alias("t"),
+                pl.lit(1).alias("order"),
+                (-pl.col("end_ns")).alias("tie"),
+                pl.lit(1).alias("delta"),
+                "op_id",
+                pl.lit("S").alias("ev"),
+            ),
+            ranges.select(
+                *key,
+                pl.col("end_ns").alias("t"),
+                pl.when(pl.col("end_ns") > pl.col("start_ns")).then(0).otherwise(3).alias("order"),
+                pl.lit(0, pl.Int64).alias("tie"),
+                pl.lit(-1).alias("delta"),
+                pl.lit(None, pl.Int64).alias("op_id"),
+                pl.lit("E").alias("ev"),
+            ),
+            points.select(
+                *key,
+                pl.col("start_ns").alias("t"),
+                pl.lit(2).alias("order"),
+                pl.lit(0, pl.Int64).alias("tie"),
+                pl.lit(0).alias("delta"),
+                "op_id",
+                pl.lit("P").alias("ev"),
+            ),
+        ],
+        how="vertical_relaxed",
+    )
+    events = (
+        events.sort(["pid", "tid", "t", "order", "tie"])
+        .with_row_index("pos")
+        .with_columns(pl.col("delta").cum_sum().over(["pid", "tid"]).alias("open"))
+    )
     starts = events.filter(pl.col("ev") == "S").select(
-        "pos", "pid", "tid", (pl.col("open") - 1).alias("depth"), pl.col("op_id").alias("parent_id"))
-    queries = events.filter(pl.col("ev") != "E").with_columns(
-        pl.when(pl.col("ev") == "S").then(pl.col("open") - 1).otherwise(pl.col("open"))
-        .alias("my_depth")
-    ).with_columns((pl.col("my_depth") - 1).alias("depth"))
-    found = queries.join_asof(starts, on="pos", by=["pid", "tid", "depth"], strategy="backward",
-                             check_sortedness=False)
+        "pos", "pid", "tid", (pl.col("open") - 1).alias("depth"), pl.col("op_id").alias("parent_id")
+    )
+    queries = (
+        events.filter(pl.col("ev") != "E")
+        .with_columns(
+            pl.when(pl.col("ev") == "S")
+            .then(pl.col("open") - 1)
+            .otherwise(pl.col("open"))
+            .alias("my_depth")
+        )
+        .with_columns((pl.col("my_depth") - 1).alias("depth"))
+    )
+    found = queries.join_asof(
+        starts, on="pos", by=["pid", "tid", "depth"], strategy="backward", check_sortedness=False
+    )
     found = found.select("op_id", pl.col("my_depth").cast(pl.Int64).alias("depth"), "parent_id")
     return ops.join(found, on="op_id", how="left")
 
@@ -215,45 +304,85 @@ def nest(ops: pl.DataFrame) -> pl.DataFrame:
 def _fill_rank(df: pl.DataFrame, units: pl.DataFrame) -> pl.DataFrame:
     """Rows whose device has no unit of its own (e.g. no kernel) take the process's first rank."""
     first = units.sort("rank").unique("pid", keep="first").select("pid", pl.col("rank").alias("r"))
-    return df.join(first, on="pid", how="left").with_columns(
-        pl.coalesce("rank", "r").alias("rank")).drop("r")
+    return (
+        df.join(first, on="pid", how="left")
+        .with_columns(pl.coalesce("rank", "r").alias("rank"))
+        .drop("r")
+    )
 
 
 def _kernel_table(k: pl.DataFrame) -> pa.Table:
-    return k.select(
-        "rank", "kernel_id", "device", "stream", "name", "kind", "start_ns", "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"), "correlation", "bytes",
-        pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
-        pl.concat_list("block_x", "block_y", "block_z").alias("block"),
-        "nvtx_range",
-    ).with_columns(
-        pl.when(pl.col("grid").list.drop_nulls().list.len() == 3).then(pl.col("grid")),
-        pl.when(pl.col("block").list.drop_nulls().list.len() == 3).then(pl.col("block")),
-    ).to_arrow()
+    return (
+        k.select(
+            "rank",
+            "kernel_id",
+            "device",
+            "stream",
+            "name",
+            "kind",
+            "start_ns",
+            "end_ns",
+            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+            "correlation",
+            "bytes",
+            pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
+            pl.concat_list("block_x", "block_y", "block_z").alias("block"),
+            "nvtx_range",
+        )
+        .with_columns(
+            pl.when(pl.col("grid").list.drop_nulls().list.len() == 3).then(pl.col("grid")),
+            pl.when(pl.col("block").list.drop_nulls().list.len() == 3).then(pl.col("block")),
+        )
+        .to_arrow()
+    )
 
 
 def _ops_table(o: pl.DataFrame) -> pa.Table:
     return o.select(
-        "rank", "op_id", "pid", "tid", "name", "kind", "start_ns", "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"), "depth", "parent_id",
-        "correlation", "domain",
+        "rank",
+        "op_id",
+        "pid",
+        "tid",
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+        "depth",
+        "parent_id",
+        "correlation",
+        "domain",
     ).to_arrow()
 
 
-def _ranks_table(units: pl.DataFrame, raw: NsysRaw, kernels: pl.DataFrame,
-                 ops: pl.DataFrame) -> pa.Table:
-    nccl = bool(kernels.filter(pl.col("kind") == "comm").height
-                or ops.filter(pl.col("domain") == "NCCL").height)
-    gpus = pl.DataFrame({"device": list(raw.gpu_names), "gpu_name": list(raw.gpu_names.values())},
-                        schema={"device": pl.Int64, "gpu_name": pl.Utf8})
-    return units.join(gpus, on="device", how="left").select(
-        "rank", "world_size", pl.lit(raw.hostname, pl.Utf8).alias("host"), "pid", "local_rank",
-        pl.when(pl.col("device").is_not_null()).then(pl.lit("cuda:") + pl.col("device").cast(pl.Utf8))
-        .alias("device"),
-        "gpu_name",
-        pl.lit("nccl" if nccl else None, pl.Utf8).alias("backend"),
-        pl.lit(raw.session_start_ns, pl.Int64).alias("base_time_ns"),
-    ).to_arrow()
+def _ranks_table(
+    units: pl.DataFrame, raw: NsysRaw, kernels: pl.DataFrame, ops: pl.DataFrame
+) -> pa.Table:
+    nccl = bool(
+        kernels.filter(pl.col("kind") == "comm").height
+        or ops.filter(pl.col("domain") == "NCCL").height
+    )
+    gpus = pl.DataFrame(
+        {"device": list(raw.gpu_names), "gpu_name": list(raw.gpu_names.values())},
+        schema={"device": pl.Int64, "gpu_name": pl.Utf8},
+    )
+    return (
+        units.join(gpus, on="device", how="left")
+        .select(
+            "rank",
+            "world_size",
+            pl.lit(raw.hostname, pl.Utf8).alias("host"),
+            "pid",
+            "local_rank",
+            pl.when(pl.col("device").is_not_null())
+            .then(pl.lit("cuda:") + pl.col("device").cast(pl.Utf8))
+            .alias("device"),
+            "gpu_name",
+            pl.lit("nccl" if nccl else None, pl.Utf8).alias("backend"),
+            pl.lit(raw.session_start_ns, pl.Int64).alias("base_time_ns"),
+        )
+        .to_arrow()
+    )
 
 
 def _collectives_table(c: pl.DataFrame) -> pa.Table:
@@ -263,7 +392,25 @@ def _collectives_table(c: pl.DataFrame) -> pa.Table:
         pl.int_range(pl.len()).over(["rank", "comm"]).cast(pl.Int64).alias("seq"),
     )
     return c.select(
-        "rank", "collective_id", "comm", "seq", "op", "op_name", "dtype", "bytes", "group_size",
-        "peer", "root", "redop", "algorithm", "protocol", "start_ns", "end_ns", "dur_ns",
-        "enqueue_ns", "stream", "correlation", "size_source",
+        "rank",
+        "collective_id",
+        "comm",
+        "seq",
+        "op",
+        "op_name",
+        "dtype",
+        "bytes",
+        "group_size",
+        "peer",
+        "root",
+        "redop",
+        "algorithm",
+        "protocol",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "enqueue_ns",
+        "stream",
+        "correlation",
+        "size_source",
     ).to_arrow()

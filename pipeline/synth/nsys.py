@@ -80,39 +80,75 @@ def write_export(
         for rank in ranks:
             _write_rank(con, rank, world, layout, strings, payloads)
         _write_facts(con, ranks, strings, session_start_ns, hostname, gpu_name)
-        con.executemany("INSERT INTO StringIds VALUES (?, ?)",
-                        ((i, s) for s, i in strings.ids.items()))
+        con.executemany(
+            "INSERT INTO StringIds VALUES (?, ?)", ((i, s) for s, i in strings.ids.items())
+        )
         con.commit()
     finally:
         con.close()
     return path
 
 
-def _write_rank(con: sqlite3.Connection, rank: int, world: int, lay: Layout,
-                strings: _Strings, payloads: bool) -> None:
+def _write_rank(
+    con: sqlite3.Connection, rank: int, world: int, lay: Layout, strings: _Strings, payloads: bool
+) -> None:
     pid = 1000 + rank
     gpid, gtid, device = VM | pid << 24, VM | pid << 24 | pid, rank % 8
     nvtx: list[tuple] = [_nvtx(1_000, None, 75, "NCCL", gtid, 1)]
     if payloads:
         init = struct.pack("<Qiii4x", lay.comm_hash, world, rank, device)
         nvtx.append(_nvtx(2_000, 900_000, 59, None, gtid, 1, strings("ncclCommInitRank"), init))
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES "
-                    f"({', '.join('?' * KERNEL_COLUMNS)})", _kernels(rank, lay, strings))
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    _launches(rank, lay, strings))
+    con.executemany(
+        f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * KERNEL_COLUMNS)})",
+        _kernels(rank, lay, strings),
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        _launches(rank, lay, strings),
+    )
     nvtx += list(_ranges(rank, lay, strings, payloads))
     marks = ", ".join("?" * (NVTX_COLUMNS + (1 if payloads else 0)))
-    con.executemany(f"INSERT INTO NVTX_EVENTS VALUES ({marks})",
-                    (r if payloads else r[:NVTX_COLUMNS] for r in nvtx))
+    con.executemany(
+        f"INSERT INTO NVTX_EVENTS VALUES ({marks})",
+        (r if payloads else r[:NVTX_COLUMNS] for r in nvtx),
+    )
     con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, pid, "python"))
     con.execute("INSERT INTO ThreadNames VALUES (?, ?, ?)", (strings("python"), 20, gtid))
 
 
-def _nvtx(start: int, end: int | None, etype: int, text: str | None, gtid: int, domain: int,
-          text_id: int | None = None, payload: bytes | None = None) -> tuple:
+def _nvtx(
+    start: int,
+    end: int | None,
+    etype: int,
+    text: str | None,
+    gtid: int,
+    domain: int,
+    text_id: int | None = None,
+    payload: bytes | None = None,
+) -> tuple:
     blob = base64.b64encode(payload).decode() if payload is not None else None
-    return (start, end, etype, None, None, None, text, gtid, None, text_id, domain,
-            None, None, None, None, None, None, None, None, blob)
+    return (
+        start,
+        end,
+        etype,
+        None,
+        None,
+        None,
+        text,
+        gtid,
+        None,
+        text_id,
+        domain,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        blob,
+    )
 
 
 def _timeline(rank: int, lay: Layout) -> Iterator[tuple[int, int, int, int, bool]]:
@@ -138,8 +174,32 @@ def _kernels(rank: int, lay: Layout, strings: _Strings) -> Iterator[tuple]:
         name, short = (nccl, nccl_short) if is_nccl else (gemm, gemm_short)
         grid = (32, 1, 1) if is_nccl else (132, 1, 1)
         block = (640, 1, 1) if is_nccl else (384, 1, 1)
-        yield (start, start + dur, device, 1, None, stream, corr, gpid, name, short, None, 1, 0,
-               128, *grid, *block, 0, 0, 0, 0, corr, None, None, 0)
+        yield (
+            start,
+            start + dur,
+            device,
+            1,
+            None,
+            stream,
+            corr,
+            gpid,
+            name,
+            short,
+            None,
+            1,
+            0,
+            128,
+            *grid,
+            *block,
+            0,
+            0,
+            0,
+            0,
+            corr,
+            None,
+            None,
+            0,
+        )
 
 
 def _launches(rank: int, lay: Layout, strings: _Strings) -> Iterator[tuple]:
@@ -161,26 +221,40 @@ def _ranges(rank: int, lay: Layout, strings: _Strings, payloads: bool) -> Iterat
         step_span[1] = t + 4_500
         if nccl:
             payload = struct.pack("<QQi4x", lay.comm_hash, lay.allreduce_bytes, 0)
-            yield _nvtx(t - 200, t + 3_500, 59, None, gtid, 1, allreduce,
-                        payload if payloads else None)
+            yield _nvtx(
+                t - 200, t + 3_500, 59, None, gtid, 1, allreduce, payload if payloads else None
+            )
     for step, (s, e) in steps.items():
         yield _nvtx(s, e, 59, f"step_{step}", gtid, 0)
     for (_step, layer), (s, e) in spans.items():
         yield _nvtx(s, e, 59, f"layer_{layer}.forward", gtid, 0)
 
 
-def _write_facts(con: sqlite3.Connection, ranks: Sequence[int], strings: _Strings,
-                 session_start_ns: int, hostname: str, gpu_name: str) -> None:
-    con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?)",
-                (session_start_ns, "", ""))
+def _write_facts(
+    con: sqlite3.Connection,
+    ranks: Sequence[int],
+    strings: _Strings,
+    session_start_ns: int,
+    hostname: str,
+    gpu_name: str,
+) -> None:
+    con.execute(
+        "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?)", (session_start_ns, "", "")
+    )
     major, minor, micro = SCHEMA_VERSION.split(".")
-    meta = [("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems (tokenwire synth)"),
-            ("EXPORT_SCHEMA_VERSION", SCHEMA_VERSION), ("EXPORT_SCHEMA_VERSION_MAJOR", major),
-            ("EXPORT_SCHEMA_VERSION_MINOR", minor), ("EXPORT_SCHEMA_VERSION_MICRO", micro),
-            ("EXPORT_PARAM_TIME_NORMALIZE", "false")]
+    meta = [
+        ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems (tokenwire synth)"),
+        ("EXPORT_SCHEMA_VERSION", SCHEMA_VERSION),
+        ("EXPORT_SCHEMA_VERSION_MAJOR", major),
+        ("EXPORT_SCHEMA_VERSION_MINOR", minor),
+        ("EXPORT_SCHEMA_VERSION_MICRO", micro),
+        ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
+    ]
     con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", meta)
-    con.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (?, ?, ?, ?, ?)",
-                (VM, "Local (CLI)", "Hostname", 619, hostname))
+    con.execute(
+        "INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (?, ?, ?, ?, ?)",
+        (VM, "Local (CLI)", "Hostname", 619, hostname),
+    )
     gpu_cols = 41  # TARGET_INFO_GPU in schema 3.7.2
     for device in sorted({r % 8 for r in ranks}):
         row = [VM, device, gpu_name] + [None] * (gpu_cols - 3)

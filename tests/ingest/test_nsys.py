@@ -55,8 +55,11 @@ def _has_table(path: Path, table: str) -> bool:
 
 
 def test_every_real_export_is_listed(real_traces: Path) -> None:
-    found = sorted(str(p.relative_to(real_traces / "nsys"))
-                   for p in (real_traces / "nsys").rglob("*") if p.is_file())
+    found = sorted(
+        str(p.relative_to(real_traces / "nsys"))
+        for p in (real_traces / "nsys").rglob("*")
+        if p.is_file()
+    )
     assert found == sorted(NSYS_FILES)
 
 
@@ -74,18 +77,30 @@ def test_sqlite_counts_match_the_database(real_traces: Path, name: str) -> None:
     path = real_traces / "nsys" / name
     t = _tables(path)
     kernels = t["kernels"].filter(~pl.col("kind").is_in(["memcpy", "memset"]))
-    expected = (_sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
-                if _has_table(path, "CUPTI_ACTIVITY_KIND_KERNEL") else 0)
+    expected = (
+        _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+        if _has_table(path, "CUPTI_ACTIVITY_KIND_KERNEL")
+        else 0
+    )
     assert kernels.height == expected
-    memcpys = (_sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY")[0][0]
-               if _has_table(path, "CUPTI_ACTIVITY_KIND_MEMCPY") else 0)
+    memcpys = (
+        _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY")[0][0]
+        if _has_table(path, "CUPTI_ACTIVITY_KIND_MEMCPY")
+        else 0
+    )
     assert t["kernels"].filter(pl.col("kind") == "memcpy").height == memcpys
-    nvtx = _sql(path, "SELECT eventType, count(*) FROM NVTX_EVENTS "
-                      "WHERE eventType IN (34, 59, 60) GROUP BY eventType")
+    nvtx = _sql(
+        path,
+        "SELECT eventType, count(*) FROM NVTX_EVENTS "
+        "WHERE eventType IN (34, 59, 60) GROUP BY eventType",
+    )
     ops = t["ops"].filter(pl.col("kind") == "nvtx")
     assert ops.height == sum(n for _, n in nvtx)
-    runtime = (_sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME")[0][0]
-               if _has_table(path, "CUPTI_ACTIVITY_KIND_RUNTIME") else 0)
+    runtime = (
+        _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME")[0][0]
+        if _has_table(path, "CUPTI_ACTIVITY_KIND_RUNTIME")
+        else 0
+    )
     assert t["ops"].filter(pl.col("kind").str.starts_with("cuda_")).height == runtime
 
 
@@ -96,13 +111,23 @@ def test_processes_and_threads(real_traces: Path, name: str) -> None:
     union = ["SELECT globalTid AS g FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)"]
     if _has_table(path, "CUPTI_ACTIVITY_KIND_RUNTIME"):
         union.append("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")
-    threads = set(_sql(path, "SELECT DISTINCT (g >> 24) & 16777215, g & 16777215 FROM ("
-                             + " UNION ALL ".join(union) + ")"))
+    threads = set(
+        _sql(
+            path,
+            "SELECT DISTINCT (g >> 24) & 16777215, g & 16777215 FROM ("
+            + " UNION ALL ".join(union)
+            + ")",
+        )
+    )
     assert set(t["ops"].select("pid", "tid").unique().iter_rows()) == threads
     pids = {p for p, _ in threads}
     if _has_table(path, "CUPTI_ACTIVITY_KIND_KERNEL"):
-        pids |= {r[0] for r in _sql(path, "SELECT DISTINCT (globalPid >> 24) & 16777215 "
-                                          "FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+        pids |= {
+            r[0]
+            for r in _sql(
+                path, "SELECT DISTINCT (globalPid >> 24) & 16777215 FROM CUPTI_ACTIVITY_KIND_KERNEL"
+            )
+        }
     assert set(t["ranks"]["pid"]) == pids
 
 
@@ -113,12 +138,17 @@ def test_a100_links_kernels_to_launches_and_nvtx(real_traces: Path) -> None:
     launches = set(t["ops"].filter(pl.col("kind") == "cuda_runtime")["correlation"])
     assert set(kernels["correlation"]) <= launches
     # count per enclosing range, computed independently in SQL on the raw tables
-    expected = dict(_sql(path, """
+    expected = dict(
+        _sql(
+            path,
+            """
         SELECT n.text, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
         JOIN NVTX_EVENTS n ON n.eventType = 59 AND n.globalTid = r.globalTid
              AND n.start <= r.start AND r.start < n."end"
-        GROUP BY n.text"""))
+        GROUP BY n.text""",
+        )
+    )
     got = dict(kernels.drop_nulls("nvtx_range").group_by("nvtx_range").len().iter_rows())
     assert got == expected
     start = _sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
@@ -135,8 +165,11 @@ def test_nvtx_nesting_domains_and_marks(real_traces: Path) -> None:
     by_id = {r["op_id"]: r for r in ops.iter_rows(named=True)}
     layers = ops.filter(pl.col("name") == "layer_0.forward")
     assert layers.height == 3 and set(layers["depth"]) == {1}
-    assert {by_id[p]["name"] for p in layers["parent_id"]} == {"train_step_0", "train_step_1",
-                                                                "train_step_2"}
+    assert {by_id[p]["name"] for p in layers["parent_id"]} == {
+        "train_step_0",
+        "train_step_1",
+        "train_step_2",
+    }
     nccl = ops.filter(pl.col("name") == "ncclAllReduce")  # registered string via textId
     assert nccl.height == 6 and set(nccl["domain"]) == {"NCCL"}
     marks = ops.filter(pl.col("name") == "optimizer.step")
@@ -152,7 +185,8 @@ def test_json_export_decodes_nccl_payloads(real_traces: Path) -> None:
     payload_events = [e for e in nvtx if "BinaryData" in e.get("Payload", {})]
     t = _tables(path)
     assert t["ops"].filter(pl.col("kind") == "nvtx").height == sum(
-        e["Type"] in (34, 59, 60) for e in nvtx)
+        e["Type"] in (34, 59, 60) for e in nvtx
+    )
     coll = t["collectives"]
     assert coll.height == len(payload_events) == 6
     assert set(coll["comm"]) == {"0x5ae77eb5ea4ec1ee"}
@@ -283,16 +317,32 @@ def _libnvtx() -> bool:
     return ctypes.util.find_library("nvToolsExt") is not None
 
 
-@pytest.mark.skipif(shutil.which("nsys") is None,
-                    reason="nsys not on PATH (scripts/install-nsys.sh installs it on Debian)")
+@pytest.mark.skipif(
+    shutil.which("nsys") is None,
+    reason="nsys not on PATH (scripts/install-nsys.sh installs it on Debian)",
+)
 @pytest.mark.skipif(not _libnvtx(), reason="libnvToolsExt.so.1 not installed (libnvtoolsext1)")
 def test_real_nsys_profile_of_a_cpu_program(tmp_path: Path) -> None:
     prog = tmp_path / "prog.py"
     prog.write_text(_NVTX_PROGRAM)
     run = {"cwd": tmp_path, "capture_output": True, "timeout": 300, "check": True}
-    subprocess.run(["nsys", "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none",
-                    "-o", "rep", "--force-overwrite=true", sys.executable, str(prog)],
-                   env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"}, **run)
+    subprocess.run(
+        [
+            "nsys",
+            "profile",
+            "-t",
+            "nvtx,osrt",
+            "--sample=none",
+            "--cpuctxsw=none",
+            "-o",
+            "rep",
+            "--force-overwrite=true",
+            sys.executable,
+            str(prog),
+        ],
+        env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
+        **run,
+    )
     if not (tmp_path / "rep.nsys-rep").exists() and not (tmp_path / "rep.qdrep").exists():
         pytest.skip("nsys wrote no report (QdstrmImporter missing: run scripts/install-nsys.sh)")
     report = next(tmp_path.glob("rep.*rep"))
