@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 import polars as pl
 
@@ -42,7 +43,7 @@ _ENV_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$')
 
 def connect(path: Path, timeout_s: float = 1.0) -> sqlite3.Connection:
     """Open ``path`` read-only; a locked database fails after ``timeout_s`` (no ``immutable``)."""
-    uri = f"file:{path.resolve().as_posix()}?mode=ro"
+    uri = f"file:{quote(path.resolve().as_posix())}?mode=ro"
     return sqlite3.connect(uri, uri=True, timeout=timeout_s)
 
 
