@@ -21,6 +21,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 FORMATS: dict[str, str] = {
     "flight_recorder": "pipeline.ingest.flight_recorder",
     "kineto": "pipeline.ingest.kineto",
+    "nsys": "pipeline.ingest.nsys",
 }
 
 

@@ -26,6 +26,7 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest.kineto_comms import collectives_table, communicators_table
 from pipeline.ingest.nesting import add_nesting, add_scope_path
 from pipeline.ingest.result import ParseResult, Warnings
+from pipeline.ingest.vocab import kernel_kind_expr
 
 HOST_KINDS = (
     "cpu_op",
@@ -378,25 +379,15 @@ def _ops(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     ).sort("op_id")
 
 
-_KERNEL_KINDS = [
-    ("comm", r"nccl|rccl|msccl"),
-    ("attention", r"flash|fmha|attention|sdpa|mha_"),
-    ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|matmul|gemv|wgmma|s16816|s1688|hgemm|sgemm"),
-    ("conv", r"conv|cudnn|winograd|implicit"),
-    ("norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|bn_fw|bn_bw"),
-    ("reduction", r"reduce|softmax|sum_kernel|argmax|cross_entropy|nll_loss"),
-    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|fill"),
-]
-
-
 def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
-    """Classify a GPU activity by category and kernel name (case-insensitive)."""
-    lower = name.str.to_lowercase()
-    expr = pl.when(cat == "gpu_memcpy").then(pl.lit("memcpy"))
-    expr = expr.when(cat == "gpu_memset").then(pl.lit("memset"))
-    for kind, pattern in _KERNEL_KINDS:
-        expr = expr.when(lower.str.contains(pattern)).then(pl.lit(kind))
-    return expr.otherwise(pl.lit("other"))
+    """Classify a GPU activity: memcpy and memset by category, kernels by name."""
+    return (
+        pl.when(cat == "gpu_memcpy")
+        .then(pl.lit("memcpy"))
+        .when(cat == "gpu_memset")
+        .then(pl.lit("memset"))
+        .otherwise(kernel_kind_expr(name))
+    )
 
 
 def _kernels(events: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

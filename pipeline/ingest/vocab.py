@@ -81,3 +81,25 @@ def message_bytes_expr(
     """
     elements = pl.when(op.is_in(["all_gather", "gather"])).then(out_count).otherwise(in_count)
     return pl.when(op.is_in(["send_recv", "unknown"])).then(None).otherwise(elements * size)
+
+
+#: Kernel name pattern (case-insensitive) -> kind; first match wins.
+_KERNEL_KINDS: list[tuple[str, str]] = [
+    ("comm", r"nccl|rccl|msccl"),
+    ("attention", r"flash|fmha|attention|attn|sdpa|mha_"),
+    ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|matmul|gemv|wgmma|[sh](?:884|1688|16816)"),
+    ("conv", r"conv|cudnn|winograd|implicit"),
+    ("norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|norm_kernel|bn_fw|bn_bw"),
+    ("reduction", r"reduce|reduction|softmax|sum_kernel|argmax|cross_entropy|nll_loss"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|fill"),
+]
+
+
+def kernel_kind_expr(name: pl.Expr) -> pl.Expr:
+    """Classify a GPU kernel by its name: comm, attention, gemm, conv, norm, reduction,
+    elementwise or other. Copies and memsets are classified by their source, not here."""
+    lower = name.str.to_lowercase()
+    expr = pl.when(name.is_null()).then(pl.lit("other"))
+    for kind, pattern in _KERNEL_KINDS:
+        expr = expr.when(lower.str.contains(pattern)).then(pl.lit(kind))
+    return expr.otherwise(pl.lit("other"))

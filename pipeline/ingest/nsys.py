@@ -1,0 +1,107 @@
+"""Nsight Systems exports: ``sniff`` and ``parse`` for the SQLite and json exports.
+
+``nsys export --type sqlite`` (any schema version, 2020.x to 3.28) is read with Python's
+``sqlite3``, read-only; ``nsys export --type json`` (line-delimited, optionally gzipped) with
+orjson. Both go through the same table builders (``nsys_tables``), which write ``kernels``
+(CUDA kernels, memcpys, memsets), ``ops`` (CUDA runtime/driver calls and NVTX ranges and
+marks), ``ranks`` (one row per process and GPU in the report) and ``collectives`` (NCCL
+calls with their NVTX payloads and kernels). Helpers live in ``nsys_*.py`` beside this file.
+
+A file that cannot be read (not SQLite, not an Nsight export, damaged, locked by another
+writer) raises one :class:`TraceFormatError` naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline.errors import TraceFormatError
+from pipeline.ingest import nsys_json, nsys_sqlite, nsys_tables
+from pipeline.ingest.result import ParseResult
+
+FORMAT = "nsys"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_MARKERS = tuple(t.encode() for t in nsys_sqlite.NSIGHT_TABLES)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True when ``head`` (the first 64 KiB, gunzipped) is clearly an Nsight export.
+
+    SQLite: the magic header and Nsight table names in the schema page, or, when the schema
+    lies beyond the head, in ``sqlite_master`` read from ``path``. json: the string table
+    line followed by nsys event records.
+    """
+    if head.startswith(SQLITE_MAGIC):
+        if any(m in head for m in _MARKERS):
+            return True
+        try:
+            con = nsys_sqlite.connect(Path(path), timeout_s=0.1)
+            try:
+                return bool(nsys_sqlite.table_names(con) & set(nsys_sqlite.NSIGHT_TABLES))
+            finally:
+                con.close()
+        except (sqlite3.Error, OSError):
+            return False
+    return nsys_json.sniff_head(head)
+
+
+def parse(path: Path) -> ParseResult:
+    """Parse one export into dataset tables (see the module docstring)."""
+    path = Path(path)
+    head = _head(path)
+    result = ParseResult(format=FORMAT)
+    if head.startswith(SQLITE_MAGIC):
+        raw = _read_sqlite(path)
+    elif head.startswith(b"\x1f\x8b") or head.lstrip().startswith(b"{"):
+        raw = nsys_json.read(path, _lines(path))
+    else:
+        raise TraceFormatError(
+            path, "not an Nsight Systems export (neither SQLite nor json)", offset=0
+        )
+    tables, rank_source = nsys_tables.build(raw, path, result.warnings)
+    result.tables = tables
+    result.format_version = raw.format_version
+    result.rank_source = rank_source
+    return result
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(64)
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open: {exc.strerror or exc}") from None
+
+
+def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
+    con = None
+    try:
+        con = nsys_sqlite.connect(path)
+        tables = nsys_sqlite.table_names(con)
+        if not tables & set(nsys_sqlite.NSIGHT_TABLES):
+            raise TraceFormatError(
+                path,
+                "SQLite database is not an Nsight Systems export (no StringIds, "
+                "NVTX_EVENTS, CUPTI_ACTIVITY_KIND_* or export metadata tables)",
+            )
+        return nsys_sqlite.read(con)
+    except sqlite3.Error as exc:
+        raise TraceFormatError(path, f"cannot read SQLite database: {exc}") from None
+    finally:
+        if con is not None:
+            con.close()
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    try:
+        with open(path, "rb") as raw_fh:
+            magic = raw_fh.read(2)
+        opener = gzip.open if magic == b"\x1f\x8b" else open
+        with opener(path, "rb") as fh:
+            yield from fh
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(path, f"cannot read json export: {exc}") from None

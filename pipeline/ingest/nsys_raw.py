@@ -1,0 +1,101 @@
+"""The in-between form of an Nsight Systems export: a few Polars frames plus report facts.
+
+Both readers (``nsys_sqlite`` for ``nsys export --type sqlite``, ``nsys_json`` for the
+line-delimited ``--type json`` export) produce an :class:`NsysRaw`; ``nsys_tables`` turns it
+into dataset tables. Times here are still the export's own (capture-relative) nanoseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+#: GPU activity: kernels, memcpys and memsets in one frame (``activity`` says which).
+KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "device": pl.Int64,
+    "stream": pl.Int64,
+    "correlation": pl.Int64,
+    "global_pid": pl.Int64,
+    "name": pl.Utf8,
+    "short_name": pl.Utf8,
+    "activity": pl.Utf8,
+    "bytes": pl.Int64,
+    "copy_kind": pl.Int64,
+    "grid_x": pl.Int64,
+    "grid_y": pl.Int64,
+    "grid_z": pl.Int64,
+    "block_x": pl.Int64,
+    "block_y": pl.Int64,
+    "block_z": pl.Int64,
+}
+
+#: CUDA runtime and driver API calls (``event_class`` 0 = runtime, 1 = driver).
+RUNTIME_SCHEMA: dict[str, pl.DataType] = {
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "event_class": pl.Int64,
+    "global_tid": pl.Int64,
+    "correlation": pl.Int64,
+    "name": pl.Utf8,
+}
+
+#: NVTX events of every type; ``text`` already resolved (inline text or registered string).
+NVTX_SCHEMA: dict[str, pl.DataType] = {
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "event_type": pl.Int64,
+    "text": pl.Utf8,
+    "global_tid": pl.Int64,
+    "end_global_tid": pl.Int64,
+    "domain_id": pl.Int64,
+    "range_id": pl.Int64,
+    "payload": pl.Binary,
+}
+
+# ENUM_NSYS_EVENT_TYPE codes (identical in every export seen, 2022.4 .. 2026.4).
+NVTX_MARK = 34
+NVTX_PUSH_POP = 59
+NVTX_START_END = 60
+NVTX_DOMAIN_CREATE = 75
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A frame with ``schema`` and no rows."""
+    return pl.DataFrame(schema=schema)
+
+
+def frame(rows: list[tuple], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Rows (tuples in ``schema`` order) into a frame; one bulk conversion, no per-row work."""
+    if not rows:
+        return empty(schema)
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+@dataclass
+class ProcessInfo:
+    """What the report says about one profiled process."""
+
+    name: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NsysRaw:
+    """Everything the table builders need from one export."""
+
+    kernels: pl.DataFrame
+    runtime: pl.DataFrame
+    nvtx: pl.DataFrame
+    processes: dict[int, ProcessInfo] = field(default_factory=dict)
+    session_start_ns: int | None = None
+    times_absolute: bool = False
+    format_version: str | None = None
+    hostname: str | None = None
+    gpu_names: dict[int, str] = field(default_factory=dict)
+    mpi_ranks: dict[int, int] = field(default_factory=dict)
+    capture_env: dict[str, str] = field(default_factory=dict)
+    capture_args: list[str] = field(default_factory=list)

@@ -1,0 +1,357 @@
+"""Nsight Systems exports: every real export, bad input, generated exports, real nsys."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.dataset.schema import conform
+from pipeline.errors import TraceFormatError
+from pipeline.ingest import nsys
+from pipeline.synth.nsys import Layout, write_export
+
+NSYS_FILES = [
+    "a100_vector_add/vector_add_profile_v3.sqlite",
+    "cpu_nvtx_nccl_like/nsys2023.4_cpu_nvtx_nccl_like.sqlite",
+    "cpu_nvtx_nccl_like/nsys2023.4_cpu_nvtx_nccl_like.json.gz",
+]
+SQLITE_FILES = [f for f in NSYS_FILES if f.endswith(".sqlite")]
+
+
+def _head(path: Path) -> bytes:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        return fh.read(65536)
+
+
+def _tables(path: Path) -> dict[str, pl.DataFrame]:
+    result = nsys.parse(path)
+    assert result.format == "nsys"
+    out = {}
+    for name, table in result.tables.items():
+        out[name] = pl.from_arrow(conform(name, table, job="j", source="nsys", file_id="f"))
+    return out
+
+
+def _sql(path: Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+def _has_table(path: Path, table: str) -> bool:
+    return bool(_sql(path, f"SELECT 1 FROM sqlite_master WHERE name = '{table}'"))
+
+
+def test_every_real_export_is_listed(real_traces: Path) -> None:
+    found = sorted(
+        str(p.relative_to(real_traces / "nsys"))
+        for p in (real_traces / "nsys").rglob("*")
+        if p.is_file()
+    )
+    assert found == sorted(NSYS_FILES)
+
+
+@pytest.mark.parametrize("name", NSYS_FILES)
+def test_real_export_sniffed_and_conforms(real_traces: Path, name: str) -> None:
+    path = real_traces / "nsys" / name
+    assert nsys.sniff(path, _head(path))
+    tables = _tables(path)
+    assert set(tables) == {"kernels", "ops", "ranks", "collectives"}
+    assert tables["ranks"].height >= 1
+
+
+@pytest.mark.parametrize("name", SQLITE_FILES)
+def test_sqlite_counts_match_the_database(real_traces: Path, name: str) -> None:
+    path = real_traces / "nsys" / name
+    t = _tables(path)
+    kernels = t["kernels"].filter(~pl.col("kind").is_in(["memcpy", "memset"]))
+    expected = (
+        _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+        if _has_table(path, "CUPTI_ACTIVITY_KIND_KERNEL")
+        else 0
+    )
+    assert kernels.height == expected
+    memcpys = (
+        _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY")[0][0]
+        if _has_table(path, "CUPTI_ACTIVITY_KIND_MEMCPY")
+        else 0
+    )
+    assert t["kernels"].filter(pl.col("kind") == "memcpy").height == memcpys
+    nvtx = _sql(
+        path,
+        "SELECT eventType, count(*) FROM NVTX_EVENTS "
+        "WHERE eventType IN (34, 59, 60) GROUP BY eventType",
+    )
+    ops = t["ops"].filter(pl.col("kind") == "nvtx")
+    assert ops.height == sum(n for _, n in nvtx)
+    runtime = (
+        _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME")[0][0]
+        if _has_table(path, "CUPTI_ACTIVITY_KIND_RUNTIME")
+        else 0
+    )
+    assert t["ops"].filter(pl.col("kind").str.starts_with("cuda_")).height == runtime
+
+
+@pytest.mark.parametrize("name", SQLITE_FILES)
+def test_processes_and_threads(real_traces: Path, name: str) -> None:
+    path = real_traces / "nsys" / name
+    t = _tables(path)
+    union = ["SELECT globalTid AS g FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)"]
+    if _has_table(path, "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        union.append("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    threads = set(
+        _sql(
+            path,
+            "SELECT DISTINCT (g >> 24) & 16777215, g & 16777215 FROM ("
+            + " UNION ALL ".join(union)
+            + ")",
+        )
+    )
+    assert set(t["ops"].select("pid", "tid").unique().iter_rows()) == threads
+    pids = {p for p, _ in threads}
+    if _has_table(path, "CUPTI_ACTIVITY_KIND_KERNEL"):
+        pids |= {
+            r[0]
+            for r in _sql(
+                path, "SELECT DISTINCT (globalPid >> 24) & 16777215 FROM CUPTI_ACTIVITY_KIND_KERNEL"
+            )
+        }
+    assert set(t["ranks"]["pid"]) == pids
+
+
+def test_a100_links_kernels_to_launches_and_nvtx(real_traces: Path) -> None:
+    path = real_traces / "nsys" / "a100_vector_add" / "vector_add_profile_v3.sqlite"
+    t = _tables(path)
+    kernels = t["kernels"].filter(pl.col("kind") != "memcpy")
+    launches = set(t["ops"].filter(pl.col("kind") == "cuda_runtime")["correlation"])
+    assert set(kernels["correlation"]) <= launches
+    # count per enclosing range, computed independently in SQL on the raw tables
+    expected = dict(
+        _sql(
+            path,
+            """
+        SELECT n.text, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+        JOIN NVTX_EVENTS n ON n.eventType = 59 AND n.globalTid = r.globalTid
+             AND n.start <= r.start AND r.start < n."end"
+        GROUP BY n.text""",
+        )
+    )
+    got = dict(kernels.drop_nulls("nvtx_range").group_by("nvtx_range").len().iter_rows())
+    assert got == expected
+    start = _sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
+    first = _sql(path, "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+    assert kernels["start_ns"].min() == start + first
+    assert set(kernels["kind"]) == {"other"}  # vectorAdd is none of the known kinds
+    names = set(t["ops"].filter(pl.col("kind") == "cuda_runtime")["name"])
+    assert "cudaLaunchKernel_v7000" in names
+
+
+def test_nvtx_nesting_domains_and_marks(real_traces: Path) -> None:
+    path = real_traces / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"
+    ops = _tables(path)["ops"]
+    by_id = {r["op_id"]: r for r in ops.iter_rows(named=True)}
+    layers = ops.filter(pl.col("name") == "layer_0.forward")
+    assert layers.height == 3 and set(layers["depth"]) == {1}
+    assert {by_id[p]["name"] for p in layers["parent_id"]} == {
+        "train_step_0",
+        "train_step_1",
+        "train_step_2",
+    }
+    nccl = ops.filter(pl.col("name") == "ncclAllReduce")  # registered string via textId
+    assert nccl.height == 6 and set(nccl["domain"]) == {"NCCL"}
+    marks = ops.filter(pl.col("name") == "optimizer.step")
+    assert (marks["dur_ns"] == 0).all() and set(marks["depth"]) == {1}
+    start_end = ops.filter(pl.col("name") == "async_prefetch")
+    assert start_end["depth"].to_list() == [None]
+
+
+def test_json_export_decodes_nccl_payloads(real_traces: Path) -> None:
+    path = real_traces / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.json.gz"
+    events = [json.loads(line) for line in gzip.open(path, "rt")]
+    nvtx = [e["NvtxEvent"] for e in events if "NvtxEvent" in e]
+    payload_events = [e for e in nvtx if "BinaryData" in e.get("Payload", {})]
+    t = _tables(path)
+    assert t["ops"].filter(pl.col("kind") == "nvtx").height == sum(
+        e["Type"] in (34, 59, 60) for e in nvtx
+    )
+    coll = t["collectives"]
+    assert coll.height == len(payload_events) == 6
+    assert set(coll["comm"]) == {"0x5ae77eb5ea4ec1ee"}
+    assert sorted(set(coll["bytes"])) == [1 << 20, 2 << 20]
+    assert set(coll["redop"]) == {"sum"} and set(coll["op"]) == {"all_reduce"}
+    assert coll["seq"].to_list() == list(range(6))
+
+
+def test_sqlite_without_payloads_warns_and_leaves_bytes_null(real_traces: Path) -> None:
+    path = real_traces / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"
+    result = nsys.parse(path)
+    coll = pl.from_arrow(result.tables["collectives"])
+    assert coll.height == 6 and coll["bytes"].null_count() == 6
+    assert set(coll["op"]) == {"all_reduce"}
+    assert any("without NCCL NVTX payload" in m for m in result.warnings.messages())
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def _one_line_error(path: Path) -> str:
+    with pytest.raises(TraceFormatError) as info:
+        nsys.parse(path)
+    text = str(info.value)
+    assert str(path) in text and "\n" not in text
+    return text
+
+
+def test_sqlite_that_is_not_nsight(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.commit()
+    con.close()
+    assert not nsys.sniff(path, path.read_bytes()[:65536])
+    assert "not an Nsight Systems export" in _one_line_error(path)
+
+
+def test_corrupt_database(tmp_path: Path, real_traces: Path) -> None:
+    src = real_traces / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"
+    data = bytearray(src.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page
+    path = tmp_path / "corrupt.sqlite"
+    path.write_bytes(bytes(data))
+    assert "cannot read SQLite database" in _one_line_error(path)
+
+
+def test_locked_database(tmp_path: Path) -> None:
+    path = write_export(tmp_path / "locked.sqlite")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        assert "locked" in _one_line_error(path)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert nsys.parse(path).tables["kernels"].num_rows > 0
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", b'{"data":["a"]}\n{not json\n'])
+def test_empty_or_bad_json(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    _one_line_error(path)
+
+
+# --- generated exports ----------------------------------------------------------------------
+
+
+def test_generated_export_has_the_real_schema(tmp_path: Path, real_traces: Path) -> None:
+    real = real_traces / "nsys" / "a100_vector_add" / "vector_add_profile_v3.sqlite"
+    path = write_export(tmp_path / "job.sqlite", ranks=[0, 1, 2, 3])
+    query = "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+    mine = dict(_sql(path, query))
+    theirs = dict(_sql(real, query))
+    assert all(mine[t] == theirs[t] for t in mine)
+    t = _tables(path)
+    lay = Layout()
+    per_rank = lay.steps * lay.layers * (lay.gemms_per_layer + 1)
+    assert t["kernels"].height == 4 * per_rank
+    assert t["ranks"]["rank"].sort().to_list() == [0, 1, 2, 3]
+    assert t["kernels"].group_by("rank").len()["len"].to_list() == [per_rank] * 4
+    coll = t["collectives"]
+    assert coll.height == 4 * lay.steps * lay.layers and set(coll["op"]) == {"all_reduce"}
+    assert coll["start_ns"].null_count() == 0  # every call found its kernel
+    gemm = t["kernels"].filter(pl.col("kind") == "gemm")
+    assert set(gemm["nvtx_range"]) == {"layer_0.forward", "layer_1.forward"}
+
+
+def test_generated_export_with_payloads_gives_ranks_and_bytes(tmp_path: Path) -> None:
+    path = write_export(tmp_path / "node1.sqlite", ranks=[8, 9], world_size=16, payloads=True)
+    result = nsys.parse(path)
+    assert result.rank_source == "nccl_nvtx"
+    ranks = pl.from_arrow(result.tables["ranks"])
+    assert ranks["rank"].to_list() == [8, 9] and set(ranks["world_size"]) == {16}
+    coll = pl.from_arrow(result.tables["collectives"])
+    assert set(coll["bytes"]) == {Layout().allreduce_bytes} and set(coll["group_size"]) == {16}
+
+
+def test_rank_from_file_name(tmp_path: Path) -> None:
+    path = write_export(tmp_path / "job_rank5.sqlite", ranks=[0])
+    result = nsys.parse(path)
+    assert result.rank_source == "file_name"
+    assert pl.from_arrow(result.tables["ranks"])["rank"].to_list() == [5]
+
+
+# --- real nsys --------------------------------------------------------------------------------
+
+_NVTX_PROGRAM = """
+import ctypes, time
+lib = ctypes.CDLL("libnvToolsExt.so.1")
+lib.nvtxRangePushA.argtypes = [ctypes.c_char_p]
+lib.nvtxMarkA.argtypes = [ctypes.c_char_p]
+for step in range(2):
+    lib.nvtxRangePushA(f"step_{step}".encode())
+    for layer in range(3):
+        lib.nvtxRangePushA(f"layer_{layer}".encode())
+        time.sleep(0.001)
+        lib.nvtxRangePop()
+    lib.nvtxMarkA(b"optimizer.step")
+    lib.nvtxRangePop()
+"""
+
+
+def _libnvtx() -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library("nvToolsExt") is not None
+
+
+@pytest.mark.skipif(
+    shutil.which("nsys") is None,
+    reason="nsys not on PATH (scripts/install-nsys.sh installs it on Debian)",
+)
+@pytest.mark.skipif(not _libnvtx(), reason="libnvToolsExt.so.1 not installed (libnvtoolsext1)")
+def test_real_nsys_profile_of_a_cpu_program(tmp_path: Path) -> None:
+    prog = tmp_path / "prog.py"
+    prog.write_text(_NVTX_PROGRAM)
+    run = {"cwd": tmp_path, "capture_output": True, "timeout": 300, "check": True}
+    subprocess.run(
+        [
+            "nsys",
+            "profile",
+            "-t",
+            "nvtx,osrt",
+            "--sample=none",
+            "--cpuctxsw=none",
+            "-o",
+            "rep",
+            "--force-overwrite=true",
+            sys.executable,
+            str(prog),
+        ],
+        env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
+        **run,
+    )
+    if not (tmp_path / "rep.nsys-rep").exists() and not (tmp_path / "rep.qdrep").exists():
+        pytest.skip("nsys wrote no report (QdstrmImporter missing: run scripts/install-nsys.sh)")
+    report = next(tmp_path.glob("rep.*rep"))
+    subprocess.run(["nsys", "export", "--type", "sqlite", "-o", "rep.sqlite", str(report)], **run)
+    path = tmp_path / "rep.sqlite"
+    assert nsys.sniff(path, _head(path))
+    t = _tables(path)
+    ops = t["ops"].filter(pl.col("kind") == "nvtx")
+    assert ops.filter(pl.col("name").str.starts_with("layer_")).height == 6
+    assert set(ops.filter(pl.col("name").str.starts_with("layer_"))["depth"]) == {1}
+    assert ops.filter(pl.col("name") == "optimizer.step").height == 2
+    assert t["ranks"].height == 1
