@@ -23,7 +23,12 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest.kineto_comms import collectives_table, communicators_table
+from pipeline.ingest.kineto_comms import (
+    collectives_table,
+    communicators_table,
+    int_list,
+    json_value,
+)
 from pipeline.ingest.nesting import add_nesting, add_scope_path
 from pipeline.ingest.result import ParseResult, Warnings
 from pipeline.ingest.vocab import kernel_kind_expr
@@ -258,8 +263,8 @@ def _events_frame(trace: Trace, warnings: Warnings) -> pl.DataFrame:
         "tid": (pl.Int64, [e.tid for e in evs]),
         "ts": (pl.Binary, [bytes(e.ts) for e in evs]),
         "dur": (pl.Binary, [bytes(e.dur) or b"0" for e in evs]),
-        "grid": (pl.List(pl.Int64), [_int_list(a.grid) for a in args]),
-        "block": (pl.List(pl.Int64), [_int_list(a.block) for a in args]),
+        "grid": (pl.List(pl.Int64), [int_list(a.grid) for a in args]),
+        "block": (pl.List(pl.Int64), [int_list(a.block) for a in args]),
         "input_dims": (pl.String, [_raw_text(a.input_dims) for a in args]),
         "input_types": (pl.String, [_raw_text(a.input_type) for a in args]),
         "concrete_inputs": (pl.String, [_raw_text(a.concrete_inputs) for a in args]),
@@ -443,7 +448,7 @@ def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
     emb = ops.filter((pl.col("name") == "aten::embedding") & pl.col("step").is_not_null())
     rows = []
     for step, dims_text in emb.select("step", "input_dims").iter_rows():
-        dims = _json_or_none(dims_text)
+        dims = json_value(dims_text)
         if not dims or len(dims) < 2 or len(dims[0]) != 2 or len(dims[1]) != 2:
             continue
         rows.append((step, dims[0][0], dims[1][0], dims[1][1]))
@@ -508,20 +513,5 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return value
-    return None
-
-
 def _raw_text(value: msgspec.Raw) -> str | None:
     return bytes(value).decode("utf-8", "replace") if value else None
-
-
-def _json_or_none(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return None

@@ -91,7 +91,7 @@ def communicators_table(trace: Trace, rank: int, collectives: pl.DataFrame) -> p
         "pg_name", "_pg_desc", "_pg_ranks", "group_size"
     ).iter_rows():
         if name not in rows:
-            ranks = _int_list(_json(ranks_text))
+            ranks = int_list(json_value(ranks_text))
             rows[name] = {
                 "pg_name": name,
                 "pg_desc": desc,
@@ -133,7 +133,7 @@ def _pg_config(trace: Trace) -> dict[str, dict[str, Any]]:
     for pg in info.get("pg_config") or []:
         if not isinstance(pg, dict) or pg.get("pg_name") is None:
             continue
-        ranks = _int_list(pg.get("ranks"))
+        ranks = int_list(pg.get("ranks"))
         size = pg.get("pg_size") if isinstance(pg.get("pg_size"), int) else None
         out[str(pg["pg_name"])] = {
             "pg_name": str(pg["pg_name"]),
@@ -365,14 +365,14 @@ def _peer(groups: dict[str, dict[str, Any]]) -> pl.Expr:
 
 
 def _peer_from_inputs(text: str | None) -> int | None:
-    values = _json(text)
+    values = json_value(text)
     if isinstance(values, list) and len(values) > 2 and str(values[2]).lstrip("-").isdigit():
         return int(values[2])
     return None
 
 
 def _first_numel(text: str | None) -> int | None:
-    dims = _json(text)
+    dims = json_value(text)
     if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
         return None
     numel = 1
@@ -384,13 +384,14 @@ def _first_numel(text: str | None) -> int | None:
 
 
 def _first_type(text: str | None) -> str | None:
-    types = _json(text)
+    types = json_value(text)
     if isinstance(types, list) and types and isinstance(types[0], str) and types[0]:
         return None if types[0] in ("TensorList", "Scalar") else types[0]
     return None
 
 
-def _json(text: str | None) -> Any:
+def json_value(text: str | None) -> Any:
+    """The value of JSON ``text``; None for null or malformed text."""
     if text is None:
         return None
     try:
@@ -399,7 +400,8 @@ def _json(text: str | None) -> Any:
         return None
 
 
-def _int_list(value: Any) -> list[int] | None:
+def int_list(value: Any) -> list[int] | None:
+    """``value`` when it is a list of ints, else None."""
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return value
     return None
