@@ -480,7 +480,7 @@ def _ranks_table(rank_map, inits, parts, world, version) -> pl.DataFrame:
         _hex_pad((bus // 16) % 256, 2),
         _hex_pad(bus % 16, 1),
     )
-    exact = version if version and version[0].isdigit() and "-" not in version else None
+    exact = version if version and version[0].isdigit() and version.count(".") >= 2 else None
     return (
         rank_map.join(info, on=["host", "pid", "dev"], how="left")
         .with_columns(
