@@ -26,6 +26,8 @@ _HOST = r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)"
 _LOC = r"(?:(?P<loc>\d+\.\d+ \S+|\S+:\d+(?: \(\S+\))?) )?"
 _LEVEL = r"NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT)\b ?(?P<msg>.*)$"
 PREFIX_FULL = rf"^(?P<wrapper>(?:.*[\s:>\]\)])?){_HOST}(?: \[(?P<dev>\d+)\])? {_LOC}{_LEVEL}"
+# The part before ' NCCL ' on the fast path (same groups as PREFIX_FULL, short haystack).
+_HEAD = rf"^(?P<wrapper>(?:.*[\s:>\]\)])?){_HOST}(?: \[(?P<dev>\d+)\])?(?: (?P<loc>\d+\.\d+ \S+|\S+:\d+(?: \(\S+\))?))?$"
 # Prefix trimmed by whoever pasted the log: ' [0] NCCL INFO ...' or 'NCCL INFO ...'.
 PREFIX_TRIMMED = rf"^(?P<wrapper>.*?)(?:\[(?P<dev>\d+)\] )?{_LOC}{_LEVEL}"
 
@@ -194,8 +196,11 @@ def split_prefix(lines: pl.DataFrame) -> pl.DataFrame:
     line. Lines that are neither (other program output) are dropped.
     """
     has_nccl = lines.filter(pl.col("line").str.contains("NCCL ", literal=True))
-    full = has_nccl.with_columns(pl.col("line").str.extract_groups(PREFIX_FULL).alias("p")).unnest("p")
-    ok = full.filter(pl.col("level").is_not_null())
+    fast = _fast_prefix(has_nccl)
+    ok_fast = fast.filter(pl.col("level").is_not_null())
+    slow = fast.filter(pl.col("level").is_null()).select("line_no", "line")
+    full = slow.with_columns(pl.col("line").str.extract_groups(PREFIX_FULL).alias("p")).unnest("p")
+    ok = pl.concat([ok_fast, full.filter(pl.col("level").is_not_null())], how="diagonal_relaxed")
     rest = full.filter(pl.col("level").is_null()).select("line_no", "line")
     trimmed = (
         rest.with_columns(pl.col("line").str.extract_groups(PREFIX_TRIMMED).alias("p"))
@@ -233,6 +238,32 @@ def split_prefix(lines: pl.DataFrame) -> pl.DataFrame:
         .cast(pl.Int64)
         .alias("launcher_rank"),
     )
+
+
+def _fast_prefix(lines: pl.DataFrame) -> pl.DataFrame:
+    """The common case without a regex over the whole line: split at the first ' NCCL ',
+    read the level with slices, and match only the short head (wrapper, host:pid:tid, dev).
+
+    Rows this cannot settle (no ' NCCL ' with a known level, a head that does not match, or a
+    second prefix inside the message) come back with ``level`` null for the full pattern.
+    """
+    parts = pl.col("line").str.splitn(" NCCL ", 2)
+    out = lines.with_columns(parts.struct.field("field_0").alias("head"), parts.struct.field("field_1").alias("rest"))
+    l4 = pl.col("rest").str.slice(0, 4)
+    l5 = pl.col("rest").str.slice(0, 5)
+    after = pl.col("rest").str.slice(pl.col("level").str.len_bytes() + 1)
+    out = out.with_columns(
+        pl.when(l4.is_in(["INFO", "WARN", "CALL"]) & (pl.col("rest").str.slice(4, 1).is_in([" ", ""])))
+        .then(l4)
+        .when(l5.is_in(["TRACE", "ABORT"]) & (pl.col("rest").str.slice(5, 1).is_in([" ", ""])))
+        .then(l5)
+        .alias("level"),
+        pl.col("head").str.extract_groups(_HEAD).alias("h"),
+    ).unnest("h")
+    out = out.with_columns(after.alias("msg"))
+    second = pl.col("msg").str.contains(" NCCL INFO ", literal=True) | pl.col("msg").str.contains(" NCCL WARN ", literal=True)
+    settled = pl.col("level").is_not_null() & pl.col("host").is_not_null() & ~second
+    return out.with_columns(pl.when(settled).then("level").alias("level")).drop("head", "rest")
 
 
 def tag_kinds(nccl: pl.DataFrame) -> pl.DataFrame:
