@@ -1,4 +1,4 @@
-"""Shared fixtures: where the real traces are (``../shared/real_traces`` or $TOKENWIRE_REAL_TRACES)."""
+"""Shared fixtures: the real traces (``../shared/real_traces`` or $TOKENWIRE_REAL_TRACES)."""
 
 from __future__ import annotations
 

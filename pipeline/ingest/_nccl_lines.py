@@ -27,7 +27,10 @@ _LOC = r"(?:(?P<loc>\d+\.\d+ \S+|\S+:\d+(?: \(\S+\))?) )?"
 _LEVEL = r"NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT)\b ?(?P<msg>.*)$"
 PREFIX_FULL = rf"^(?P<wrapper>(?:.*[\s:>\]\)])?){_HOST}(?: \[(?P<dev>\d+)\])? {_LOC}{_LEVEL}"
 # The part before ' NCCL ' on the fast path (same groups as PREFIX_FULL, short haystack).
-_HEAD = rf"^(?P<wrapper>(?:.*[\s:>\]\)])?){_HOST}(?: \[(?P<dev>\d+)\])?(?: (?P<loc>\d+\.\d+ \S+|\S+:\d+(?: \(\S+\))?))?$"
+_HEAD = (
+    rf"^(?P<wrapper>(?:.*[\s:>\]\)])?){_HOST}(?: \[(?P<dev>\d+)\])?"
+    r"(?: (?P<loc>\d+\.\d+ \S+|\S+:\d+(?: \(\S+\))?))?$"
+)
 # Prefix trimmed by whoever pasted the log: ' [0] NCCL INFO ...' or 'NCCL INFO ...'.
 PREFIX_TRIMMED = rf"^(?P<wrapper>.*?)(?:\[(?P<dev>\d+)\] )?{_LOC}{_LEVEL}"
 
@@ -70,8 +73,12 @@ COLLNET_CONN = (
     r"^(?:CollNet|Coll) (?P<channel>\d+)(?:/\d+)? : (?P<src>\d+) \[(?P<direction>send|receive)\]"
     r" via (?P<via>.+?)\s*$"
 )
-RING_ORDER = r"^Channel (?P<channel>\d+)/(?P<nchannels>\d+) :(?P<order>(?: +-?\d+)+)(?: ?\.\.\.)?\s*$"
-RING_NEIGHBOURS = r"^Ring (?P<channel>\d+) : (?P<prev>-?\d+) -> (?P<me>-?\d+) -> (?P<next>-?\d+)\s*$"
+RING_ORDER = (
+    r"^Channel (?P<channel>\d+)/(?P<nchannels>\d+) :(?P<order>(?: +-?\d+)+)(?: ?\.\.\.)?\s*$"
+)
+RING_NEIGHBOURS = (
+    r"^Ring (?P<channel>\d+) : (?P<prev>-?\d+) -> (?P<me>-?\d+) -> (?P<next>-?\d+)\s*$"
+)
 TREES_ITEM = r"\[(\d+)\] (-?\d+)/(-?\d+)/(-?\d+)->(-?\d+)->(-?\d+)"
 TREE = (
     r"^Tree (?P<channel>\d+) : (?P<up>-?\d+) -> (?P<me>-?\d+) -> "
@@ -181,7 +188,10 @@ def _lines(data: bytes, first: int, *, cut_last: bool) -> Batch:
         bad = True
     line = pl.Series("line", [text]).str.split("\n").explode().str.strip_suffix("\r")
     frame = pl.DataFrame(
-        {"line_no": pl.int_range(first, first + line.len(), eager=True, dtype=pl.Int64), "line": line}
+        {
+            "line_no": pl.int_range(first, first + line.len(), eager=True, dtype=pl.Int64),
+            "line": line,
+        }
     )
     undecodable = int(line.str.contains("\ufffd", literal=True).sum()) if bad else 0
     return Batch(frame=frame, undecodable=undecodable, cut_last=cut_last)
@@ -248,12 +258,16 @@ def _fast_prefix(lines: pl.DataFrame) -> pl.DataFrame:
     second prefix inside the message) come back with ``level`` null for the full pattern.
     """
     parts = pl.col("line").str.splitn(" NCCL ", 2)
-    out = lines.with_columns(parts.struct.field("field_0").alias("head"), parts.struct.field("field_1").alias("rest"))
+    out = lines.with_columns(
+        parts.struct.field("field_0").alias("head"), parts.struct.field("field_1").alias("rest")
+    )
     l4 = pl.col("rest").str.slice(0, 4)
     l5 = pl.col("rest").str.slice(0, 5)
     after = pl.col("rest").str.slice(pl.col("level").str.len_bytes() + 1)
     out = out.with_columns(
-        pl.when(l4.is_in(["INFO", "WARN", "CALL"]) & (pl.col("rest").str.slice(4, 1).is_in([" ", ""])))
+        pl.when(
+            l4.is_in(["INFO", "WARN", "CALL"]) & (pl.col("rest").str.slice(4, 1).is_in([" ", ""]))
+        )
         .then(l4)
         .when(l5.is_in(["TRACE", "ABORT"]) & (pl.col("rest").str.slice(5, 1).is_in([" ", ""])))
         .then(l5)
@@ -261,7 +275,9 @@ def _fast_prefix(lines: pl.DataFrame) -> pl.DataFrame:
         pl.col("head").str.extract_groups(_HEAD).alias("h"),
     ).unnest("h")
     out = out.with_columns(after.alias("msg"))
-    second = pl.col("msg").str.contains(" NCCL INFO ", literal=True) | pl.col("msg").str.contains(" NCCL WARN ", literal=True)
+    second = pl.col("msg").str.contains(" NCCL INFO ", literal=True) | pl.col("msg").str.contains(
+        " NCCL WARN ", literal=True
+    )
     settled = pl.col("level").is_not_null() & pl.col("host").is_not_null() & ~second
     return out.with_columns(pl.when(settled).then("level").alias("level")).drop("head", "rest")
 

@@ -27,7 +27,9 @@ _SNIFF = re.compile(
     r"(?m)#\s+size\s+count\s+type\s+(?:redop\s+)?root\s+time|^.{0,40}# nThread \d+ nGpus \d+"
     r"|# Collective test starting: \w+_perf"
 )
-_PREFIX = r"^(?:\[\d+,(?P<l1>\d+)\]<std(?:out|err)>:|\[rank(?P<l2>\d+)\]:|\[(?P<l3>\d+)\] )?(?P<body>.*)$"
+_PREFIX = (
+    r"^(?:\[\d+,(?P<l1>\d+)\]<std(?:out|err)>:|\[rank(?P<l2>\d+)\]:|\[(?P<l3>\d+)\] )?(?P<body>.*)$"
+)
 _HEADER = r"#\s+size\s+count\s+type\s+"
 _ROW_START = r"^\s*\d+\s+\d+\s+[A-Za-z]"
 _HALF = r"\s+(?P<t{0}>\S+)\s+(?P<a{0}>\S+)\s+(?P<b{0}>\S+)\s+(?P<w{0}>\S+)"
@@ -37,16 +39,34 @@ _ROW = (
 )
 _OP_NAME = r"(?:^|[\s/:])([a-z]+(?:_[a-z]+)*)_perf\b"
 _OPS = {
-    "all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-    "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
-    "sendrecv": "send_recv", "gather": "gather", "scatter": "scatter", "hypercube": "hypercube",
-}  # fmt: skip
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "send_recv",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
+}
 _DTYPES = {
-    "float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16",
-    "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64",
-    "uint64": "uint64", "char": "int8", "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2",
-    "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2",
-}  # fmt: skip
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "bfloat16": "bfloat16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int64": "int64",
+    "uint64": "uint64",
+    "char": "int8",
+    "fp8_e4m3": "float8_e4m3",
+    "fp8_e5m2": "float8_e5m2",
+    "f8e4m3": "float8_e4m3",
+    "f8e5m2": "float8_e5m2",
+}
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -97,14 +117,19 @@ def parse(path: Path) -> ParseResult:
     return ParseResult(
         format=FORMAT,
         tables={"bandwidth_tests": _arrow(table)},
-        format_version="with redop" if lines["body"].str.contains(r"#\s+size\s+count\s+type\s+redop").any()
-        else "without redop" if has_header else None,  # fmt: skip
+        format_version="with redop"
+        if lines["body"].str.contains(r"#\s+size\s+count\s+type\s+redop").any()
+        else "without redop"
+        if has_header
+        else None,  # fmt: skip
         rank_source="launcher_prefix" if lines["launcher_rank"].is_not_null().any() else "default",
         warnings=warnings,
     )
 
 
-def _rows(lines: pl.DataFrame, candidates: pl.DataFrame, path: Path, warnings: Warnings) -> pl.DataFrame:
+def _rows(
+    lines: pl.DataFrame, candidates: pl.DataFrame, path: Path, warnings: Warnings
+) -> pl.DataFrame:
     """Table rows with the op, nranks and rank of their test, one row per half."""
     op_name = pl.col("body").str.extract(_OP_NAME, 1)
     marks = lines.with_columns(
@@ -112,10 +137,16 @@ def _rows(lines: pl.DataFrame, candidates: pl.DataFrame, path: Path, warnings: W
         pl.col("body").str.contains(r"^#\s*Using devices").cum_sum().alias("section"),
         pl.col("body").str.contains(r"^#\s+Rank\s+\d+\s.*Pid\s+\d+").alias("is_rank"),
     ).with_columns(pl.col("op").forward_fill())
-    nranks = marks.filter(pl.col("is_rank")).group_by("section").agg(pl.len().cast(pl.Int64).alias("nranks"))
+    nranks = (
+        marks.filter(pl.col("is_rank"))
+        .group_by("section")
+        .agg(pl.len().cast(pl.Int64).alias("nranks"))
+    )
     default_op = _OPS.get(m.group(1)) if (m := re.search(_OP_NAME, path.name)) else None
     ex = (
-        candidates.select("line_no", "launcher_rank", pl.col("body").str.extract_groups(_ROW).alias("r"))
+        candidates.select(
+            "line_no", "launcher_rank", pl.col("body").str.extract_groups(_ROW).alias("r")
+        )
         .unnest("r")
         .join(marks.select("line_no", "op", "section"), on="line_no", how="left")
         .join(nranks, on="section", how="left")
@@ -133,7 +164,9 @@ def _rows(lines: pl.DataFrame, candidates: pl.DataFrame, path: Path, warnings: W
             pl.col("count").cast(pl.Int64),
             pl.col("type").replace_strict(_DTYPES, default=pl.col("type")).alias("dtype"),
             pl.when(pl.col("redop") != "none").then("redop").alias("redop"),
-            pl.when(pl.col("root").cast(pl.Int64) >= 0).then(pl.col("root").cast(pl.Int64)).alias("root"),
+            pl.when(pl.col("root").cast(pl.Int64) >= 0)
+            .then(pl.col("root").cast(pl.Int64))
+            .alias("root"),
             pl.lit(placement).alias("placement"),
             pl.col(f"t{i}").cast(f64, strict=False).alias("time_us"),
             pl.col(f"a{i}").cast(f64, strict=False).alias("algbw_gbps"),
@@ -154,4 +187,6 @@ def _arrow(frame: pl.DataFrame) -> pa.Table:
     if frame.height:
         return frame.to_arrow()
     schema = table_schema("bandwidth_tests").arrow
-    return pa.Table.from_pylist([], schema=pa.schema([f for f in schema if f.name not in WRITER_COLUMNS]))
+    return pa.Table.from_pylist(
+        [], schema=pa.schema([f for f in schema if f.name not in WRITER_COLUMNS])
+    )

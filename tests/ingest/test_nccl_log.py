@@ -19,10 +19,12 @@ COLL_LINE = re.compile(
     r": opCount [0-9a-fA-F]+ sendbuff "
 )
 INIT_LINE = re.compile(
-    r"([^\s:\[\]]+):(\d+):\d+ \[\d+\] NCCL INFO (?:\w+ )?comm (0x[0-9a-f]+) rank (\d+) n[rR]anks (\d+)"
+    r"([^\s:\[\]]+):(\d+):\d+ \[\d+\] NCCL INFO (?:\w+ )?comm (0x[0-9a-f]+) rank (\d+) n[rR]anks (\d+)"  # noqa: E501
     r"(?:.*commId (0x[0-9a-f]+))?"
 )
-CONN_LINE = re.compile(r"NCCL INFO (?:Channel|Ring) \d+(?:/\d+)? : \d+\[\w+\] -> \d+\[\w+\].* via (.+?)\s*$")
+CONN_LINE = re.compile(
+    r"NCCL INFO (?:Channel|Ring) \d+(?:/\d+)? : \d+\[\w+\] -> \d+\[\w+\].* via (.+?)\s*$"
+)
 
 
 def _logs(real_traces: Path) -> list[Path]:
@@ -53,26 +55,45 @@ def test_every_real_log_collectives_comms_transports(real_traces):
         assert t["collectives"].height == sum(bool(COLL_LINE.search(x)) for x in lines), path.name
         # Communicators: every Init / nRanks line's (comm, rank in comm, nranks) is a row.
         inits = [m for x in lines if (m := INIT_LINE.search(x))]
-        comm_id = {(m[1], m[2], m[3]): m[6] for m in inits if m[6]}  # the 2.20+ nRanks line has none
+        comm_id = {
+            (m[1], m[2], m[3]): m[6] for m in inits if m[6]
+        }  # the 2.20+ nRanks line has none
         expected = {(comm_id.get((m[1], m[2], m[3]), m[3]), int(m[4]), int(m[5])) for m in inits}
         got = set(
-            t["communicators"].filter(pl.col("rank_in_comm").is_not_null())
-            .select("comm", "rank_in_comm", "nranks").iter_rows()
-        )  # fmt: skip
+            t["communicators"]
+            .filter(pl.col("rank_in_comm").is_not_null())
+            .select("comm", "rank_in_comm", "nranks")
+            .iter_rows()
+        )
         assert got == expected, path.name
         # Connection lines: the transports exactly as printed.
         printed = Counter(m[1] for x in lines if (m := CONN_LINE.search(x)))
-        conn = t["topology"].filter(pl.col("kind") == "connection") if t["topology"].height else None
-        rows = Counter(re.sub(r" \[(?:send|receive)\]$", "", d) for d in conn["detail"]) if conn is not None else Counter()
+        conn = (
+            t["topology"].filter(pl.col("kind") == "connection") if t["topology"].height else None
+        )
+        rows = (
+            Counter(re.sub(r" \[(?:send|receive)\]$", "", d) for d in conn["detail"])
+            if conn is not None
+            else Counter()
+        )
         assert rows == printed, path.name
         # WARN lines are all kept.
         warns = sum(" NCCL WARN " in x for x in lines)
-        kept = t["log_messages"].filter(pl.col("level") == "WARN").height if t["log_messages"].height else 0
+        kept = (
+            t["log_messages"].filter(pl.col("level") == "WARN").height
+            if t["log_messages"].height
+            else 0
+        )
         assert kept == warns, path.name
 
 
 def test_ranks_from_init_lines(real_traces):
-    for name in ("nccl-issue-1189.log", "nccl-tests-issue-29.log", "nccl-tests-issue-252.log", "nccl-issue-952.log"):
+    for name in (
+        "nccl-issue-1189.log",
+        "nccl-tests-issue-29.log",
+        "nccl-tests-issue-252.log",
+        "nccl-issue-952.log",
+    ):
         path = real_traces / "nccl_logs" / name
         lines = _lines(path)
         inits = [m for x in lines if (m := INIT_LINE.search(x))]
@@ -97,7 +118,9 @@ def test_1189_world_comm_and_net_ib(real_traces):
     assert recv.select("channel", "peer", "transport", "detail").rows() == [
         (7, 0, "NET/IB", "NET/IB/3/GDRDMA [receive]")
     ]
-    trees = topo.filter((pl.col("kind") == "tree") & (pl.col("rank") == 0) & (pl.col("channel") == 0))
+    trees = topo.filter(
+        (pl.col("kind") == "tree") & (pl.col("rank") == 0) & (pl.col("channel") == 0)
+    )
     assert trees["peers"].to_list() == [[-1, 1, 2, -1]]  # '[0] 1/2/-1->0->-1': up -1, down 1/2/-1
 
 
@@ -116,7 +139,9 @@ def test_transport_families(real_traces):
     topo = _parse(real_traces / "nccl_logs" / "nccl-issue-392.log")["topology"]
     shm = topo.filter(pl.col("transport") == "SHM")
     assert shm["detail"].to_list() == ["direct shared memory"] and shm["peer"].to_list() == [7]
-    assert set(topo["rank"]) == {0}  # prefix trimmed to ' [0] NCCL INFO': rank 0 from its ring lines
+    assert set(topo["rank"]) == {
+        0
+    }  # prefix trimmed to ' [0] NCCL INFO': rank 0 from its ring lines
 
 
 def test_collective_lines(real_traces):
@@ -134,10 +159,19 @@ def test_collective_lines(real_traces):
     ]
     bc = _parse(d / "nccl-issue-147.log")["collectives"].sort("collective_id")
     assert bc["op"].unique().to_list() == ["broadcast"]
-    assert bc["bytes"].to_list() == [53 * 8, 53 * 8, 25503912 * 2, 53 * 8, 25503912 * 2, 25503912 * 2]
+    assert bc["bytes"].to_list() == [
+        53 * 8,
+        53 * 8,
+        25503912 * 2,
+        53 * 8,
+        25503912 * 2,
+        25503912 * 2,
+    ]
     assert bc["root"].to_list() == [0] * 6
     one = _parse(d / "nccl-issue-734.log")
-    assert one["collectives"].select("rank", "op", "peer", "bytes").rows() == [(-1, "send", 1, 257536 * 4)]
+    assert one["collectives"].select("rank", "op", "peer", "bytes").rows() == [
+        (-1, "send", 1, 257536 * 4)
+    ]
 
 
 def test_version_banner_and_shapes(real_traces):
@@ -158,7 +192,11 @@ def test_version_banner_and_shapes(real_traces):
 def test_launcher_rank_prefix(real_traces):
     t = _parse(real_traces / "nccl_logs" / "nccl-issue-1713.log")
     ranks = set(t["ranks"].select("rank", "host", "pid").iter_rows())
-    assert (3, "aiplatform-wlf2-ge78-70", 102987) in ranks and (0, "aiplatform-wlf2-ge78-72", 58070) in ranks
+    assert (3, "aiplatform-wlf2-ge78-70", 102987) in ranks and (
+        0,
+        "aiplatform-wlf2-ge78-72",
+        58070,
+    ) in ranks
 
 
 def test_warn_lines_kept(real_traces):
@@ -166,15 +204,17 @@ def test_warn_lines_kept(real_traces):
     msgs = pl.from_arrow(r.tables["log_messages"])
     assert msgs.select("level", "location").unique().rows() == [("WARN", "misc/ibvwrap.cc:63")]
     path = real_traces / "nccl_logs" / "nccl-issue-857.log"
-    assert msgs["line"].to_list() == [i for i, x in enumerate(_lines(path), 1) if " NCCL WARN " in x]
+    assert msgs["line"].to_list() == [
+        i for i, x in enumerate(_lines(path), 1) if " NCCL WARN " in x
+    ]
     assert "NCCL WARN line (x3)" in r.warnings.messages()
 
 
 def _synthetic() -> bytes:
     a = "[1,0]<stdout>:n1:100:100 [0] NCCL INFO "
     b = "[1,1]<stdout>:n1:101:101 [1] NCCL INFO "
-    init = "ncclCommInitRank comm {p} rank {r} nranks 2 cudaDev {r} nvmlDev {r} busId {bus} commId 0xabc - Init COMPLETE"
-    coll = "{op}: opCount {oc} sendbuff 0x7f0000000000 recvbuff 0x7f0000100000 count {c} datatype {dt} op 0 root 0 comm {p} [nranks=2] stream 0x5500"
+    init = "ncclCommInitRank comm {p} rank {r} nranks 2 cudaDev {r} nvmlDev {r} busId {bus} commId 0xabc - Init COMPLETE"  # noqa: E501
+    coll = "{op}: opCount {oc} sendbuff 0x7f0000000000 recvbuff 0x7f0000100000 count {c} datatype {dt} op 0 root 0 comm {p} [nranks=2] stream 0x5500"  # noqa: E501
     lines = [
         "Epoch 0 starting",
         b + init.format(p="0x2000", r=1, bus="1c000"),
@@ -222,7 +262,12 @@ def test_interleaved_prefixed_crlf_latin1_cut(tmp_path):
     assert msgs.select("rank", "line", "recognized").rows() == [(1, 12, False), (0, 14, False)]
     assert msgs["subsys"].to_list() == [None, "COLL"]
     text = " | ".join(r.warnings.messages())
-    for needle in ("last line cut", "damaged line", "non-UTF-8 bytes replaced", "unrecognised NCCL line"):
+    for needle in (
+        "last line cut",
+        "damaged line",
+        "non-UTF-8 bytes replaced",
+        "unrecognised NCCL line",
+    ):
         assert needle in text
     assert r.format_version == ">=2.24"
 
@@ -230,13 +275,15 @@ def test_interleaved_prefixed_crlf_latin1_cut(tmp_path):
 def test_timestamps_and_torchrun_prefix(tmp_path):
     path = tmp_path / "ts.log"
     path.write_text(
-        "[rank1]:[2026-03-02 14:07:55.104233] h:7:7 [1] NCCL INFO comm 0x10 rank 1 nranks 2 cudaDev 1 busId 1c000 - Init COMPLETE\n"
-        "[rank1]:[2026-03-02 14:07:56.000001] h:7:7 [1] NCCL INFO Broadcast: opCount 5 sendbuff 0x1 recvbuff 0x1 count 10 datatype 0 op 0 root 0 comm 0x10 [nranks=2] stream 0x0\n"
+        "[rank1]:[2026-03-02 14:07:55.104233] h:7:7 [1] NCCL INFO comm 0x10 rank 1 nranks 2 cudaDev 1 busId 1c000 - Init COMPLETE\n"  # noqa: E501
+        "[rank1]:[2026-03-02 14:07:56.000001] h:7:7 [1] NCCL INFO Broadcast: opCount 5 sendbuff 0x1 recvbuff 0x1 count 10 datatype 0 op 0 root 0 comm 0x10 [nranks=2] stream 0x0\n"  # noqa: E501
         "\n"
-        "[2026-03-02 14:07:57] h:7:9 [1] transport/net_ib.cc:1456 (ncclIbTest) NCCL WARN NET/IB : Got completion\n"
+        "[2026-03-02 14:07:57] h:7:9 [1] transport/net_ib.cc:1456 (ncclIbTest) NCCL WARN NET/IB : Got completion\n"  # noqa: E501
     )
     t = {k: pl.from_arrow(v) for k, v in nccl_log.parse(path).tables.items()}
-    assert t["collectives"].select("rank", "op", "root", "bytes", "op_count").rows() == [(1, "broadcast", 0, 10, 5)]
+    assert t["collectives"].select("rank", "op", "root", "bytes", "op_count").rows() == [
+        (1, "broadcast", 0, 10, 5)
+    ]
     assert t["log_messages"].select("rank", "line", "level", "location").rows() == [
         (1, 4, "WARN", "transport/net_ib.cc:1456 (ncclIbTest)")
     ]

@@ -29,7 +29,9 @@ def _expected_rows(path: Path) -> int:
 
 def _parse(path: Path) -> pl.DataFrame:
     r = nccl_tests.parse(path)
-    conform("bandwidth_tests", r.tables["bandwidth_tests"], job="j", source="nccl_tests", file_id="f")
+    conform(
+        "bandwidth_tests", r.tables["bandwidth_tests"], job="j", source="nccl_tests", file_id="f"
+    )
     return pl.from_arrow(r.tables["bandwidth_tests"])
 
 
@@ -49,13 +51,17 @@ def test_integer_times_and_footer(real_traces):
         ("out_of_place", 158070.0, 54.34, 95.10, 0),
         ("in_place", 158561.0, 54.17, 94.80, 0),
     ]
-    assert set(t["dtype"]) == {"float32"} and set(t["redop"]) == {"sum"} and t["root"].is_null().all()
+    assert (
+        set(t["dtype"]) == {"float32"} and set(t["redop"]) == {"sum"} and t["root"].is_null().all()
+    )
 
 
 def test_old_header_without_redop(real_traces):
     r = nccl_tests.parse(real_traces / "nccl_tests" / "nccl-tests-issue-82.txt")
     t = pl.from_arrow(r.tables["bandwidth_tests"])
-    assert t.select("op", "size_bytes", "count", "redop", "root", "time_us", "wrong", "nranks").rows() == [
+    assert t.select(
+        "op", "size_bytes", "count", "redop", "root", "time_us", "wrong", "nranks"
+    ).rows() == [
         ("broadcast", 8, 2, None, 0, 45.82, None, 2),
         ("broadcast", 8, 2, None, 0, 38.17, None, 2),
     ]
@@ -64,7 +70,9 @@ def test_old_header_without_redop(real_traces):
 
 def test_devices_command_and_half_row(real_traces):
     t = _parse(real_traces / "nccl_tests" / "nccl-issue-1530.txt")
-    assert t.select("op", "nranks", "placement", "time_us").rows() == [("all_reduce", 8, "out_of_place", 42.56)]
+    assert t.select("op", "nranks", "placement", "time_us").rows() == [
+        ("all_reduce", 8, "out_of_place", 42.56)
+    ]
     aws = nccl_tests.parse(real_traces / "nccl_tests" / "aws-k8s-tester-pr-503.txt")
     assert aws.rank_source == "launcher_prefix"
     assert set(pl.from_arrow(aws.tables["bandwidth_tests"])["rank"]) == {0}
@@ -74,18 +82,20 @@ def test_several_tests_and_damage(tmp_path):
     path = tmp_path / "out.txt"
     path.write_bytes(
         b"# Collective test starting: all_reduce_perf\r\n"
-        b"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\r\n"
-        b"        1024           256     float     sum      -1    10.00    0.10    0.15      0    9.50    0.11    0.16    N/A\r\n"
+        b"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\r\n"  # noqa: E501
+        b"        1024           256     float     sum      -1    10.00    0.10    0.15      0    9.50    0.11    0.16    N/A\r\n"  # noqa: E501
         b"# Collective test starting: all_gather_perf\r\n"
         b"# Using devices\r\n#  Rank  0 Group  0 Pid  1 on h device  0 [0000:4c:00] GPU\r\n"
         b"#  Rank  1 Group  0 Pid  2 on h device  1 [0000:4d:00] GPU\r\n"
-        b"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\r\n"
-        b"        2048           256  bfloat16    none      -1    1.2e+03   0.00    0.00      0    11.0    0.19    0.09      0\r\n"
+        b"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\r\n"  # noqa: E501
+        b"        2048           256  bfloat16    none      -1    1.2e+03   0.00    0.00      0    11.0    0.19    0.09      0\r\n"  # noqa: E501
         b"        4096           512  bfloat16    none      -1    20.00    0.20"
     )
     r = nccl_tests.parse(path)
     t = pl.from_arrow(r.tables["bandwidth_tests"])
-    assert t.select("op", "size_bytes", "dtype", "redop", "placement", "time_us", "wrong", "nranks").rows() == [
+    assert t.select(
+        "op", "size_bytes", "dtype", "redop", "placement", "time_us", "wrong", "nranks"
+    ).rows() == [
         ("all_reduce", 1024, "float32", "sum", "out_of_place", 10.0, 0, None),
         ("all_reduce", 1024, "float32", "sum", "in_place", 9.5, None, None),
         ("all_gather", 2048, "bfloat16", None, "out_of_place", 1200.0, 0, 2),
