@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import bench_kineto
+from benchmarks import bench_kineto, bench_nccl_log, bench_nsys
 
 
 def main() -> None:
-    """Run all benchmarks in turn."""
-    sys.argv = sys.argv[:1]
-    bench_kineto.main()
+    """Run all benchmarks in turn, each with its default (full) sizes."""
+    for bench in (bench_kineto, bench_nccl_log, bench_nsys):
+        sys.argv = [bench.__name__]
+        bench.main()
 
 
 if __name__ == "__main__":

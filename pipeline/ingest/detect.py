@@ -22,6 +22,9 @@ FORMATS: dict[str, str] = {
     "flight_recorder": "pipeline.ingest.flight_recorder",
     "kineto": "pipeline.ingest.kineto",
     "nsys": "pipeline.ingest.nsys",
+    # nccl-tests output often carries NCCL INFO lines too: its table is what makes it special.
+    "nccl_tests": "pipeline.ingest.nccl_tests",
+    "nccl_log": "pipeline.ingest.nccl_log",
 }
 
 

@@ -1,0 +1,126 @@
+"""nccl-tests output parser: every real output, plus inline multi-test and damaged cases."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.dataset.schema import conform
+from pipeline.errors import TraceFormatError
+from pipeline.ingest import nccl_tests
+
+ROW = re.compile(r"^(?:\[\d+,\d+\]<stdout>:)?\s*\d+\s+\d+\s+[a-z]\w*\s")
+
+
+def _expected_rows(path: Path) -> int:
+    """Halves printed: (fields after size/count/type/[redop]/root) / 4, counted by hand."""
+    n = 0
+    for line in path.read_text().splitlines():
+        if ROW.match(line):
+            fields = re.sub(r"^\[\d+,\d+\]<stdout>:", "", line).split()
+            head = 5 if fields[3].isalpha() else 4
+            n += (len(fields) - head) // 4
+    return n
+
+
+def _parse(path: Path) -> pl.DataFrame:
+    r = nccl_tests.parse(path)
+    conform(
+        "bandwidth_tests", r.tables["bandwidth_tests"], job="j", source="nccl_tests", file_id="f"
+    )
+    return pl.from_arrow(r.tables["bandwidth_tests"])
+
+
+def test_every_real_output(real_traces):
+    files = sorted((real_traces / "nccl_tests").glob("*.txt"))
+    assert len(files) == 4
+    for path in files:
+        t = _parse(path)
+        assert t.height == _expected_rows(path) > 0, path.name
+        assert t["time_us"].is_not_null().all() and t["busbw_gbps"].is_not_null().all()
+
+
+def test_integer_times_and_footer(real_traces):
+    t = _parse(real_traces / "nccl_tests" / "nccl-tests-issue-252.txt")
+    last = t.filter(pl.col("size_bytes") == 8589934592).sort("placement", descending=True)
+    assert last.select("placement", "time_us", "algbw_gbps", "busbw_gbps", "wrong").rows() == [
+        ("out_of_place", 158070.0, 54.34, 95.10, 0),
+        ("in_place", 158561.0, 54.17, 94.80, 0),
+    ]
+    assert (
+        set(t["dtype"]) == {"float32"} and set(t["redop"]) == {"sum"} and t["root"].is_null().all()
+    )
+
+
+def test_old_header_without_redop(real_traces):
+    r = nccl_tests.parse(real_traces / "nccl_tests" / "nccl-tests-issue-82.txt")
+    t = pl.from_arrow(r.tables["bandwidth_tests"])
+    assert t.select(
+        "op", "size_bytes", "count", "redop", "root", "time_us", "wrong", "nranks"
+    ).rows() == [
+        ("broadcast", 8, 2, None, 0, 45.82, None, 2),
+        ("broadcast", 8, 2, None, 0, 38.17, None, 2),
+    ]
+    assert r.format_version == "without redop"
+
+
+def test_devices_command_and_half_row(real_traces):
+    t = _parse(real_traces / "nccl_tests" / "nccl-issue-1530.txt")
+    assert t.select("op", "nranks", "placement", "time_us").rows() == [
+        ("all_reduce", 8, "out_of_place", 42.56)
+    ]
+    aws = nccl_tests.parse(real_traces / "nccl_tests" / "aws-k8s-tester-pr-503.txt")
+    assert aws.rank_source == "launcher_prefix"
+    assert set(pl.from_arrow(aws.tables["bandwidth_tests"])["rank"]) == {0}
+
+
+def test_several_tests_and_damage(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_bytes(
+        b"# Collective test starting: all_reduce_perf\r\n"
+        b"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\r\n"  # noqa: E501
+        b"        1024           256     float     sum      -1    10.00    0.10    0.15      0    9.50    0.11    0.16    N/A\r\n"  # noqa: E501
+        b"# Collective test starting: all_gather_perf\r\n"
+        b"# Using devices\r\n#  Rank  0 Group  0 Pid  1 on h device  0 [0000:4c:00] GPU\r\n"
+        b"#  Rank  1 Group  0 Pid  2 on h device  1 [0000:4d:00] GPU\r\n"
+        b"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\r\n"  # noqa: E501
+        b"        2048           256  bfloat16    none      -1    1.2e+03   0.00    0.00      0    11.0    0.19    0.09      0\r\n"  # noqa: E501
+        b"        4096           512  bfloat16    none      -1    20.00    0.20"
+    )
+    r = nccl_tests.parse(path)
+    t = pl.from_arrow(r.tables["bandwidth_tests"])
+    assert t.select(
+        "op", "size_bytes", "dtype", "redop", "placement", "time_us", "wrong", "nranks"
+    ).rows() == [
+        ("all_reduce", 1024, "float32", "sum", "out_of_place", 10.0, 0, None),
+        ("all_reduce", 1024, "float32", "sum", "in_place", 9.5, None, None),
+        ("all_gather", 2048, "bfloat16", None, "out_of_place", 1200.0, 0, 2),
+        ("all_gather", 2048, "bfloat16", None, "in_place", 11.0, 0, 2),
+    ]
+    text = " | ".join(r.warnings.messages())
+    assert "damaged table row" in text and "last line cut" in text
+
+
+def test_not_nccl_tests(tmp_path, real_traces):
+    path = tmp_path / "x.txt"
+    path.write_text("nothing to see\n")
+    with pytest.raises(TraceFormatError, match=re.escape(str(path))):
+        nccl_tests.parse(path)
+    (tmp_path / "e.txt").write_bytes(b"")
+    with pytest.raises(TraceFormatError, match="empty"):
+        nccl_tests.parse(tmp_path / "e.txt")
+
+
+def test_sniff(real_traces, tmp_path):
+    for path in sorted((real_traces / "nccl_tests").glob("*.txt")):
+        assert nccl_tests.sniff(path, path.read_bytes()), path.name
+    kineto = next((real_traces / "kineto").glob("*.json.gz"))
+    with gzip.open(kineto) as fh:
+        assert not nccl_tests.sniff(kineto, fh.read(64 * 1024))
+    log = real_traces / "nccl_logs" / "nccl-issue-857.log"
+    assert not nccl_tests.sniff(log, log.read_bytes())
+    assert not nccl_tests.sniff(tmp_path / "r", b"random text 12 34 float\n")
