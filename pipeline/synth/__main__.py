@@ -34,7 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", type=int, default=d.micro_batch)
     p.add_argument("--global-batch", type=int, default=d.global_batch)
     p.add_argument(
-        "--bucket-mb", type=float, default=d.bucket_mb, help="DP gradient bucket size in MiB"
+        "--bucket-size",
+        type=int,
+        default=d.bucket_size,
+        help="DP gradient bucket in elements (0: Megatron's max(40M, 1M*dp))",
     )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             seq_len=args.seq_len,
             micro_batch=args.micro_batch,
             global_batch=args.global_batch,
-            bucket_mb=args.bucket_mb,
+            bucket_size=args.bucket_size,
             seed=args.seed,
             straggler_rank=None if args.straggler_rank < 0 else args.straggler_rank,
         )

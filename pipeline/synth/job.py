@@ -57,7 +57,7 @@ class JobSpec:
     global_batch: int = 16
     steps: int = 2
     first_step: int = 2
-    bucket_mb: float = 25.0
+    bucket_size: int = 0  # DP bucket in elements; 0: Megatron's max(40M, 1M * dp)
     seed: int = 20251201
     straggler_rank: int | None = 5
 
@@ -185,20 +185,13 @@ def stage_params(spec: JobSpec, pp_rank: int) -> list[tuple[str, int]]:
 def dp_buckets(spec: JobSpec, pp_rank: int) -> list[int]:
     """Gradient buckets (elements) in the order they are all-reduced.
 
-    Like Megatron's DDP: parameters are packed in reverse registration order, a bucket is closed
-    once it holds at least ``bucket_mb`` MiB of bf16 gradients; no padding.
+    Megatron's DDP rule: a bucket holds ``bucket_size`` elements (default
+    ``max(40_000_000, 1_000_000 * dp)``); full buckets, then the remainder; no padding.
     """
-    cap = int(spec.bucket_mb * 1024 * 1024) // 2
-    buckets: list[int] = []
-    current = 0
-    for _, n in reversed(stage_params(spec, pp_rank)):
-        current += n
-        if current >= cap:
-            buckets.append(current)
-            current = 0
-    if current:
-        buckets.append(current)
-    return buckets
+    total = sum(n for _, n in stage_params(spec, pp_rank))
+    size = spec.bucket_size or max(40_000_000, 1_000_000 * spec.dp)
+    full, rest = divmod(total, size)
+    return [size] * full + ([rest] if rest else [])
 
 
 # -- simulation ------------------------------------------------------------------------------

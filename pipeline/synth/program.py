@@ -17,11 +17,12 @@ Communication per rank per step (tensor dims as Megatron holds them, ``[s, b, h]
   one per micro-batch per stage boundary, in the 1F1B order.
 - DP all-reduce (bf16) of the stage's gradient buckets after the last micro-batch's backward
   (Megatron's ``finalize_model_grads``, in a ``backward`` range of its own after the schedule).
-- Small extras (analytic-models.md §6.9): per micro-batch on the last stage the loss all-reduce
-  over DP (fp32, 2 elements: loss sum and token count); per step ``num_tokens`` broadcast over
-  PP from the last stage and all-reduce over DP (int32, 1 element); per step the gradient-norm
-  all-reduce over the model-parallel group (fp32, 1 element). No fp16 found-inf all-reduce
-  (bf16 needs no loss scaling); no embedding-grad all-reduce (untied embeddings).
+- Small extras (analytic-models.md §6.9), as ``docs/model.md`` predicts them: once per step on
+  the last stage the loss-reporting all-reduce over DP (fp32, 2 elements: loss sum and token
+  count), after the optimizer and outside the forward/backward/optimizer ranges (phase
+  ``other``). Not emitted: the ``num_tokens`` broadcast/all-reduce (only with per-token loss),
+  the gradient-norm all-reduce over the model-parallel group, fp16 found-inf all-reduces (bf16
+  needs no loss scaling) and the embedding-grad all-reduce (untied embeddings).
 - Collectives on a group of one rank are skipped, as Megatron skips them.
 """
 
@@ -84,7 +85,7 @@ def rank_program(R: J.Rank) -> Gen:
             "user_annotation", f"ProfilerStep#{spec.first_step + k}", R.tid, R.cpu_ns
         )
         R.cpu(25_000)
-        for action, mb in one_f_one_b(R.pp_rank, spec.pp, m):
+        for action, _mb in one_f_one_b(R.pp_rank, spec.pp, m):
             R.tid = R.main_tid
             if action == "F":
                 yield from forward(R, first, last)
@@ -105,8 +106,10 @@ def rank_program(R: J.Rank) -> Gen:
         R.tid = R.main_tid
         with R.op("backward", cat="user_annotation", cost=3_000):
             yield from finalize_model_grads(R)
-        yield from optimizer(R)
+        optimizer(R)
         R.cpu(15_000)
+        if last:  # training_log: loss sum and token count, averaged over data parallel
+            yield from _ar(R, "dp", "fp32", [2])
         R.trace.close(step_ev, R.cpu_ns)
         R.cpu(60_000)
 
@@ -275,8 +278,8 @@ def layer_forward(R: J.Rank, i: int) -> Gen:
 
 
 def cross_entropy(R: J.Rank) -> Gen:
-    """Megatron's vocab-parallel cross entropy: three fp32 TP all-reduces of s*b, then the
-    loss all-reduce over data parallel (loss sum and token count)."""
+    """Megatron's vocab-parallel cross entropy: three fp32 TP all-reduces of s*b (max logit,
+    predicted logit, sum of exps)."""
     s, b, v = R.spec.seq_len, R.spec.micro_batch, R.spec.vocab // R.spec.tp
     logits = ([s, b, v], "float")
     R.simple(
@@ -294,7 +297,6 @@ def cross_entropy(R: J.Rank) -> Gen:
     R.simple("aten::sum", J.REDUCE_SUM, "reduce", 5_000, J.shapes(logits))
     yield from _ar(R, "tp", "fp32", [s, b])
     R.simple("aten::log", J.EXP, "elementwise", 2_600, J.shapes(([s, b], "float")))
-    yield from _ar(R, "dp", "fp32", [2])
 
 
 def _grad_fn(R: J.Rank, name: str) -> Any:
@@ -388,19 +390,15 @@ def backward(R: J.Rank, first: bool, last: bool) -> Gen:
 
 
 def finalize_model_grads(R: J.Rank) -> Gen:
-    """DP gradient all-reduce per bucket, then ``num_tokens`` broadcast (PP) + all-reduce (DP)."""
+    """DP gradient all-reduce of each bucket of the stage's gradient buffer."""
     for bucket in J.dp_buckets(R.spec, R.pp_rank):
         yield from _ar(R, "dp", "bf16", [bucket])
-    if len(R.group["pp"].ranks) > 1:
-        yield from R.collective("pp", "broadcast", "int32", [1], root=R.spec.pp - 1)
-    yield from _ar(R, "dp", "int32", [1])
 
 
-def optimizer(R: J.Rank) -> Gen:
+def optimizer(R: J.Rank) -> None:
     n_params = sum(n for _, n in J.stage_params(R.spec, R.pp_rank))
     with R.op("optimizer", cat="user_annotation", cost=3_000):
         R.simple("aten::_foreach_norm", J.L2NORM, "mta", 4_000 + n_params // 2_000)
-        yield from _ar(R, "mp", "fp32", [1])
         with R.op("aten::item"), R.op("aten::_local_scalar_dense") as ext:
             call = 6_000
             start = max(R.cpu_ns + call - 1_000, R.streams[J.COMPUTE_STREAM] + 1_000)
