@@ -1,0 +1,38 @@
+"""Shared fixtures: where the public real traces are, and small helpers for CLI tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def real_traces_dir() -> Path | None:
+    """``$TOKENWIRE_REAL_TRACES``, else ``../shared/real_traces`` beside the checkout."""
+    env = os.environ.get("TOKENWIRE_REAL_TRACES")
+    path = Path(env) if env else REPO_ROOT.parent / "shared" / "real_traces"
+    return path if path.is_dir() else None
+
+
+@pytest.fixture
+def real_traces() -> Path:
+    """The real traces folder; the test is skipped where it is absent (a user's own clone)."""
+    path = real_traces_dir()
+    if path is None:
+        pytest.skip("../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)")
+    return path
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder``, by relative path: a dataset's exact state."""
+    if not folder.exists():
+        return {}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
