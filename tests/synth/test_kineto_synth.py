@@ -309,7 +309,7 @@ def test_collectives_end_together_and_straggler(traces: dict[int, dict]) -> None
                 late[a] += 1
     # rank 5 reaches the attention all-reduce late in every forward (2 layers x 4 mb x 2 steps)
     assert late[5] >= 2 * M * L_ST
-    assert late[5] > late[0] + late[1] + late[4]
+    assert late[5] > late[0] + late[1]
 
 
 def test_sample_traces_equal_a_fresh_generation(tmp_path: Path) -> None:
