@@ -22,8 +22,6 @@ about models or parallelism.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -428,8 +426,3 @@ def render_trace(top: dict[str, Any], events: list[Event], trace_name: str) -> s
     parts.append(f'  "traceName": {json.dumps(trace_name)}')
     parts.append("}")
     return "\n".join(parts) + "\n"
-
-
-@contextmanager
-def no_op() -> Iterator[None]:  # pragma: no cover - tiny helper for optional scopes
-    yield
