@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check pipeline tests benchmarks
 
 samples: $(STAMP)
-	$(BIN)/python -m pipeline.synth sample_traces
+	$(BIN)/python -m pipeline.synth sample_traces --gzip
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

@@ -1,0 +1,725 @@
+"""A synthetic Megatron-style GPT training job, simulated rank by rank on one clock.
+
+This module owns *what runs when*: the job's knobs (:class:`JobSpec`), the process groups in
+Megatron's rank order (tp-cp-ep-dp-pp: ``rank = tp_rank + tp*dp_rank + tp*dp*pp_rank``), the
+per-rank programs (1F1B pipeline schedule, per-layer compute, tensor/pipeline/data-parallel
+communication) and a small discrete-event simulation that matches every collective across the
+ranks of its communicator: each rank's NCCL kernel starts when that rank reaches it and all of
+them end together, ``alpha + beta * bytes`` after the last one arrived. The trace shape is
+:mod:`pipeline.synth.kineto`'s business.
+
+Each rank program is a Python generator: it emits trace events as it goes and yields a
+:class:`CommRequest` whenever it enqueues a collective; the scheduler sends back the time the
+collective ends once every participant has enqueued it. Everything derives from ``seed``, so a
+given spec always produces the same bytes.
+
+The communication each rank issues per step is documented in ``docs/sample-job.md`` (and
+checked by ``tests/synth/test_kineto_synth.py`` against formulas, not against this code).
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.synth.kineto import KinetoTrace, render_trace
+
+COMPUTE_STREAM = 7
+NCCL_VERSION = "2.26.2"
+BASE_TIME_NS = 1764547200000000000  # 2025-12-01T00:00:00Z, Kineto rounds it to a second
+TRACE_START_US = 2_315_420_000_000  # first ``ts``: Kineto ts are large µs offsets
+
+DTYPE = {  # torch dtype -> (record_param_comms dtype, Input type, bytes, NCCL kernel type)
+    "bf16": ("BFloat16", "c10::BFloat16", 2, "bf16"),
+    "fp32": ("Float", "float", 4, "f32"),
+    "int32": ("Int", "int", 4, "u32"),  # NCCL runs signed sums in the unsigned kernel
+}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The knobs of a synthetic job. Defaults are the bundled ``sample_traces/`` job."""
+
+    tp: int = 2
+    pp: int = 2
+    dp: int = 2
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 8
+    ffn_hidden: int = 1024
+    vocab: int = 8192
+    seq_len: int = 128
+    micro_batch: int = 2
+    global_batch: int = 16
+    steps: int = 2
+    first_step: int = 2
+    bucket_size: int = 0  # DP bucket in elements; 0: Megatron's max(40M, 1M * dp)
+    seed: int = 20251201
+    straggler_rank: int | None = 5
+
+    def __post_init__(self) -> None:
+        checks = [
+            (min(self.tp, self.pp, self.dp, self.layers, self.steps) >= 1, "sizes must be >= 1"),
+            (self.layers % self.pp == 0, "layers must divide by pp"),
+            (self.heads % self.tp == 0, "heads must divide by tp"),
+            (self.hidden % self.heads == 0, "hidden must divide by heads"),
+            (self.ffn_hidden % self.tp == 0, "ffn_hidden must divide by tp"),
+            (self.vocab % self.tp == 0, "vocab must divide by tp"),
+            (
+                self.global_batch % (self.dp * self.micro_batch) == 0,
+                "global_batch must divide by dp * micro_batch",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def layers_per_stage(self) -> int:
+        return self.layers // self.pp
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(tp_rank, dp_rank, pp_rank) of a global rank in Megatron's tp-cp-ep-dp-pp order."""
+        return rank % self.tp, (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
+
+    def rank_of(self, tp_rank: int, dp_rank: int, pp_rank: int) -> int:
+        return tp_rank + self.tp * dp_rank + self.tp * self.dp * pp_rank
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group as ``pg_config`` lists it, plus which parallel dimension it serves."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+    dim: str  # world, dp, mp, tp, pp
+
+    @property
+    def stride(self) -> int:
+        if len(self.ranks) == 1:
+            return 0
+        steps = {b - a for a, b in zip(self.ranks, self.ranks[1:], strict=False)}
+        return steps.pop() if len(steps) == 1 else -1
+
+
+def process_groups(spec: JobSpec) -> list[Group]:
+    """All groups, in the order Megatron creates them (so names agree on every rank)."""
+    t, d, p = spec.tp, spec.dp, spec.pp
+    r = spec.rank_of
+    sets: list[tuple[str, str, list[tuple[int, ...]]]] = [
+        (
+            "dp",
+            "DATA_PARALLEL_GROUP",
+            [tuple(r(i, k, j) for k in range(d)) for j in range(p) for i in range(t)],
+        ),
+        (
+            "mp",
+            "MODEL_PARALLEL_GROUP",
+            [tuple(sorted(r(i, k, j) for j in range(p) for i in range(t))) for k in range(d)],
+        ),
+        (
+            "tp",
+            "TENSOR_MODEL_PARALLEL_GROUP",
+            [tuple(r(i, k, j) for i in range(t)) for j in range(p) for k in range(d)],
+        ),
+        (
+            "pp",
+            "PIPELINE_MODEL_PARALLEL_GROUP",
+            [tuple(r(i, k, j) for j in range(p)) for k in range(d) for i in range(t)],
+        ),
+    ]
+    groups = [Group("0", "default_pg", tuple(range(spec.world)), "world")]
+    for dim, desc, rank_sets in sets:
+        for ranks in sorted(rank_sets):
+            groups.append(Group(str(len(groups)), desc, ranks, dim))
+    return groups
+
+
+def stage_params(spec: JobSpec, pp_rank: int) -> list[tuple[str, int]]:
+    """Parameters one TP rank of a stage holds, in registration order, as (name, elements)."""
+    h, f, t, v = spec.hidden, spec.ffn_hidden, spec.tp, spec.vocab
+    out: list[tuple[str, int]] = []
+    if pp_rank == 0:
+        out += [
+            ("embedding.word_embeddings.weight", v * h // t),
+            ("embedding.position_embeddings.weight", spec.seq_len * h),
+        ]
+    for i in range(spec.layers_per_stage):
+        pre = f"decoder.layers.{i}."
+        out += [
+            (pre + "input_layernorm.weight", h),
+            (pre + "input_layernorm.bias", h),
+            (pre + "self_attention.linear_qkv.weight", 3 * h * h // t),
+            (pre + "self_attention.linear_qkv.bias", 3 * h // t),
+            (pre + "self_attention.linear_proj.weight", h * h // t),
+            (pre + "self_attention.linear_proj.bias", h),
+            (pre + "pre_mlp_layernorm.weight", h),
+            (pre + "pre_mlp_layernorm.bias", h),
+            (pre + "mlp.linear_fc1.weight", f * h // t),
+            (pre + "mlp.linear_fc1.bias", f // t),
+            (pre + "mlp.linear_fc2.weight", h * f // t),
+            (pre + "mlp.linear_fc2.bias", h),
+        ]
+    if pp_rank == spec.pp - 1:
+        out += [
+            ("decoder.final_layernorm.weight", h),
+            ("decoder.final_layernorm.bias", h),
+            ("output_layer.weight", v * h // t),
+        ]
+    return out
+
+
+def dp_buckets(spec: JobSpec, pp_rank: int) -> list[int]:
+    """Gradient buckets (elements) in the order they are all-reduced.
+
+    Megatron's DDP rule: a bucket holds ``bucket_size`` elements (default
+    ``max(40_000_000, 1_000_000 * dp)``); full buckets, then the remainder; no padding.
+    """
+    total = sum(n for _, n in stage_params(spec, pp_rank))
+    size = spec.bucket_size or max(40_000_000, 1_000_000 * spec.dp)
+    full, rest = divmod(total, size)
+    return [size] * full + ([rest] if rest else [])
+
+
+# -- simulation ------------------------------------------------------------------------------
+@dataclass
+class CommRequest:
+    """A rank enqueues one collective (or one side of a send/recv)."""
+
+    key: tuple[Any, ...]  # identical on every participant
+    participants: int
+    arrival_ns: int  # when this rank's NCCL kernel starts
+    op: str
+    nbytes: int
+    group_size: int
+
+
+def comm_duration_ns(op: str, nbytes: int, n: int, key: tuple[Any, ...]) -> int:
+    """Alpha-beta time of one NCCL kernel on NVLink (H100-like), with a little fixed jitter."""
+    if op == "all_reduce":
+        alpha, wire = 7_000 + 1_500 * (n - 1), 2 * (n - 1) / n * nbytes
+    elif op == "broadcast":
+        alpha, wire = 6_000 + 1_000 * (n - 1), nbytes
+    else:  # send / recv
+        alpha, wire = 5_500, nbytes
+    busbw = 280e9 * nbytes / (nbytes + 512 * 1024)  # small messages reach less bandwidth
+    jitter = zlib.crc32(repr(key).encode()) % 900
+    return int(alpha + wire / busbw * 1e9) + jitter
+
+
+def simulate(programs: dict[int, Generator[CommRequest, int, None]]) -> None:
+    """Run rank programs to completion, matching collectives across ranks.
+
+    A collective completes when all its participants have enqueued it; it ends at the last
+    arrival plus its duration, and that end time is sent back to every participant.
+    """
+    arrivals: dict[tuple[Any, ...], dict[int, CommRequest]] = {}
+    done: dict[tuple[Any, ...], int] = {}
+    waiting: dict[int, tuple[Any, ...]] = {}
+    live = dict(programs)
+
+    def advance(rank: int, value: int | None) -> None:
+        try:
+            req = live[rank].send(value)  # type: ignore[arg-type]
+        except StopIteration:
+            del live[rank]
+            return
+        seen = arrivals.setdefault(req.key, {})
+        seen[rank] = req
+        waiting[rank] = req.key
+        if len(seen) == req.participants:
+            last = max(r.arrival_ns for r in seen.values())
+            done[req.key] = last + comm_duration_ns(req.op, req.nbytes, req.group_size, req.key)
+
+    for rank in sorted(live):
+        advance(rank, None)
+    while live:
+        progressed = False
+        for rank in sorted(live):
+            key = waiting.get(rank)
+            if key is not None and key in done:
+                del waiting[rank]
+                advance(rank, done[key])
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"rank programs deadlock waiting on {sorted(waiting.items())}")
+
+
+# -- kernels ---------------------------------------------------------------------------------
+GEMM_FWD = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+    "execute_segment_k_off_kernel__5x_cublas"
+)
+GEMM_DGRAD = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+    "execute_segment_k_off_kernel__5x_cublas"
+)
+GEMM_WGRAD = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x64x64_warpgroupsize1x1x1_"
+    "execute_segment_k_off_kernel__5x_cublas"
+)
+FLASH_FWD = (
+    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<{d}, 128, 128, 4, "
+    "false, false, cutlass::bfloat16_t, Flash_kernel_traits<{d}, 128, 128, 4, "
+    "cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>"
+    "(pytorch_flash::Flash_fwd_params)"
+)
+FLASH_BWD = (
+    "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<"
+    "Flash_bwd_kernel_traits<{d}, 128, 128, 8, 4, 4, 4, false, false, "
+    "cutlass::bfloat16_t, Flash_kernel_traits<{d}, 128, 128, 8, cutlass::bfloat16_t> >, "
+    "true, false, false, false, false, true, false>(pytorch_flash::Flash_bwd_params)"
+)
+LN_FWD = (
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, "
+    "float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, "
+    "float*, float*, c10::BFloat16*)"
+)
+LN_BWD = (
+    "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<"
+    "c10::BFloat16, float>(c10::BFloat16 const*, c10::BFloat16 const*, float const*, "
+    "float const*, c10::BFloat16 const*, c10::BFloat16*, int)"
+)
+LN_BWD_GAMMA = (
+    "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel_32x32<"
+    "c10::BFloat16, float>(long, long, c10::BFloat16 const*, c10::BFloat16 const*, "
+    "float const*, float const*, c10::BFloat16*, c10::BFloat16*)"
+)
+
+
+def _elementwise(functor: str, arity: int) -> str:
+    return (
+        f"void at::native::vectorized_elementwise_kernel<4, {functor}, std::array<char*, "
+        f"{arity}ul> >(int, {functor}, std::array<char*, {arity}ul>)"
+    )
+
+
+ADD = _elementwise("at::native::CUDAFunctor_add<c10::BFloat16>", 3)
+GELU = _elementwise(
+    "at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
+    "::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::"
+    "{lambda(c10::BFloat16)#1}",
+    2,
+)
+GELU_BWD = _elementwise(
+    "at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, "
+    "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::"
+    "operator()() const::{lambda(c10::BFloat16, c10::BFloat16)#1}",
+    3,
+)
+MASKED_FILL = _elementwise(
+    "at::native::(anonymous namespace)::masked_fill_kernel("
+    "at::TensorIterator&, c10::Scalar const&)::{lambda()#1}::operator()() "
+    "const::{lambda()#7}::operator()() const::{lambda(c10::BFloat16, "
+    "bool)#1}",
+    3,
+)
+EXP = _elementwise(
+    "at::native::exp_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::"
+    "operator()() const::{lambda()#1}::operator()() const::{lambda(float)#1}",
+    2,
+)
+EMBED = (
+    "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, "
+    "unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, "
+    "at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, "
+    "at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, "
+    "unsigned int, long)"
+)
+EMBED_BWD = (
+    "void at::native::(anonymous namespace)::embedding_backward_feature_kernel<"
+    "c10::BFloat16, float, long>(long const*, c10::BFloat16 const*, c10::BFloat16*, int, "
+    "long, int, int)"
+)
+REDUCE_MAX = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+    "at::native::MaxOps<float>, unsigned int, float, 4> >(at::native::ReduceOp<float, "
+    "at::native::MaxOps<float>, unsigned int, float, 4>)"
+)
+REDUCE_SUM = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+    "at::native::func_wrapper_t<float, at::native::sum_functor<float, float, "
+    "float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, "
+    "float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::"
+    "{lambda(float, float)#1}>, unsigned int, float, 4>)"
+)
+L2NORM = (
+    "void multi_tensor_apply_kernel<TensorListMetadata<1>, L2NormFunctor<float>, float*, "
+    "float*, bool, int>(long, int volatile*, TensorListMetadata<1>, L2NormFunctor<float>, "
+    "float*, float*, bool, int)"
+)
+ADAM = (
+    "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, int>, "
+    "float, float, float, float, float, float, adamMode_t, float>(long, int volatile*, "
+    "TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, float, "
+    "float, float, adamMode_t, float)"
+)
+
+# name -> (grid, block, registers per thread, shared memory)
+LAUNCH = {
+    "gemm": ((2, 4, 1), (384, 1, 1), 168, 213248),
+    "flash": ((4, 8, 2), (128, 1, 1), 255, 49152),
+    "ln": ((256, 1, 1), (128, 1, 1), 40, 0),
+    "elementwise": ((128, 1, 1), (128, 1, 1), 26, 0),
+    "reduce": ((256, 1, 1), (32, 16, 1), 32, 16),
+    "mta": ((320, 1, 1), (512, 1, 1), 64, 0),
+    "nccl": ((16, 1, 1), (512, 1, 1), 96, 103808),
+    "nccl_p2p": ((2, 1, 1), (512, 1, 1), 96, 103808),
+}
+
+
+def nccl_kernel_name(op: str, dtype: str) -> str:
+    """NCCL >= 2.22 names (``src/device/generate.py``): reductions run in the Sum kernel of
+    their type, signed ints in the unsigned one; broadcast and p2p have one kernel each."""
+    arg = "(ncclDevKernelArgsStorage<4096ul>)"
+    if op == "all_reduce":
+        return f"ncclDevKernel_AllReduce_Sum_{DTYPE[dtype][3]}_RING_LL{arg}"
+    if op == "broadcast":
+        return f"ncclDevKernel_Broadcast_RING_LL{arg}"
+    return f"ncclDevKernel_SendRecv{arg}"
+
+
+def _strides(dims: list[int]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def shapes(
+    *inputs: tuple[list[int] | None, str], concrete: list[str] | None = None
+) -> dict[str, Any]:
+    """record_shapes args in PyTorch's order; ``None`` dims stand for a non-tensor input."""
+    dims = [d if d is not None else [] for d, _ in inputs]
+    return {
+        "Concrete Inputs": concrete if concrete is not None else ["" for _ in inputs],
+        "Input type": [t for _, t in inputs],
+        "Input Strides": [_strides(d) if d else [] for d in dims],
+        "Input Dims": dims,
+    }
+
+
+# -- one rank ------------------------------------------------------------------------------
+@dataclass
+class Rank:
+    """State of one rank while its program runs: clocks, streams, counters, its trace."""
+
+    spec: JobSpec
+    rank: int
+    groups: list[Group]
+    trace: KinetoTrace
+    rng: random.Random
+    cpu_ns: int
+    main_tid: int
+    autograd_tid: int
+    streams: dict[int, int] = field(default_factory=dict)  # stream -> busy until (ns)
+    seq: dict[str, int] = field(default_factory=dict)  # per-group collective counter
+    tid: int = 0
+    autograd_seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.tid = self.main_tid
+        self.tp_rank, self.dp_rank, self.pp_rank = self.spec.coords(self.rank)
+        mine = [g for g in self.groups if self.rank in g.ranks]
+        self.group = {g.dim: g for g in mine}
+        self.stream_of = {"dp": 20, "mp": 24, "tp": 28, "pp": 32}
+        self.streams[COMPUTE_STREAM] = self.cpu_ns
+        for s in self.stream_of.values():
+            self.streams[s] = self.cpu_ns
+
+    # -- CPU time --------------------------------------------------------------------------
+    def cpu(self, base_ns: int) -> None:
+        self.cpu_ns += int(base_ns * (0.9 + 0.2 * self.rng.random()))
+
+    @contextmanager
+    def op(
+        self,
+        name: str,
+        extra: dict[str, Any] | None = None,
+        cat: str = "cpu_op",
+        autograd: bool = False,
+        cost: int = 6_000,
+    ) -> Iterator[int]:
+        seqno = None
+        if autograd:
+            self.autograd_seq += 1
+            seqno = (self.autograd_seq, 1)
+        ev, ext = self.trace.range_event(cat, name, self.tid, self.cpu_ns, extra, seqno)
+        self.cpu(cost // 2)
+        yield ext
+        self.cpu(cost // 2)
+        self.trace.close(ev, self.cpu_ns)
+
+    @contextmanager
+    def module(self, name: str) -> Iterator[None]:
+        module_id = int(name.rsplit("_", 1)[1])
+        ev = self.trace.module_event(name, module_id, self.tid, self.cpu_ns)
+        self.cpu(3_000)
+        yield
+        self.cpu(2_000)
+        self.trace.end_module(ev, self.cpu_ns)
+
+    # -- GPU work --------------------------------------------------------------------------
+    def kernel(self, ext: int, name: str, kind: str, dur_ns: int) -> None:
+        grid, block, regs, smem = LAUNCH[kind]
+        call = int(4_500 * (0.9 + 0.2 * self.rng.random()))
+        start = max(self.cpu_ns + call - 1_000, self.streams[COMPUTE_STREAM] + 1_000)
+        dur = int(dur_ns * (0.95 + 0.1 * self.rng.random()))
+        self.trace.launch_kernel(
+            api="cudaLaunchKernel",
+            tid=self.tid,
+            call_ts=self.cpu_ns,
+            call_dur=call,
+            external_id=ext,
+            kernel=name,
+            stream=COMPUTE_STREAM,
+            start=start,
+            dur=dur,
+            grid=grid,
+            block=block,
+            regs=regs,
+            smem=smem,
+        )
+        self.streams[COMPUTE_STREAM] = start + dur
+        self.cpu_ns += call + 800
+
+    def gemm(self, name: str, m: int, n: int, k: int, extra: dict[str, Any]) -> None:
+        with self.op("aten::addmm" if "bias" in extra else "aten::mm", extra.get("shapes")) as ext:
+            flops = 2 * m * n * k
+            self.kernel(ext, name, "gemm", 3_500 + flops * 1_000 // 400_000)
+
+    def simple(
+        self, op: str, kernel: str, kind: str, dur_ns: int, extra: dict[str, Any] | None = None
+    ) -> None:
+        with self.op(op, extra) as ext:
+            self.kernel(ext, kernel, kind, dur_ns)
+
+    def sync_cpu_to_gpu(self) -> None:
+        self.cpu_ns = max(self.cpu_ns, max(self.streams.values())) + 2_000
+
+    # -- communication ---------------------------------------------------------------------
+    def collective(
+        self,
+        dim: str,
+        op: str,
+        dtype: str,
+        dims: list[int],
+        *,
+        peer: int | None = None,
+        root: int | None = None,
+        blocking: bool = True,
+        key_extra: Any = None,
+    ) -> Generator[CommRequest, int, int]:
+        """Emit one collective the way ProcessGroupNCCL records it and wait for its end time.
+
+        ``peer`` (group-local) makes it a send (op ``send``) or recv (op ``recv``).
+        """
+        g = self.group[dim]
+        n = len(g.ranks)
+        nelems = 1
+        for d in dims:
+            nelems *= d
+        rpc_dtype, input_type, size, _ = DTYPE[dtype]
+        local_rank = g.ranks.index(self.rank)
+        stream = self.stream_of[dim]
+        if op == "all_reduce":
+            c10d, coll, title = "c10d::allreduce_", "allreduce", "nccl:all_reduce"
+            concrete = ["", "", "", "", "False", "-1"]
+            c10d_types = ["TensorList", "", "", "", "Scalar", "Scalar"]
+            rank_arg = local_rank
+        elif op == "broadcast":
+            c10d, coll, title = "c10d::broadcast_", "broadcast", "nccl:broadcast"
+            concrete = ["", "", str(root), "0", "False", "-1"]
+            c10d_types = ["TensorList", "", "Scalar", "Scalar", "Scalar", "Scalar"]
+            rank_arg = root
+        elif op == "send":
+            c10d, coll = "c10d::send", "send"
+            title = f"nccl:send {local_rank}->{peer}"
+            concrete, c10d_types = ["", "", str(peer), "0"], ["TensorList", "", "Scalar", "Scalar"]
+            rank_arg = peer
+        else:
+            c10d, coll = "c10d::recv_", "recv"
+            title = f"nccl:recv {local_rank}<-{peer}"
+            concrete, c10d_types = ["", "", str(peer), "0"], ["TensorList", "", "Scalar", "Scalar"]
+            rank_arg = peer
+        c10d_args = {
+            "Concrete Inputs": concrete,
+            "Input type": c10d_types,
+            "Input Strides": [[_strides(dims)]] + [[] for _ in concrete[1:]],
+            "Input Dims": [[dims]] + [[] for _ in concrete[1:]],
+        }
+        meta = {
+            "Collective name": coll,
+            "In msg nelems": nelems,
+            "Out msg nelems": nelems,
+            "Group size": n,
+            "dtype": rpc_dtype,
+            "In split size": "[]",
+            "Out split size": "[]",
+            "Process Group Name": g.name,
+            "Process Group Description": g.desc,
+            "Process Group Ranks": "[" + ", ".join(map(str, g.ranks)) + "]",
+        }
+        rpc_args = {
+            "Collective name": coll,
+            "Process Group Description": g.desc,
+            "dtype": rpc_dtype,
+            "Rank": rank_arg,
+            "Input Strides": [_strides(dims)],
+            "Concrete Inputs": [""],
+            "Out msg nelems": nelems,
+            "Process Group Name": g.name,
+            "Input type": [input_type],
+            "Global rank stride": g.stride,
+            "Out split size": "[]",
+            "In split size": "[]",
+            "Process Group Ranks": meta["Process Group Ranks"],
+            "Group size": n,
+            "Input Dims": [dims],
+            "Global rank start": g.ranks[0],
+            "In msg nelems": nelems,
+        }
+        if peer is None:
+            participants, key_group = n, g.name
+        else:
+            participants = 2
+            lo, hi = sorted((self.rank, g.ranks[peer]))
+            key_group = f"p2p:{lo}:{hi}"
+        seq = self.seq.get(key_group, 0)
+        self.seq[key_group] = seq + 1
+        with self.op(c10d, c10d_args, cost=14_000):
+            with self.op("record_param_comms", rpc_args, cost=10_000) as rpc_ext:
+                self.trace.runtime_call("cudaEventRecord", self.tid, self.cpu_ns, 1_800, rpc_ext)
+                self.cpu(2_500)
+                self.trace.runtime_call(
+                    "cudaStreamWaitEvent", self.tid, self.cpu_ns, 1_200, rpc_ext
+                )
+                self.cpu(2_000)
+                with self.op(title, cat="user_annotation", cost=4_000) as ann_ext:
+                    call = int(16_000 * (0.9 + 0.2 * self.rng.random()))
+                    arrival = max(
+                        self.cpu_ns + call - 2_000,
+                        self.streams[stream] + 1_000,
+                        self.streams[COMPUTE_STREAM] + 1_500,
+                    )
+                    end = yield CommRequest(
+                        key=(key_group, seq, key_extra),
+                        participants=participants,
+                        arrival_ns=arrival,
+                        op=op,
+                        nbytes=nelems * size,
+                        group_size=n,
+                    )
+                    kind = "nccl" if peer is None else "nccl_p2p"
+                    grid, block, regs, smem = LAUNCH[kind]
+                    self.trace.launch_kernel(
+                        api="cuLaunchKernelEx",
+                        tid=self.tid,
+                        call_ts=self.cpu_ns,
+                        call_dur=call,
+                        external_id=rpc_ext,
+                        kernel=nccl_kernel_name(op, dtype),
+                        stream=stream,
+                        start=arrival,
+                        dur=end - arrival,
+                        grid=grid,
+                        block=block,
+                        regs=regs,
+                        smem=smem,
+                        extra=meta,
+                    )
+                    self.trace.gpu_annotation(
+                        title, stream, arrival - 1_000, end - arrival + 1_500, ann_ext
+                    )
+                    self.cpu_ns += call + 1_000
+                self.streams[stream] = end
+        if blocking:
+            self.streams[COMPUTE_STREAM] = max(self.streams[COMPUTE_STREAM], end + 1_200)
+        return end
+
+
+def rank_trace_name(spec: JobSpec, rank: int) -> str:
+    return f"rank{rank}.{BASE_TIME_NS + 4_000_000_000 + 1_000_003 * rank}.pt.trace.json"
+
+
+def job_traces(spec: JobSpec) -> dict[str, str]:
+    """Simulate the whole job; return {file name: trace JSON text} for every rank."""
+    groups = process_groups(spec)
+    ranks: dict[int, Rank] = {}
+    for r in range(spec.world):
+        pid = 48_211 + 97 * r
+        trace = KinetoTrace(pid=pid, device=r % 8, base_time_ns=BASE_TIME_NS)
+        rng = random.Random(spec.seed * 1_000 + r)
+        start = TRACE_START_US * 1_000 + rng.randrange(20_000, 60_000)
+        ranks[r] = Rank(spec, r, groups, trace, rng, start, pid, pid + 113)
+    from pipeline.synth.program import rank_program  # the schedule lives next door
+
+    starts = {r: ranks[r].cpu_ns for r in ranks}
+    simulate({r: rank_program(ranks[r]) for r in ranks})
+    out: dict[str, str] = {}
+    for r, state in ranks.items():
+        out[rank_trace_name(spec, r)] = _render(spec, state, groups, starts[r])
+    return out
+
+
+def _render(spec: JobSpec, state: Rank, groups: list[Group], start_ns: int) -> str:
+    tr = state.trace
+    begin = start_ns - 150_000
+    end = max(state.cpu_ns, max(state.streams.values())) + 80_000
+    threads = {state.main_tid: "pt_main_thread", state.autograd_tid: "pt_autograd_0"}
+    streams = [COMPUTE_STREAM] + sorted(set(state.stream_of.values()))
+    events = tr.metadata_events(begin + 3_000, threads, streams, min(spec.world, 8))
+    events += sorted(tr.events, key=lambda e: e.head["ts"].ns) + tr.span_events(begin, end)
+    mine = [g for g in groups if state.rank in g.ranks]
+    top = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": i, **_props()} for i in range(min(spec.world, 8))],
+        "cupti_version": 24,
+        "cuda_runtime_version": 12060,
+        "cuda_driver_version": 12080,
+        "distributedInfo": {
+            "backend": "nccl",
+            "rank": state.rank,
+            "world_size": spec.world,
+            "pg_count": len(groups),
+            "pg_config": [
+                {
+                    "pg_name": g.name,
+                    "pg_desc": g.desc,
+                    "backend_config": "cuda:nccl",
+                    "pg_size": len(g.ranks),
+                    "ranks": list(g.ranks),
+                }
+                for g in mine
+            ],
+            "nccl_version": NCCL_VERSION,
+        },
+        "record_shapes": 1,
+        "with_stack": 0,
+        "with_modules": 1,
+        "trace_id": f"{zlib.crc32(f'{spec.seed}:{state.rank}'.encode()):08X}" * 4,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": BASE_TIME_NS,
+    }
+    return render_trace(top, events, rank_trace_name(spec, state.rank))
+
+
+def _props() -> dict[str, Any]:
+    from pipeline.synth.kineto import H100_PROPERTIES
+
+    return dict(H100_PROPERTIES)
