@@ -254,3 +254,20 @@ def test_tables_and_sql_commands(dataset: Path) -> None:
     result = runner.invoke(cli, ["sql", str(dataset / "missing"), "SELECT 1"])
     assert result.exit_code == 1
     assert "not a tokenwire dataset" in result.stderr
+
+
+def test_bundled_sample_job(tmp_path: Path) -> None:
+    """The sample job's collectives per rank and step, as docs/sample-job.md tabulates them."""
+    from tests.conftest import REPO_ROOT
+
+    result = _ingest(str(REPO_ROOT / "sample_traces"), "-o", str(tmp_path / "ds"))
+    assert result.exit_code == 0, result.output
+    con = connect(tmp_path / "ds")
+    rows = con.execute(
+        "SELECT rank, step, count(*), sum(bytes)::BIGINT, count(*) FILTER (size_source = "
+        "'kernel_args') FROM collectives GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    per_stage = {0: (45, 9_512_448), 1: (58, 9_460_232)}
+    expected = [(r, s, *per_stage[r // 4], per_stage[r // 4][0]) for r in range(8) for s in (2, 3)]
+    assert rows == expected
+    assert con.execute("SELECT sum(tokens) FROM steps").fetchall() == [(4 * 2 * 1024,)]
