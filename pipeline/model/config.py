@@ -215,15 +215,8 @@ class Job:
 # --------------------------------------------------------------------------- loading
 
 
-def load_job(path: str | Path) -> Job:
-    """Read and validate a ``job.yaml`` file.
-
-    Raises
-    ------
-    ConfigError
-        Unreadable YAML, an unknown key, a bad value or an inconsistent layout; the message
-        starts with the file name and names the key.
-    """
+def read_job_file(path: str | Path) -> dict[str, Any]:
+    """The parsed mapping of a ``job.yaml`` (unvalidated), or :class:`ConfigError`."""
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text())
@@ -233,10 +226,60 @@ def load_job(path: str | Path) -> Job:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}{where}: not valid YAML") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            f"{path}: the job description must be a mapping with keys " + ", ".join(_TOP_KEYS)
+        )
+    return doc
+
+
+def build_job(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    world_size: int | None = None,
+) -> Job:
+    """A job from a ``job.yaml`` and/or ``section.key`` overrides (command-line flags).
+
+    ``overrides`` maps dotted keys (``parallel.tp``, ``model.preset``, ``recompute``) to
+    values; ``None`` values are skipped. A ``model.preset`` override replaces the file's
+    whole ``model`` section. Errors name the file (when there is one) and the key.
+    """
+    doc: dict[str, Any] = read_job_file(path) if path is not None else {}
+    doc = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in doc.items()}
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, _, key = dotted.partition(".")
+        if not key:
+            doc[section] = value
+            continue
+        if dotted == "model.preset":
+            doc["model"] = {"preset": value}
+            continue
+        sec = doc.get(section)
+        if not isinstance(sec, dict):
+            sec = {}
+        sec[key] = value
+        doc[section] = sec
     try:
-        return job_from_dict(doc)
+        return job_from_dict(doc, world_size=world_size)
     except ConfigError as exc:
+        if path is None:
+            raise
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def load_job(path: str | Path) -> Job:
+    """Read and validate a ``job.yaml`` file.
+
+    Raises
+    ------
+    ConfigError
+        Unreadable YAML, an unknown key, a bad value or an inconsistent layout; the message
+        starts with the file name and names the key.
+    """
+    return build_job(path)
 
 
 def job_from_dict(doc: Any, *, world_size: int | None = None) -> Job:
@@ -282,7 +325,9 @@ def _model(raw: Any) -> Model:
     name = raw.get("preset")
     if name is not None:
         if name not in PRESETS:
-            raise ConfigError(f"model.preset: unknown preset {name!r}; allowed: {', '.join(PRESETS)}")
+            raise ConfigError(
+                f"model.preset: unknown preset {name!r}; allowed: {', '.join(PRESETS)}"
+            )
         merged: dict[str, Any] = preset(name)
         for key, value in raw.items():
             if key == "preset":
@@ -343,7 +388,9 @@ def _moe(raw: Any, ffn: int, layers: int) -> MoE:
     experts = _pos_int(raw["experts"], "model.moe.experts")
     top_k = _pos_int(raw["top_k"], "model.moe.top_k")
     if top_k > experts:
-        raise ConfigError(f"model.moe.top_k ({top_k}) must be at most model.moe.experts ({experts})")
+        raise ConfigError(
+            f"model.moe.top_k ({top_k}) must be at most model.moe.experts ({experts})"
+        )
     every = _pos_int(raw.get("every", 1), "model.moe.every")
     first_dense = _nonneg_int(raw.get("first_dense", 0), "model.moe.first_dense")
     if first_dense >= layers:
@@ -525,9 +572,7 @@ def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -
         if key not in allowed:
             hint = _closest(str(key), allowed)
             extra = f" (did you mean {prefix}{hint}?)" if hint else ""
-            raise ConfigError(
-                f"{prefix}{key}: unknown key{extra}; allowed: {', '.join(allowed)}"
-            )
+            raise ConfigError(f"{prefix}{key}: unknown key{extra}; allowed: {', '.join(allowed)}")
 
 
 def _closest(key: str, allowed: tuple[str, ...]) -> str | None:

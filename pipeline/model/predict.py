@@ -241,9 +241,7 @@ class _Rows:
                 Row(dim, op, phase, kind, calls, calls * msg, calls * w, calls * moved / bw,
                     msg, n, link)
             )  # fmt: skip
-        return tuple(
-            sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase)))
-        )
+        return tuple(sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase))))
 
 
 def predict(job: Job, rank: int = 0) -> Prediction:

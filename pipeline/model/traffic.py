@@ -17,7 +17,9 @@ import math
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "broadcast")
 
 
-def wire_bytes(op: str, message: float, n: int, algorithm: str = "ring", *, intra: bool = True) -> float:
+def wire_bytes(
+    op: str, message: float, n: int, algorithm: str = "ring", *, intra: bool = True
+) -> float:
     """Bytes one rank sends for one collective of message size ``message`` over ``n`` ranks (§4.2).
 
     Ring (and pairwise all-to-all): all_reduce ``2(n−1)/n·M``; all_gather, reduce_scatter,
@@ -71,7 +73,13 @@ def tp_units(*, sequence_parallel: bool, recompute: str) -> int:
 
 
 def tp_layer_wire(
-    *, b: int, s: int, h: int, t: int, e_a: int, sequence_parallel: bool = False,
+    *,
+    b: int,
+    s: int,
+    h: int,
+    t: int,
+    e_a: int,
+    sequence_parallel: bool = False,
     recompute: str = "none",
 ) -> float:
     """TP bytes one rank sends per layer per microbatch: ``u·(t−1)/t·b·s·h·e_a`` (§6.3, §6.4)."""  # noqa: E501
