@@ -338,11 +338,11 @@ def _model(raw: Any) -> Model:
                 merged[key] = value
     else:
         merged = dict(raw)
-        missing = [k for k in _DIM_KEYS if k not in merged]
+        missing = [k for k in _DIM_KEYS if k not in merged and k != "kv_heads"]
         if missing:
             raise ConfigError(
                 f"model.{missing[0]}: missing; without model.preset give all of "
-                + ", ".join(_DIM_KEYS)
+                + ", ".join(k for k in _DIM_KEYS if k != "kv_heads")
             )
     layers = _pos_int(merged["layers"], "model.layers")
     hidden = _pos_int(merged["hidden"], "model.hidden")
