@@ -451,21 +451,31 @@ def _parallel(raw: Any) -> tuple[Parallel, int | None]:
         distributed_optimizer=_bool(
             raw.get("distributed_optimizer", False), "parallel.distributed_optimizer"
         ),
-        order=_order(order),
+        order=_order(order, ints),
         bucket_size=bucket,
     )
     return par, world
 
 
-def _order(raw: Any) -> str:
-    allowed = "a '-'-separated permutation of tp, cp, ep, dp, pp (ep may be left out)"
+def _order(raw: Any, degrees: Mapping[str, int]) -> str:
+    allowed = (
+        "a '-'-separated permutation of tp, cp, ep, dp, pp (a dimension of degree 1 may be "
+        "left out; ep left out sits just before dp)"
+    )
     if not isinstance(raw, str):
         raise ConfigError(f"parallel.order: must be {allowed}, got {raw!r}")
     dims = [d.strip().lower() for d in raw.split("-")]
+    if len(set(dims)) != len(dims) or not set(dims) <= set(_ORDER_DIMS):
+        raise ConfigError(f"parallel.order: must be {allowed}, got {raw!r}")
     if "ep" not in dims:
         dims.insert(dims.index("dp") if "dp" in dims else len(dims), "ep")
-    if sorted(dims) != sorted(_ORDER_DIMS):
-        raise ConfigError(f"parallel.order: must be {allowed}, got {raw!r}")
+    for dim in _ORDER_DIMS:
+        if dim not in dims:
+            if degrees[dim] > 1:
+                raise ConfigError(
+                    f"parallel.order: {raw!r} leaves out {dim}, whose degree is {degrees[dim]}"
+                )
+            dims.append(dim)
     return "-".join(dims)
 
 
