@@ -127,7 +127,9 @@ def test_llama3_405b_closed_forms():
     l_st = 126 / 16
     sp8 = 32 * l_st * 8 * (7 / 8) * msg  # the paper's 8 units (SP-minimum)
     assert round(sp8 / GB) == 474
-    assert round(tp_step_wire(m=32, layers_per_stage=l_st, sequence_parallel=True, **TP2) / GB) == 592
+    assert (
+        round(tp_step_wire(m=32, layers_per_stage=l_st, sequence_parallel=True, **TP2) / GB) == 592
+    )
     assert round(pp_interior_send(m=32, v=1, b=1, s=8192, h=16384, e_a=2, t_sg=8) / GB, 2) == 2.15
     psi = 405.85e9 / (8 * 16)
     assert round(psi / GB, 2) == 3.17
