@@ -585,11 +585,26 @@ def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -
             raise ConfigError(f"{prefix}{key}: unknown key{extra}; allowed: {', '.join(allowed)}")
 
 
+#: Long spellings users write for the short keys, used only to suggest the right key.
+_HINTS = {
+    "tensor_parallel": "tp", "tensor_model_parallel_size": "tp", "pipeline_parallel": "pp",
+    "pipeline_model_parallel_size": "pp", "data_parallel": "dp", "context_parallel": "cp",
+    "expert_parallel": "ep", "virtual_pipeline": "vpp", "interleave": "vpp",
+    "num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+    "num_key_value_heads": "kv_heads", "ffn_hidden_size": "ffn_hidden", "vocab_size": "vocab",
+    "seq_length": "seq_len", "micro_batch_size": "micro_batch",
+    "global_batch_size": "global_batch",
+}  # fmt: skip
+
+
 def _closest(key: str, allowed: tuple[str, ...]) -> str | None:
     import difflib
 
-    hits = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    return hits[0] if hits else None
+    candidates = list(allowed) + [k for k, v in _HINTS.items() if v in allowed]
+    hits = difflib.get_close_matches(key.lower(), candidates, n=1, cutoff=0.6)
+    if not hits:
+        return None
+    return _HINTS.get(hits[0], hits[0])
 
 
 def _pos_int(value: Any, key: str) -> int:

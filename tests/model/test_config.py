@@ -78,7 +78,7 @@ def test_order_without_ep_and_llama_order():
     [
         # unknown keys, at every level, with a suggestion
         ({"model": DIMS, "parallel": {"tensor_paralel": 2}},
-         r"parallel\.tensor_paralel: unknown key.*allowed: tp, pp"),
+         r"parallel\.tensor_paralel: unknown key \(did you mean parallel\.tp\?\); allowed: tp, pp"),
         ({"model": DIMS, "paralel": {}}, r"^paralel: unknown key \(did you mean parallel\?\)"),
         ({"model": {**DIMS, "hiden": 3}},
          r"model\.hiden: unknown key \(did you mean model\.hidden"),
