@@ -172,3 +172,13 @@ def test_build_job_overrides():
     assert job.model.seq_len == 2048 and job.parallel.tp == 8
     with pytest.raises(ConfigError, match=r"job\.yaml: model\.heads \(8\) must be divisible"):
         build_job(SAMPLE, {"parallel.tp": 16})
+
+
+def test_every_key_is_documented():
+    from pipeline.model import config as c
+
+    doc = (REPO / "docs" / "job-yaml.md").read_text()
+    keys = (*c._TOP_KEYS, *c._MODEL_KEYS, *c._MOE_KEYS, *c._MLA_KEYS, *c._PARALLEL_KEYS,
+            *c._BATCH_KEYS, *c._DTYPE_KEYS, *c._NETWORK_KEYS)  # fmt: skip
+    missing = [k for k in keys if f"`{k}`" not in doc]
+    assert not missing
