@@ -436,26 +436,38 @@ def predict_ranks(job: Job, ranks: Iterable[int]) -> list[Prediction]:
 
 
 def predictions_table(
-    config: Job | str | Path | Mapping[str, Any], ranks: Iterable[int] | int
+    config: Job | str | Path | Mapping[str, Any],
+    ranks: Iterable[int] | int,
+    *,
+    world_size: int | None = None,
 ) -> pa.Table:
-    """The ``predictions`` table (``schemas/predictions.yaml``) for every rank of a job.
+    """The ``predictions`` table (``schemas/predictions.yaml``) for the ranks of a job.
 
     Parameters
     ----------
     config
         A :class:`Job`, a ``job.yaml`` path or its parsed mapping.
     ranks
-        The job's global ranks (e.g. the ``ranks`` table of a dataset), or their number. Their
-        count must equal ``tp·pp·dp·cp``.
+        The job's global ranks (e.g. the ``ranks`` table of a dataset), or their number.
+        Without ``world_size`` they are the whole world: their count must equal
+        ``tp·pp·dp·cp``.
+    world_size
+        The job's world size when ``ranks`` is only some of its ranks (a dataset with traces
+        of a few ranks); it must equal ``tp·pp·dp·cp``.
 
     Returns
     -------
     pa.Table
         Columns ``rank`` and those of :class:`Row`'s public part; ``job`` is left to the writer
         (``schema.conform("predictions", table, job=...)``).
+
+    Raises
+    ------
+    ConfigError
+        A bad job, a layout whose product is not the world size, a rank outside it.
     """
     rank_list = list(range(ranks)) if isinstance(ranks, int) else sorted(set(ranks))
-    job = _as_job(config, len(rank_list))
+    job = _as_job(config, world_size if world_size is not None else len(rank_list))
     world = job.parallel.world_size
     bad = [r for r in rank_list if not 0 <= r < world]
     if bad:

@@ -243,6 +243,12 @@ def test_predictions_table_conforms_to_schema():
     with pytest.raises(ConfigError, match="world size: 4 ranks"):
         predictions_table(SAMPLE, [0, 1, 2, 3])
     assert predictions_table(load_job(SAMPLE), 8).num_rows == out.num_rows
+    some = predictions_table(SAMPLE, [0, 7], world_size=8)
+    assert some.column("rank").to_pylist() == [0] * 6 + [7] * 8
+    with pytest.raises(ConfigError, match="world size: 16 ranks"):
+        predictions_table(SAMPLE, [0, 7], world_size=16)
+    with pytest.raises(ConfigError, match=r"rank: 9 is outside"):
+        predictions_table(SAMPLE, [0, 9], world_size=8)
 
 
 def test_json_shape():
