@@ -1,0 +1,21 @@
+"""The analytic traffic model: job.yaml -> predicted bytes per rank per step.
+
+``config`` reads and validates ``job.yaml``, ``presets`` holds published model dims,
+``params`` counts weights and FLOPs, ``traffic`` holds the formulas of the reference,
+``predict`` assembles per-rank rows and the ``predictions`` table, ``network`` inverts them
+into bandwidth requirements and ``tokens`` goes from words to tokens to bytes.
+"""
+
+from pipeline.model.config import Job, build_job, job_from_dict, load_job
+from pipeline.model.predict import Prediction, Row, predict, predictions_table
+
+__all__ = [
+    "Job",
+    "Prediction",
+    "Row",
+    "build_job",
+    "job_from_dict",
+    "load_job",
+    "predict",
+    "predictions_table",
+]

@@ -1,0 +1,245 @@
+"""Parameter counts and FLOPs per token (reference §5), whole-model and per rank.
+
+One counting routine serves both: :func:`layer_params` returns the weights of one layer as
+one tensor-parallel rank holds them (Megatron sharding), so the whole model is the same call
+with ``tp = ep = 1``. The per-rank split (:func:`rank_units`) feeds the data-parallel traffic
+of :mod:`pipeline.model.predict`; :func:`total_params` and :func:`flops_per_token` are what the
+presets are checked against (§8).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeline.model.config import Job, Model
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Elements of one layer held by one TP (and EP) rank.
+
+    ``dense`` reduces over the data-parallel x context-parallel group, ``expert`` (routed
+    experts) over the expert-data-parallel group (§6.8). ``sp`` is the part of ``dense`` that
+    Megatron marks ``sequence_parallel`` (norm weights and biases, row-parallel biases): with
+    sequence parallelism its gradients are all-reduced over TP once per step (§6.4).
+    """
+
+    dense: int
+    expert: int
+    sp: int
+
+
+def _norm(model: Model) -> int:
+    """Elements of one norm: weight (+ bias for LayerNorm), §5.1."""
+    return 2 * model.hidden if model.norm == "layernorm" else model.hidden
+
+
+def _mlp(model: Model, ffn: int, tp: int) -> tuple[int, int]:
+    """(sharded, replicated) elements of one MLP of width ``ffn`` split over ``tp``.
+
+    SwiGLU: three matrices, no bias. GELU (GPT): two matrices with biases; the FC1 bias is
+    column-parallel (sharded), the FC2 bias is row-parallel (replicated).
+    """
+    h = model.hidden
+    if model.mlp == "swiglu":
+        return 3 * h * ffn // tp, 0
+    return (2 * h * ffn + ffn) // tp, h
+
+
+def layer_params(model: Model, index: int, *, tp: int = 1, ep: int = 1) -> LayerParams:
+    """Weights of 0-based layer ``index`` on one rank, reference §5.1 with Megatron sharding.
+
+    Attention ``h·h (Q) + 2·h·h_kv (K,V) + h·h (O)`` (+ biases ``h + 2h_kv + h`` for GPT-style
+    models), MLA per §5.1; MLP ``3·h·f`` or ``2·h·f + f + h``; MoE ``E x`` the expert MLP plus the
+    router ``h·E`` and shared experts; two norms. Q/K/V/O, MLP and expert matrices are split
+    over ``tp``; when ``kv_heads < tp`` each rank keeps one whole KV head (§6.7).
+    """
+    h, m = model.hidden, model
+    gpt = m.mlp == "gelu"
+    if m.mla is not None:
+        a, la = m.heads, m.mla
+        sharded = (
+            la.q_lora_rank * a * (la.qk_nope_dim + la.qk_rope_dim)
+            + la.kv_lora_rank * a * (la.qk_nope_dim + la.v_head_dim)
+            + a * la.v_head_dim * h
+        ) // tp
+        attn = sharded + h * la.q_lora_rank + h * (la.kv_lora_rank + la.qk_rope_dim)
+        attn_sp = 0
+    else:
+        kv_w = m.kv_hidden // tp if m.kv_heads >= tp else m.head_dim
+        attn = 2 * h * h // tp + 2 * h * kv_w
+        attn_sp = 0
+        if gpt:
+            attn += h // tp + 2 * kv_w + h  # QKV bias sharded, O bias replicated
+            attn_sp = h
+    norms = 2 * _norm(m)
+    dense = attn + norms
+    sp = attn_sp + norms
+    expert = 0
+    if m.is_moe_layer(index):
+        moe = m.moe
+        assert moe is not None
+        shard, repl = _mlp(m, moe.ffn_hidden, tp)
+        expert = (moe.experts // ep) * (shard + repl)
+        dense += h * moe.experts  # router, replicated
+        if moe.shared_experts:
+            s_shard, s_repl = _mlp(m, moe.ffn_hidden * moe.shared_experts, tp)
+            dense += s_shard + s_repl
+            sp += s_repl
+    else:
+        shard, repl = _mlp(m, m.ffn_hidden, tp)
+        dense += shard + repl
+        sp += repl
+    return LayerParams(dense=dense, expert=expert, sp=sp)
+
+
+def embedding_params(model: Model, *, tp: int = 1) -> int:
+    """Word-embedding elements on one TP rank: ``V·h / t``, vocab padded to a multiple of t."""
+    return math.ceil(model.vocab / tp) * model.hidden
+
+
+def position_params(model: Model) -> int:
+    """Learned position embedding ``s·h`` (replicated over TP), 0 for RoPE."""
+    return model.seq_len * model.hidden if model.position == "learned" else 0
+
+
+def total_params(model: Model) -> int:
+    """``N``: every weight (§5.1): ``L·layer + V·h + [V·h if untied] + s·h + final norm``."""
+    layers = sum(_whole(layer_params(model, i)) for i in range(model.layers))
+    head = 0 if model.tied_embeddings else embedding_params(model)
+    return layers + embedding_params(model) + head + position_params(model) + _norm(model)
+
+
+def active_params(model: Model) -> int:
+    """``N_act``: weights one token touches; MoE layers count ``top_k`` routed experts only."""
+    total = total_params(model)
+    if model.moe is None:
+        return total
+    moe = model.moe
+    per_expert = sum(_mlp(model, moe.ffn_hidden, 1))
+    idle = (moe.experts - moe.top_k) * per_expert
+    return total - idle * sum(model.is_moe_layer(i) for i in range(model.layers))
+
+
+def flops_per_token(model: Model) -> int:
+    """Model FLOPs per trained token, Megatron accounting (§5.2).
+
+    ``6·N_mm + 6·L·s·h_attn`` with ``N_mm`` the matmul weights a token touches (active
+    parameters without the input-embedding and position lookups, with the LM head even when
+    it is tied) and the attention term halved for the causal mask; MLA uses
+    ``3·s·a·(d_qk + d_v)`` per layer. No recomputation.
+    """
+    n_mm = active_params(model) - embedding_params(model) - position_params(model)
+    if model.tied_embeddings:
+        n_mm += embedding_params(model)
+    if model.mla is not None:
+        la = model.mla
+        d_qk = la.qk_nope_dim + la.qk_rope_dim
+        attn = 3 * model.seq_len * model.heads * (d_qk + la.v_head_dim)
+    else:
+        attn = 6 * model.seq_len * model.heads * model.head_dim
+    return 6 * n_mm + model.layers * attn
+
+
+def narayanan_params(*, layers: int, hidden: int, vocab: int, seq_len: int) -> float:
+    """Narayanan 2021 eq. (2): ``N = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h))`` (§5.1)."""
+    n_l, h = layers, hidden
+    return 12 * n_l * h**2 * (1 + 13 / (12 * h) + (vocab + seq_len) / (12 * n_l * h))
+
+
+def narayanan_flops_per_iteration(
+    *, batch: int, seq_len: int, layers: int, hidden: int, vocab: int
+) -> float:
+    """Narayanan 2021 eq. (3), full recomputation: ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))``."""
+    b, s, n_l, h = batch, seq_len, layers, hidden
+    return 96 * b * s * n_l * h**2 * (1 + s / (6 * h) + vocab / (16 * n_l * h))
+
+
+def _whole(p: LayerParams) -> int:
+    return p.dense + p.expert
+
+
+# --------------------------------------------------------------------------- per rank
+
+
+def chunk_sizes(layers: int, chunks: int) -> list[int]:
+    """Layers per pipeline chunk (virtual stage), in pipeline order.
+
+    Even when ``chunks`` divides ``layers`` (Megatron). Otherwise every chunk gets
+    ``ceil(L/chunks)`` layers and the missing ones are taken from the ends inwards, first,
+    last, second, ... (Llama 3: "first and last stage hold one layer fewer", §6.6).
+    """
+    base = -(-layers // chunks)
+    sizes = [base] * chunks
+    missing = base * chunks - layers
+    ends_inwards = [i // 2 if i % 2 == 0 else chunks - 1 - i // 2 for i in range(chunks)]
+    for i in ends_inwards[:missing]:
+        sizes[i] -= 1
+    return sizes
+
+
+def stage_layers(job: Job, pp_rank: int) -> list[int]:
+    """0-based indices of the layers pipeline rank ``pp_rank`` holds, over its ``v`` chunks.
+
+    Virtual stage ``k = j·p + r`` (chunk ``j`` of rank ``r``) holds the ``k``-th contiguous
+    block of layers (Megatron's interleaved assignment).
+    """
+    p, v = job.parallel.pp, job.parallel.vpp
+    sizes = chunk_sizes(job.model.layers, p * v)
+    starts = [sum(sizes[:k]) for k in range(p * v)]
+    out: list[int] = []
+    for j in range(v):
+        k = j * p + pp_rank
+        out.extend(range(starts[k], starts[k] + sizes[k]))
+    return out
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A block of weights synchronised together under ZeRO-3/FSDP (one wrapped module).
+
+    ``group`` is ``dense`` (reduces over DP x CP) or ``expert`` (over expert-DP).
+    """
+
+    layer_kind: str
+    elements: int
+    group: str
+
+
+def rank_units(job: Job, pp_rank: int) -> list[Unit]:
+    """The weights one rank of pipeline stage ``pp_rank`` holds, as FSDP-style units.
+
+    One unit per transformer layer (its dense weights), one per MoE layer's local experts, an
+    ``embedding`` unit on the first stage (word embedding + learned positions) and an
+    ``lm_head`` unit on the last (final norm + output layer, or the tied embedding's copy when
+    ``pp > 1``). Every TP rank of a stage holds the same counts.
+    """
+    m, par = job.model, job.parallel
+    units: list[Unit] = []
+    if pp_rank == 0:
+        units.append(
+            Unit("embedding", embedding_params(m, tp=par.tp) + position_params(m), "dense")
+        )
+    for i in stage_layers(job, pp_rank):
+        lp = layer_params(m, i, tp=par.tp, ep=par.ep)
+        units.append(Unit("transformer", lp.dense, "dense"))
+        if lp.expert:
+            units.append(Unit("moe", lp.expert, "expert"))
+    if pp_rank == par.pp - 1:
+        head = 0 if (m.tied_embeddings and par.pp == 1) else embedding_params(m, tp=par.tp)
+        units.append(Unit("lm_head", head + _norm(m), "dense"))
+    return units
+
+
+def rank_sp_params(job: Job, pp_rank: int) -> int:
+    """Elements whose gradients Megatron all-reduces over TP under sequence parallelism (§6.4).
+
+    Norm weights/biases and row-parallel biases of the stage's layers, plus the final norm on
+    the last stage (``_allreduce_layernorm_grads``).
+    """
+    m = job.model
+    n = sum(layer_params(m, i, tp=job.parallel.tp).sp for i in stage_layers(job, pp_rank))
+    if pp_rank == job.parallel.pp - 1:
+        n += _norm(m)
+    return n

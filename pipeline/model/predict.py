@@ -1,0 +1,539 @@
+"""Predicted traffic of one rank per training step: the rows ``tokenwire predict`` prints.
+
+This module turns a :class:`~pipeline.model.config.Job` and a global rank into rows of
+(parallel_dim, op, phase, layer_kind, calls, bytes, wire_bytes, est_time_s): it places the
+rank in the layout (:func:`coordinates`, Megatron's ``RankGenerator`` rule for the ``order``
+string), finds its communicator groups and whether each stays inside one node, and lists
+the collectives that rank issues per step, dimension by dimension (reference §6; which call
+is which is spelled out in ``docs/model.md``). Every row holds ``calls`` collectives of one
+message size, so ``bytes / calls`` is the message size ``M`` of §0 and ``wire_bytes`` is what
+this rank sends for them under the configured algorithm (§4.2).
+:func:`predictions_table` gives every rank's rows as the ``predictions`` table.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.errors import ConfigError
+from pipeline.model import params as P
+from pipeline.model.config import Job, job_from_dict, load_job
+from pipeline.model.traffic import ep_a2a_message, wire_bytes
+
+#: Display and sort order of parallel dimensions and phases.
+DIMS = ("tp", "cp", "ep", "pp", "dp")
+PHASES = ("forward", "backward", "optimizer", "other")
+
+#: Bytes of the loss-reporting all-reduce: loss sum and token count in fp32 (§6.9).
+LOSS_REPORT_BYTES = 8
+#: Bytes per element of the vocab-parallel cross-entropy reductions (fp32, §6.3).
+CE_BYTES = 4
+
+_ROW_COLUMNS = (
+    "parallel_dim", "op", "phase", "layer_kind", "calls", "bytes", "wire_bytes", "est_time_s",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Row:
+    """``calls`` collectives of one kind and one message size, issued by one rank per step.
+
+    ``bytes = calls · message`` (payload, §0), ``wire_bytes`` = bytes this rank sends for them
+    (0 for recv), ``est_time_s`` = transfer time at the link's bandwidth (recv: the time of
+    the transfer it waits for). ``message``, ``group_size`` and ``link`` (``intra``/``inter``
+    node) are kept for the requirements and the docs but are not output columns.
+    """
+
+    parallel_dim: str
+    op: str
+    phase: str
+    layer_kind: str
+    calls: int
+    bytes: int
+    wire_bytes: float
+    est_time_s: float
+    message: int
+    group_size: int
+    link: str
+
+    def public(self) -> dict[str, Any]:
+        """The row as the ``predictions`` table and the JSON output carry it."""
+        return {k: getattr(self, k) for k in _ROW_COLUMNS}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One rank's predicted traffic per step, with the job it came from."""
+
+    job: Job
+    rank: int
+    coords: dict[str, int]
+    layers: tuple[int, ...]
+    rows: tuple[Row, ...] = field(default=())
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        """Bytes and wire bytes of the rank, overall, per token and per parallel dimension."""
+        by_dim: dict[str, dict[str, float]] = {}
+        for r in self.rows:
+            d = by_dim.setdefault(r.parallel_dim, {"bytes": 0, "wire_bytes": 0.0})
+            d["bytes"] += r.bytes
+            d["wire_bytes"] += r.wire_bytes
+        total = sum(r.bytes for r in self.rows)
+        return {
+            "bytes": total,
+            "wire_bytes": sum(r.wire_bytes for r in self.rows),
+            "bytes_per_token": total / self.job.tokens_per_step,
+            "by_dim": by_dim,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON shape of ``tokenwire predict --format json``."""
+        return {
+            "model": model_summary(self.job),
+            "layout": layout_summary(self.job) | {"coordinates": self.coords,
+                                                  "layers": list(self.layers)},
+            "tokens_per_step": self.job.tokens_per_step,
+            "rank": self.rank,
+            "rows": [r.public() for r in self.rows],
+            "totals": self.totals,
+        }  # fmt: skip
+
+
+def model_summary(job: Job) -> dict[str, Any]:
+    """Resolved model dims plus ``params``, ``active_params`` and ``flops_per_token`` (§5)."""
+    m = job.model
+    out: dict[str, Any] = {
+        "name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
+        "kv_heads": m.kv_heads, "ffn_hidden": m.ffn_hidden, "vocab": m.vocab,
+        "seq_len": m.seq_len, "tied_embeddings": m.tied_embeddings, "mlp": m.mlp,
+        "norm": m.norm, "position": m.position,
+        "moe": None if m.moe is None else vars(m.moe).copy(),
+        "mla": None if m.mla is None else vars(m.mla).copy(),
+    }  # fmt: skip
+    out["params"] = P.total_params(m)
+    out["active_params"] = P.active_params(m)
+    out["flops_per_token"] = P.flops_per_token(m)
+    return out
+
+
+def layout_summary(job: Job) -> dict[str, Any]:
+    """Parallel layout, batch, dtypes, recomputation and network of the job."""
+    p = job.parallel
+    return {
+        "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "vpp": p.vpp,
+        "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage, "fsdp": p.fsdp,
+        "reshard_after_forward": p.reshard_after_forward,
+        "distributed_optimizer": p.distributed_optimizer, "dp_scheme": p.dp_scheme,
+        "order": p.order, "world_size": p.world_size, "micro_batch": job.batch.micro_batch,
+        "global_batch": job.batch.global_batch, "microbatches": job.microbatches,
+        "recompute": job.recompute, "dtypes": vars(job.dtypes).copy(),
+        "network": vars(job.network).copy(),
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def _sizes(job: Job, *, expert: bool) -> dict[str, int]:
+    p = job.parallel
+    if expert:
+        # Megatron's expert RankGenerator: tp=ETP(=tp), cp=1, ep, dp=expert-DP (§6.8).
+        return {"tp": p.tp, "cp": 1, "ep": p.ep, "dp": p.dp * p.cp // p.ep, "pp": p.pp}
+    return {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
+
+
+def _decompose(rank: int, order: str, sizes: Mapping[str, int]) -> dict[str, int]:
+    out = {}
+    for dim in order.split("-"):
+        out[dim] = rank % sizes[dim]
+        rank //= sizes[dim]
+    return out
+
+
+def _compose(coords: Mapping[str, int], order: str, sizes: Mapping[str, int]) -> int:
+    rank, stride = 0, 1
+    for dim in order.split("-"):
+        rank += coords[dim] * stride
+        stride *= sizes[dim]
+    return rank
+
+
+def coordinates(job: Job, rank: int) -> dict[str, int]:
+    """Coordinates of global ``rank``: ``tp, cp, dp, pp`` and, for experts, ``ep, edp``.
+
+    The first dimension of ``order`` varies fastest (Megatron: ``tp-cp-ep-dp-pp`` puts a TP
+    group on consecutive ranks). Dense groups use the order with ``ep = 1``; expert groups
+    use it with ``cp = 1``, ``ep`` and ``dp`` = expert-data-parallel size, as
+    ``megatron.core.parallel_state`` does.
+    """
+    order = job.parallel.order
+    dense = _decompose(rank, order, _sizes(job, expert=False))
+    expert = _decompose(rank, order, _sizes(job, expert=True))
+    return {
+        "tp": dense["tp"], "cp": dense["cp"], "dp": dense["dp"], "pp": dense["pp"],
+        "ep": expert["ep"], "edp": expert["dp"],
+    }  # fmt: skip
+
+
+def group(job: Job, rank: int, dims: tuple[str, ...], *, expert: bool = False) -> list[int]:
+    """Global ranks of the communicator over ``dims`` that contains ``rank`` (sorted)."""
+    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    base = _decompose(rank, order, sizes)
+    out = []
+    for combo in itertools.product(*(range(sizes[d]) for d in dims)):
+        out.append(_compose(base | dict(zip(dims, combo, strict=True)), order, sizes))
+    return sorted(out)
+
+
+def _peer(job: Job, rank: int, pp_rank: int) -> int:
+    sizes = _sizes(job, expert=False)
+    coords = _decompose(rank, job.parallel.order, sizes)
+    return _compose(coords | {"pp": pp_rank}, job.parallel.order, sizes)
+
+
+def _link(job: Job, ranks: Iterable[int]) -> str:
+    gpn = job.network.gpus_per_node
+    return "intra" if len({r // gpn for r in ranks}) == 1 else "inter"
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage(job: Job, pp_rank: int) -> tuple[tuple[int, ...], int, tuple[P.Unit, ...], int]:
+    layers = tuple(P.stage_layers(job, pp_rank))
+    n_moe = sum(job.model.is_moe_layer(i) for i in layers)
+    return layers, n_moe, tuple(P.rank_units(job, pp_rank)), P.rank_sp_params(job, pp_rank)
+
+
+class _Rows:
+    """Accumulates rows of one rank, merging calls of the same kind and message size."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.rows: dict[tuple, list[int]] = {}
+
+    def add(
+        self, dim: str, op: str, phase: str, kind: str, calls: int, message: int,
+        ranks: list[int],
+    ) -> None:  # fmt: skip
+        if calls <= 0 or message <= 0 or len(ranks) < 2:
+            return
+        key = (dim, op, phase, kind, int(message), len(ranks), _link(self.job, ranks))
+        self.rows.setdefault(key, [0])[0] += calls
+
+    def build(self) -> tuple[Row, ...]:
+        net = self.job.network
+        out = []
+        for (dim, op, phase, kind, msg, n, link), (calls,) in self.rows.items():
+            bw = (net.intra_node_GBps if link == "intra" else net.inter_node_GBps) * 1e9
+            w = wire_bytes(op, msg, n, net.algorithm, intra=link == "intra")
+            moved = msg if op == "recv" else w
+            out.append(
+                Row(dim, op, phase, kind, calls, calls * msg, calls * w, calls * moved / bw,
+                    msg, n, link)
+            )  # fmt: skip
+        return tuple(sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase))))
+
+
+def predict(job: Job, rank: int = 0) -> Prediction:
+    """Predicted traffic of global ``rank`` per training step (reference §6, docs/model.md).
+
+    Raises
+    ------
+    ConfigError
+        ``rank`` outside ``0 .. world_size-1``.
+    """
+    world = job.parallel.world_size
+    if not 0 <= rank < world:
+        raise ConfigError(f"rank: {rank} is outside the job's ranks 0..{world - 1}")
+    coords = coordinates(job, rank)
+    layers, n_moe, units, sp_params = _stage(job, coords["pp"])
+    acc = _Rows(job)
+    _tensor_parallel(job, rank, coords, len(layers), sp_params, acc)
+    _context_parallel(job, rank, len(layers), acc)
+    _expert_parallel(job, rank, n_moe, acc)
+    _pipeline_parallel(job, rank, coords, acc)
+    _data_parallel(job, rank, coords, units, acc)
+    return Prediction(job, rank, coords, layers, acc.build())
+
+
+def _tensor_parallel(
+    job: Job, rank: int, coords: dict[str, int], n_layers: int, sp_params: int, acc: _Rows
+) -> None:
+    """TP collectives (§6.3 without SP, §6.4 with SP as Megatron-core runs it, §6.5)."""
+    par, m = job.parallel, job.model
+    if par.tp == 1:
+        return
+    g = group(job, rank, ("tp",))
+    mb = job.microbatches
+    s_c = m.seq_len // par.cp
+    msg = job.batch.micro_batch * s_c * m.hidden * job.dtypes.e_a
+    per_layer = n_layers * mb
+    full = job.recompute == "full"
+    first, last = coords["pp"] == 0, coords["pp"] == par.pp - 1
+    if not par.sequence_parallel:
+        acc.add("tp", "all_reduce", "forward", "transformer", 2 * per_layer, msg, g)
+        acc.add("tp", "all_reduce", "backward", "transformer", 2 * per_layer, msg, g)
+        if full:
+            acc.add("tp", "all_reduce", "backward", "transformer", 2 * per_layer, msg, g)
+        if first:
+            acc.add("tp", "all_reduce", "forward", "embedding", mb, msg, g)
+        if last:
+            acc.add("tp", "all_reduce", "backward", "lm_head", mb, msg, g)
+    else:
+        acc.add("tp", "all_gather", "forward", "transformer", 2 * per_layer, msg, g)
+        acc.add("tp", "reduce_scatter", "forward", "transformer", 2 * per_layer, msg, g)
+        acc.add("tp", "all_gather", "backward", "transformer", 4 * per_layer, msg, g)
+        acc.add("tp", "reduce_scatter", "backward", "transformer", 2 * per_layer, msg, g)
+        if full:
+            acc.add("tp", "all_gather", "backward", "transformer", 2 * per_layer, msg, g)
+            acc.add("tp", "reduce_scatter", "backward", "transformer", 2 * per_layer, msg, g)
+        if first:
+            acc.add("tp", "reduce_scatter", "forward", "embedding", mb, msg, g)
+            acc.add("tp", "all_gather", "backward", "embedding", mb, msg, g)
+        if last:
+            acc.add("tp", "all_gather", "forward", "lm_head", mb, msg, g)
+            acc.add("tp", "all_gather", "backward", "lm_head", mb, msg, g)
+            acc.add("tp", "reduce_scatter", "backward", "lm_head", mb, msg, g)
+        acc.add("tp", "all_reduce", "optimizer", "norm", 1, sp_params * job.dtypes.e_g, g)
+    if last:
+        ce = job.batch.micro_batch * s_c * CE_BYTES
+        acc.add("tp", "all_reduce", "forward", "loss", 3 * mb, ce, g)
+
+
+def _kv_width(job: Job) -> int:
+    """K+V elements per token on one TP rank (§6.7; MLA: a/t·(d_qk + d_v))."""
+    m, t = job.model, job.parallel.tp
+    if m.mla is not None:
+        la = m.mla
+        return m.heads // t * (la.qk_nope_dim + la.qk_rope_dim + la.v_head_dim)
+    return 2 * (m.kv_hidden // t if m.kv_heads >= t else m.head_dim)
+
+
+def _context_parallel(job: Job, rank: int, n_layers: int, acc: _Rows) -> None:
+    """CP KV exchange per layer per microbatch: AG fwd, AG + RS(dKV) bwd (§6.7)."""
+    if job.parallel.cp == 1:
+        return
+    g = group(job, rank, ("cp",))
+    msg = job.batch.micro_batch * job.model.seq_len * _kv_width(job) * job.dtypes.e_a
+    calls = n_layers * job.microbatches
+    acc.add("cp", "all_gather", "forward", "attention", calls, msg, g)
+    acc.add("cp", "all_gather", "backward", "attention", calls, msg, g)
+    acc.add("cp", "reduce_scatter", "backward", "attention", calls, msg, g)
+    if job.recompute == "full":
+        acc.add("cp", "all_gather", "backward", "attention", calls, msg, g)
+
+
+def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
+    """EP all-to-alls: dispatch + combine forward, their transposes backward (§6.8)."""
+    par, m = job.parallel, job.model
+    if par.ep == 1 or n_moe == 0 or m.moe is None:
+        return
+    g = group(job, rank, ("ep",), expert=True)
+    tokens = job.batch.micro_batch * m.seq_len // par.cp
+    if par.sequence_parallel:
+        tokens //= par.tp
+    msg = ep_a2a_message(
+        k=m.moe.top_k, tokens=tokens, h=m.hidden, e=job.dtypes.e_a,
+        capacity_factor=m.moe.capacity_factor, experts=m.moe.experts,
+    )  # fmt: skip
+    calls = 2 * n_moe * job.microbatches
+    acc.add("ep", "all_to_all", "forward", "moe", calls, msg, g)
+    acc.add("ep", "all_to_all", "backward", "moe", calls, msg, g)
+    if job.recompute == "full":
+        acc.add("ep", "all_to_all", "backward", "moe", calls, msg, g)
+
+
+def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) -> None:
+    """PP send/recv per microbatch and chunk boundary (§6.6), tied-embedding grad all-reduce."""
+    par, m = job.parallel, job.model
+    p, v, r = par.pp, par.vpp, coords["pp"]
+    if p == 1:
+        return
+    mb = job.microbatches
+    t_sg = par.tp if par.sequence_parallel else 1
+    msg = job.batch.micro_batch * (m.seq_len // par.cp) // t_sg * m.hidden * job.dtypes.e_a
+    nxt, prv = _peer(job, rank, (r + 1) % p), _peer(job, rank, (r - 1) % p)
+    last, first = int(r == p - 1), int(r == 0)
+    acc.add("pp", "send", "forward", "boundary", mb * (v - last), msg, [rank, nxt])
+    acc.add("pp", "recv", "forward", "boundary", mb * (v - first), msg, [prv, rank])
+    acc.add("pp", "send", "backward", "boundary", mb * (v - first), msg, [rank, prv])
+    acc.add("pp", "recv", "backward", "boundary", mb * (v - last), msg, [nxt, rank])
+    if m.tied_embeddings and (first or last):
+        pair = [_peer(job, rank, 0), _peer(job, rank, p - 1)]
+        size = P.embedding_params(m, tp=par.tp) * job.dtypes.e_g
+        acc.add("pp", "all_reduce", "optimizer", "embedding", 1, size, pair)
+
+
+def _buckets(elements: int, bucket: int) -> list[tuple[int, int]]:
+    """(calls, elements per call): full buckets, then the remainder."""
+    full, rest = divmod(elements, bucket)
+    return [(full, bucket), (1, rest)]
+
+
+def _data_parallel(
+    job: Job, rank: int, coords: dict[str, int], units: tuple[P.Unit, ...], acc: _Rows
+) -> None:
+    """Gradient and parameter collectives over DP x CP and expert-DP (§6.1, §6.2, §6.9)."""
+    par, dt = job.parallel, job.dtypes
+    groups = {
+        "dense": group(job, rank, ("dp", "cp")),
+        "expert": group(job, rank, ("dp",), expert=True),
+    }
+    scheme = par.dp_scheme
+    if scheme in ("zero3", "fsdp_no_reshard"):
+        for u in units:
+            g = groups[u.group]
+            acc.add("dp", "all_gather", "forward", u.layer_kind, 1, u.elements * dt.e_p, g)
+            if scheme == "zero3":
+                acc.add("dp", "all_gather", "backward", u.layer_kind, 1, u.elements * dt.e_p, g)
+            acc.add("dp", "reduce_scatter", "backward", u.layer_kind, 1, u.elements * dt.e_g, g)
+    else:
+        for kind, gname in (("all", "dense"), ("moe", "expert")):
+            g = groups[gname]
+            n_el = sum(u.elements for u in units if u.group == gname)
+            bucket = par.bucket_size or max(40_000_000, 1_000_000 * len(g))
+            for calls, el in _buckets(n_el, bucket):
+                if scheme == "ddp":
+                    acc.add("dp", "all_reduce", "backward", kind, calls, el * dt.e_g, g)
+                else:
+                    acc.add("dp", "reduce_scatter", "backward", kind, calls, el * dt.e_g, g)
+                    acc.add("dp", "all_gather", "optimizer", kind, calls, el * dt.e_p, g)
+    if coords["pp"] == par.pp - 1:
+        acc.add("dp", "all_reduce", "other", "loss", 1, LOSS_REPORT_BYTES, groups["dense"])
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _as_job(config: Job | str | Path | Mapping[str, Any], world_size: int | None) -> Job:
+    if isinstance(config, Job):
+        if world_size is not None and world_size != config.parallel.world_size:
+            p = config.parallel
+            raise ConfigError(
+                f"world size: {world_size} ranks, but tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp}"
+                f" = {p.world_size}; the layout's product must equal the world size"
+            )
+        return config
+    if isinstance(config, Mapping):
+        return job_from_dict(config, world_size=world_size)
+    job = load_job(config)
+    return _as_job(job, world_size)
+
+
+def predict_ranks(job: Job, ranks: Iterable[int]) -> list[Prediction]:
+    """:func:`predict` for each rank of ``ranks``."""
+    return [predict(job, r) for r in ranks]
+
+
+def predictions_table(
+    config: Job | str | Path | Mapping[str, Any],
+    ranks: Iterable[int] | int,
+    *,
+    world_size: int | None = None,
+) -> pa.Table:
+    """The ``predictions`` table (``schemas/predictions.yaml``) for the ranks of a job.
+
+    Parameters
+    ----------
+    config
+        A :class:`Job`, a ``job.yaml`` path or its parsed mapping.
+    ranks
+        The job's global ranks (e.g. the ``ranks`` table of a dataset), or their number.
+        Without ``world_size`` they are the whole world: their count must equal
+        ``tp·pp·dp·cp``.
+    world_size
+        The job's world size when ``ranks`` is only some of its ranks (a dataset with traces
+        of a few ranks); it must equal ``tp·pp·dp·cp``.
+
+    Returns
+    -------
+    pa.Table
+        Columns ``rank`` and those of :class:`Row`'s public part; ``job`` is left to the writer
+        (``schema.conform("predictions", table, job=...)``).
+
+    Raises
+    ------
+    ConfigError
+        A bad job, a layout whose product is not the world size, a rank outside it.
+    """
+    rank_list = list(range(ranks)) if isinstance(ranks, int) else sorted(set(ranks))
+    job = _as_job(config, world_size if world_size is not None else len(rank_list))
+    world = job.parallel.world_size
+    bad = [r for r in rank_list if not 0 <= r < world]
+    if bad:
+        raise ConfigError(f"rank: {bad[0]} is outside the job's ranks 0..{world - 1}")
+    cols: dict[str, list[Any]] = {"rank": [], **{c: [] for c in _ROW_COLUMNS}}
+    for pred in predict_ranks(job, rank_list):
+        for row in pred.rows:
+            cols["rank"].append(pred.rank)
+            for c in _ROW_COLUMNS:
+                cols[c].append(getattr(row, c))
+    types = {"rank": pa.int64(), "calls": pa.int64(), "bytes": pa.int64(),
+             "wire_bytes": pa.float64(), "est_time_s": pa.float64()}  # fmt: skip
+    return pa.table({c: pa.array(v, types.get(c, pa.string())) for c, v in cols.items()})
+
+
+def format_table(pred: Prediction) -> str:
+    """A plain-text report of one rank's prediction (``--format table``)."""
+    j, t = pred.job, pred.totals
+    ms = model_summary(j)
+    c = pred.coords
+    lines = [
+        f"model {ms['name']}: {ms['params']:,} params, {ms['flops_per_token']:.4g} FLOPs/token",
+        f"layout tp={j.parallel.tp} pp={j.parallel.pp} dp={j.parallel.dp} cp={j.parallel.cp} "
+        f"ep={j.parallel.ep} vpp={j.parallel.vpp} sp={j.parallel.sequence_parallel} "
+        f"dp_scheme={j.parallel.dp_scheme} order={j.parallel.order} "
+        f"world={j.parallel.world_size}",
+        f"batch micro={j.batch.micro_batch} global={j.batch.global_batch} "
+        f"microbatches={j.microbatches} tokens/step={j.tokens_per_step:,} "
+        f"recompute={j.recompute}",
+        f"rank {pred.rank}: tp={c['tp']} cp={c['cp']} dp={c['dp']} pp={c['pp']} ep={c['ep']} "
+        f"layers {_ranges(pred.layers)}",
+        "",
+    ]
+    head = ("dim", "op", "phase", "layer_kind", "calls", "message_B", "n", "link",
+            "bytes", "wire_bytes", "est_time_s")  # fmt: skip
+    body = [
+        (r.parallel_dim, r.op, r.phase, r.layer_kind, f"{r.calls:,}", f"{r.message:,}",
+         str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}", f"{r.est_time_s:.6f}")
+        for r in pred.rows
+    ]  # fmt: skip
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    right = {4, 5, 6, 8, 9, 10}
+    for rec in [head, *body]:
+        cells = [x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in
+                 enumerate(zip(rec, widths, strict=True))]  # fmt: skip
+        lines.append("  ".join(cells).rstrip())
+    lines.append("")
+    lines.append(
+        f"total: {t['bytes']:,} bytes, {t['wire_bytes']:,.0f} wire bytes per step; "
+        f"{t['bytes_per_token']:.4g} bytes per token"
+    )
+    for dim, d in t["by_dim"].items():
+        lines.append(f"  {dim}: {d['bytes']:,} bytes, {d['wire_bytes']:,.0f} wire bytes")
+    return "\n".join(lines)
+
+
+def _ranges(xs: Iterable[int]) -> str:
+    xs = list(xs)
+    if not xs:
+        return "none"
+    parts, start, prev = [], xs[0], xs[0]
+    for x in [*xs[1:], None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if x is not None:
+            start = prev = x
+    return ",".join(parts)

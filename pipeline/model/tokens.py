@@ -1,0 +1,220 @@
+"""Words to wire: count a text's words and tokens, and what training on it would move.
+
+Tokens are counted with the HuggingFace ``tokenizers`` library from a local
+``tokenizer.json`` (nothing is downloaded; reference §3.2). Without one, a byte-level BPE
+tokenizer is trained on the text itself and the result is labelled as such: its counts are
+lower than a general-purpose tokenizer's on the same text (in-domain vocabulary, §3.2).
+With a job, the token count becomes embedding bytes (``T·h·e_a``, §3.1) and the bytes each
+parallel dimension puts on the wire, over all ranks, to train one epoch over the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ConfigError, TraceFormatError
+from pipeline.model.config import Job
+from pipeline.model.predict import predict
+
+#: Characters per encode call: big enough to be fast, cut at a line end.
+_CHUNK_CHARS = 1 << 20
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """Words and tokens of one text file under one tokenizer."""
+
+    path: str
+    chars: int
+    words: int
+    tokens: int
+    tokenizer: str
+    vocab_size: int
+    trained_on_text: bool
+
+    @property
+    def tokens_per_word(self) -> float:
+        """Fertility: tokens per whitespace-separated word."""
+        return self.tokens / self.words if self.words else 0.0
+
+    @property
+    def chars_per_token(self) -> float:
+        """Characters per token."""
+        return self.chars / self.tokens if self.tokens else 0.0
+
+
+@dataclass(frozen=True)
+class EpochTraffic:
+    """What one epoch over the text costs a job (all ranks together)."""
+
+    tokens: int
+    embedding_bytes: int
+    steps: float
+    wire_bytes_by_dim: dict[str, float] = field(default_factory=dict)
+    bytes_by_dim: dict[str, float] = field(default_factory=dict)
+
+
+def read_text(path: str | Path) -> str:
+    """The file as UTF-8 text; unreadable or non-UTF-8 input is a :class:`TraceFormatError`."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, "not UTF-8 text", offset=exc.start) from exc
+
+
+def _chunks(text: str) -> Iterator[str]:
+    start = 0
+    while start < len(text):
+        end = min(start + _CHUNK_CHARS, len(text))
+        if end < len(text):
+            cut = text.rfind("\n", start, end)
+            end = cut + 1 if cut > start else end
+        yield text[start:end]
+        start = end
+
+
+def _tokenizers() -> Any:
+    try:
+        import tokenizers
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError(
+            "tokens: the HuggingFace 'tokenizers' package is needed; "
+            "pip install 'tokenwire[tokens]'"
+        ) from exc
+    return tokenizers
+
+
+def train_bpe(text: str, *, vocab_size: int = 8192, min_frequency: int = 2) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``text`` itself (§3.2)."""
+    tk = _tokenizers()
+    bpe = tk.ByteLevelBPETokenizer()
+    bpe.train_from_iterator(
+        _chunks(text), vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False
+    )
+    return bpe
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """``tokenizers.Tokenizer.from_file``; a file it cannot read is a :class:`ConfigError`."""
+    tk = _tokenizers()
+    try:
+        return tk.Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises plain Exception subclasses
+        raise ConfigError(f"{path}: not a tokenizer.json the tokenizers library can load") from exc
+
+
+def count_tokens(
+    path: str | Path, *, tokenizer: str | Path | None = None, train_vocab: int = 8192
+) -> TokenCount:
+    """Count the words and tokens of a UTF-8 text file.
+
+    Parameters
+    ----------
+    path
+        The text.
+    tokenizer
+        A local ``tokenizer.json``. ``None``: train a byte-level BPE of ``train_vocab``
+        tokens on the text and count with it (``trained_on_text`` is then true).
+    train_vocab
+        Vocabulary size of the trained tokenizer.
+    """
+    text = read_text(path)
+    if tokenizer is None:
+        tok = train_bpe(text, vocab_size=train_vocab)
+        label = f"byte-level BPE trained on this text (vocab {tok.get_vocab_size()})"
+        trained = True
+    else:
+        tok = load_tokenizer(tokenizer)
+        label = str(tokenizer)
+        trained = False
+    n = 0
+    chunks = list(_chunks(text))
+    for i in range(0, len(chunks), 16):
+        for enc in tok.encode_batch(chunks[i : i + 16], add_special_tokens=False):
+            n += len(enc.ids)
+    return TokenCount(
+        path=str(path),
+        chars=len(text),
+        words=len(text.split()),
+        tokens=n,
+        tokenizer=label,
+        vocab_size=tok.get_vocab_size(),
+        trained_on_text=trained,
+    )
+
+
+def epoch_traffic(tokens: int, job: Job) -> EpochTraffic:
+    """Embedding bytes of ``tokens`` and the bytes per parallel dimension for one epoch.
+
+    ``embedding_bytes = T·h·e_a`` (§3.1); steps = ``T / (B·s)`` (fractional); per dimension,
+    the per-step bytes of every rank (:func:`~pipeline.model.predict.predict`) summed over
+    ranks, times the steps.
+    """
+    steps = tokens / job.tokens_per_step
+    wire: dict[str, float] = {}
+    payload: dict[str, float] = {}
+    for rank in range(job.parallel.world_size):
+        for row in predict(job, rank).rows:
+            wire[row.parallel_dim] = wire.get(row.parallel_dim, 0.0) + row.wire_bytes * steps
+            payload[row.parallel_dim] = payload.get(row.parallel_dim, 0.0) + row.bytes * steps
+    return EpochTraffic(
+        tokens=tokens,
+        embedding_bytes=tokens * job.model.hidden * job.dtypes.e_a,
+        steps=steps,
+        wire_bytes_by_dim=wire,
+        bytes_by_dim=payload,
+    )
+
+
+def tokens_report(count: TokenCount, epoch: EpochTraffic | None) -> dict[str, Any]:
+    """The JSON-able result of ``tokenwire tokens``."""
+    out: dict[str, Any] = {
+        "path": count.path,
+        "tokenizer": count.tokenizer,
+        "trained_on_text": count.trained_on_text,
+        "vocab_size": count.vocab_size,
+        "chars": count.chars,
+        "words": count.words,
+        "tokens": count.tokens,
+        "tokens_per_word": count.tokens_per_word,
+        "chars_per_token": count.chars_per_token,
+    }
+    if epoch is not None:
+        out["epoch"] = {
+            "embedding_bytes": epoch.embedding_bytes,
+            "steps": epoch.steps,
+            "bytes_by_dim": epoch.bytes_by_dim,
+            "wire_bytes_by_dim": epoch.wire_bytes_by_dim,
+            "wire_bytes": sum(epoch.wire_bytes_by_dim.values()),
+        }
+    return out
+
+
+def format_tokens(report: dict[str, Any]) -> str:
+    """Plain-text form of :func:`tokens_report`."""
+    lines = [
+        f"{report['path']}: {report['words']:,} words, {report['tokens']:,} tokens "
+        f"({report['tokens_per_word']:.3f} tokens/word, {report['chars_per_token']:.3f} "
+        "chars/token)",
+        f"tokenizer: {report['tokenizer']}"
+        + ("  [TRAINED ON THIS TEXT: not a published tokenizer]" if report["trained_on_text"]
+           else ""),
+    ]  # fmt: skip
+    ep = report.get("epoch")
+    if ep:
+        lines.append(
+            f"one epoch: {ep['steps']:.4g} steps, embedding activations "
+            f"{ep['embedding_bytes']:,} bytes, {ep['wire_bytes']:,.0f} bytes on the wire "
+            "(all ranks)"
+        )
+        for dim, w in ep["wire_bytes_by_dim"].items():
+            lines.append(f"  {dim}: {w:,.0f} wire bytes ({ep['bytes_by_dim'][dim]:,.0f} payload)")
+    return "\n".join(lines)
