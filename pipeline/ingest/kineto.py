@@ -60,6 +60,8 @@ _ARG_COLUMNS = {
     "pg_desc": pl.String,
     "pg_ranks": pl.String,
     "seq": pl.Int64,
+    "seq_nr": pl.Int64,
+    "fwd_tid": pl.Int64,
 }
 OPS_COLUMNS = [
     "op_id",
@@ -78,6 +80,8 @@ OPS_COLUMNS = [
     "external_id",
     "correlation",
     "step",
+    "seq_nr",
+    "fwd_tid",
 ]
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)|_(\d+)\.", re.IGNORECASE)
 
@@ -103,6 +107,8 @@ class Args(
         "pg_desc": "Process Group Description",
         "pg_ranks": "Process Group Ranks",
         "seq": "Seq",
+        "seq_nr": "Sequence number",
+        "fwd_tid": "Fwd thread id",
     },
 ):
     """The ``args`` keys tokenwire reads; volatile ones stay raw JSON or loosely typed."""
@@ -128,6 +134,8 @@ class Args(
     pg_desc: Any = None
     pg_ranks: Any = None
     seq: Any = None
+    seq_nr: Any = None
+    fwd_tid: Any = None
 
 
 class Event(msgspec.Struct):
@@ -381,6 +389,8 @@ def _ops(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         "pg_desc",
         "pg_ranks",
         "seq",
+        "seq_nr",
+        "fwd_tid",
     ).sort("op_id")
 
 

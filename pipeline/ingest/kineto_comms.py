@@ -56,6 +56,7 @@ COLLECTIVE_COLUMNS = [
     "external_id",
     "step",
     "size_source",
+    "launch_op_id",
 ]
 
 
@@ -187,7 +188,9 @@ def _nccl_kernel_collectives(
     )
     launches = (
         ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
-        .select("correlation", "pid", "tid", "start_ns", "end_ns")
+        .select(
+            "correlation", "pid", "tid", "start_ns", "end_ns", pl.col("op_id").alias("launch_op_id")
+        )
         .drop_nulls("correlation")
         .unique("correlation", keep="first")
     )
@@ -266,6 +269,7 @@ def _gloo_collectives(ops: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
         return pl.DataFrame()
     calls = ops.filter(pl.col("name").str.starts_with("c10d::")).select(
         pl.col("start_ns").alias("enqueue_ns"),
+        pl.col("op_id").alias("launch_op_id"),
         "concrete_inputs",
         op_expr(pl.col("name")).alias("_op"),
     )
