@@ -3,6 +3,28 @@
 The package follows the flow: ``ingest`` (one module per source format), ``dataset``
 (schemas, Parquet layout, DuckDB views), ``link`` (SQL that joins sources), ``model``
 (analytic traffic predictions) and ``report``. Nothing heavy is imported at module load.
+
+From a notebook::
+
+    import pipeline
+    ds = pipeline.open("run42.tw")
+    ds.sql("SELECT parallel_dim, sum(bytes) FROM collectives_linked GROUP BY ALL")
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.dataset.handle import Dataset
+
 __version__ = "0.1.0"
+__all__ = ["open", "__version__"]
+
+
+def open(path: Path | str) -> Dataset:  # noqa: A001 - the verb users expect: pipeline.open(...)
+    """Open a dataset folder made by ``tokenwire ingest`` (and ``tokenwire link``)."""
+    from pipeline.dataset.handle import Dataset
+
+    return Dataset(path)

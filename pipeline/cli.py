@@ -8,6 +8,7 @@ code 1; wrong invocations exit 2 (click's usage errors); internal errors exit 3.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +18,25 @@ from pipeline import __version__
 from pipeline.errors import TokenwireError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """A click group that turns an unexpected exception into one line and exit code 3.
+
+    Set ``TOKENWIRE_DEBUG=1`` to see the traceback instead.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except Exception as exc:
+            if os.environ.get("TOKENWIRE_DEBUG"):
+                raise
+            click.echo(f"Error: internal error: {type(exc).__name__}: {exc}", err=True)
+            raise SystemExit(EXIT_INTERNAL) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tokenwire")
 def cli() -> None:
     """tokenwire: where the bytes of a training job go."""
@@ -177,12 +196,23 @@ def sql(dataset: Path, query: str | None, fmt: str, output: Path | None) -> None
         _fail(str(exc))
 
 
+def flatten_nested(frame):
+    """Lists and structs as JSON text, for formats that hold only flat values (CSV)."""
+    import polars as pl
+
+    nested = [c for c, t in frame.schema.items() if isinstance(t, (pl.List, pl.Array, pl.Struct))]
+    return frame.with_columns(
+        pl.struct(pl.col(c).alias("v")).struct.json_encode().str.slice(5).str.head(-1).alias(c)
+        for c in nested
+    )
+
+
 def format_frame(frame, fmt: str) -> str:
     """Render a Polars frame as text for stdout."""
     import polars as pl
 
     if fmt == "csv":
-        return frame.write_csv()
+        return flatten_nested(frame).write_csv()
     if fmt == "json":
         return frame.write_json() + "\n"
     with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
@@ -362,3 +392,28 @@ def tokens(text_file, tokenizer, train_vocab, config, fmt) -> None:  # noqa: ANN
         _fail(str(exc))
     report = tk.tokens_report(count, epoch)
     click.echo(json.dumps(report, indent=2) if fmt == "json" else tk.format_tokens(report))
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The job's job.yaml: exact parallel dimensions, tokens per step and predictions.",
+)
+def link(dataset: Path, config: Path | None) -> None:
+    """Build the derived tables: collectives linked to steps, phases, layers and parallel
+    dimensions; collectives matched across ranks; time per rank; bytes per token.
+
+    \b
+    Example:
+      tokenwire link run42.tw --config job.yaml
+    """
+    from pipeline.link.runner import link as run_link
+
+    try:
+        summary = run_link(dataset, config=config)
+    except TokenwireError as exc:
+        _fail(str(exc))
+    for table, n in summary.rows.items():
+        click.echo(f"  {table:<22} {n:>12,} rows", err=True)

@@ -48,6 +48,7 @@ class TableSchema:
     description: str
     partition: tuple[str, ...]
     columns: tuple[Column, ...]
+    derived: bool = False
 
     @property
     def arrow(self) -> pa.Schema:
@@ -103,6 +104,7 @@ def load_schemas() -> dict[str, TableSchema]:
             description=doc.get("description", ""),
             partition=tuple(doc.get("partition", [])),
             columns=cols,
+            derived=bool(doc.get("derived", False)),
         )
     if not out:
         raise FileNotFoundError(f"no table schemas found in {schemas_dir()}")

@@ -7,6 +7,7 @@ still a typed view and queries never depend on which sources a job happened to h
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -26,8 +27,10 @@ _DUCKDB_TYPES = {
 }
 
 
-def connect(dataset: Path | str) -> duckdb.DuckDBPyConnection:
+def connect(dataset: Path | str, *, derived: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view per table of ``dataset``.
+
+    With ``derived=False`` only the raw tables get views (``tokenwire link`` makes the rest).
 
     Raises
     ------
@@ -40,16 +43,20 @@ def connect(dataset: Path | str) -> duckdb.DuckDBPyConnection:
     manifest = read_manifest(dataset)
     con = duckdb.connect()
     for schema in load_schemas().values():
-        con.execute(view_sql(dataset, manifest, schema))
+        if derived or not schema.derived:
+            con.execute(view_sql(con, dataset, manifest, schema))
+    if derived:
+        con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
     return con
 
 
-def view_sql(dataset: Path, manifest: Manifest, schema: TableSchema) -> str:
-    """The ``CREATE VIEW`` statement for one table."""
-    casts = ", ".join(
-        f"CAST({_ident(c.name)} AS {_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}"
-        for c in schema.columns
-    )
+def view_sql(
+    con: duckdb.DuckDBPyConnection, dataset: Path, manifest: Manifest, schema: TableSchema
+) -> str:
+    """The ``CREATE VIEW`` statement for one table.
+
+    Parts written before a column was added to the schema lack it; the view gives NULL there.
+    """
     parts = [str(dataset / p) for p in manifest.parts(schema.name)]
     if not parts:
         return f"CREATE VIEW {_ident(schema.name)} AS SELECT {_null_row(schema)} WHERE false"
@@ -57,10 +64,17 @@ def view_sql(dataset: Path, manifest: Manifest, schema: TableSchema) -> str:
     hive_types = ", ".join(
         f"{_literal(c)}: '{_DUCKDB_TYPES[schema.column(c).type_name]}'" for c in schema.partition
     )
-    return (
-        f"CREATE VIEW {_ident(schema.name)} AS SELECT {casts} FROM read_parquet({files}, "
-        f"hive_partitioning = true, hive_types = {{{hive_types}}}, union_by_name = true)"
+    source = (
+        f"read_parquet({files}, hive_partitioning = true, hive_types = {{{hive_types}}}, "
+        "union_by_name = true)"
     )
+    present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+    casts = ", ".join(
+        f"CAST({_ident(c.name) if c.name in present else 'NULL'} AS "
+        f"{_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}"
+        for c in schema.columns
+    )
+    return f"CREATE VIEW {_ident(schema.name)} AS SELECT {casts} FROM {source}"
 
 
 def _null_row(schema: TableSchema) -> str:

@@ -346,8 +346,13 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
         for c in ("correlation", "external_id")
         if c not in frame.columns
     )
+    # Like PyTorch's own counters, collectives and point-to-point calls count separately.
     frame = frame.sort("enqueue_ns", "start_ns", nulls_last=True).with_columns(
-        pl.coalesce("seq", pl.int_range(pl.len()).over("comm")).cast(pl.Int64).alias("seq")
+        pl.coalesce(
+            "seq", pl.int_range(pl.len()).over("comm", pl.col("op").is_in(["send", "recv"]))
+        )
+        .cast(pl.Int64)
+        .alias("seq")
     )
     return frame.select(
         *COLLECTIVE_COLUMNS,

@@ -302,7 +302,15 @@ def _check_ranks(results: list[FileOutcome], manifest, dataset: Path) -> list[Fi
 
 
 def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
-    """Write the ``files`` rows and list the accepted files in the manifest."""
+    """Write the ``files`` rows and list the accepted files in the manifest.
+
+    New rows make the derived tables stale: they leave the manifest with the first new file
+    (``tokenwire link`` makes them again), and their parts are deleted after the commit.
+    """
+    if not accepted:
+        return
+    stale = [rel for rels in manifest.derived.values() for rel in rels]
+    manifest.derived = {}
     last = time.monotonic()
     for i, out in enumerate(accepted):
         rel = part_path("files", out.job, None, out.file_id)
@@ -321,6 +329,8 @@ def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
         if time.monotonic() - last > MANIFEST_EVERY_S or i == len(accepted) - 1:
             write_manifest(dataset, manifest)
             last = time.monotonic()
+    for rel in stale:
+        (dataset / rel).unlink(missing_ok=True)
 
 
 def _files_row(out: FileOutcome) -> pa.Table:

@@ -1,0 +1,99 @@
+-- communicator_dims: the parallel dimension each communicator serves, one row per job and
+-- comm. From job.yaml's layout when given (_job_layout, made by the runner); otherwise from
+-- what runs on it (the most common evidence of its collectives, below), and for a
+-- communicator with no collectives from its rank set (a contiguous block is tp, a strided
+-- set dp). A communicator that spans every rank and carries several kinds of traffic is
+-- 'world': its collectives then keep their own evidence (collectives_linked).
+
+-- What one collective's traffic looks like: send/recv -> pp; all_to_all -> ep; an
+-- all-reduce issued from inside a layer, or from the backward of a layer's op (not from a
+-- gradient-accumulation hook) -> tp; all_gather / reduce_scatter and other all-reduces
+-- (gradient buckets, loss) -> dp; anything else -> unknown.
+CREATE VIEW _collective_dim_evidence AS
+SELECT job, rank, source, file_id, collective_id, comm,
+       CASE WHEN op IN ('send', 'recv', 'send_recv') THEN 'pp'
+            WHEN op = 'all_to_all' THEN 'ep'
+            WHEN op = 'all_reduce' AND coalesce(layer_kind, '') <> 'loss' AND (
+                 layer IS NOT NULL
+                 OR backward_op IS NOT NULL AND backward_op NOT LIKE '%AccumulateGrad%')
+                THEN 'tp'
+            WHEN op IN ('all_reduce', 'all_gather', 'reduce_scatter') THEN 'dp'
+            ELSE 'unknown' END AS evidence
+FROM _collective_links;
+
+CREATE VIEW _comm_members AS
+SELECT job, comm, max(nranks) AS nranks,
+       arg_max(ranks, len(coalesce(ranks, []))) AS ranks
+FROM (SELECT job, comm, nranks, ranks FROM communicators
+      UNION ALL
+      SELECT job, comm, group_size, CAST(NULL AS BIGINT[]) FROM collectives
+      WHERE comm IS NOT NULL)
+GROUP BY ALL;
+
+CREATE VIEW _comm_evidence AS
+SELECT job, comm,
+       arg_max(evidence, n) FILTER (evidence <> 'unknown') AS top_evidence,
+       count(*) FILTER (evidence <> 'unknown') AS kinds,
+       bool_and(evidence IN ('pp', 'unknown')) AS only_pp,
+       bool_and(evidence IN ('ep', 'unknown')) AS only_ep,
+       bool_or(evidence = 'tp') AS any_tp
+FROM (SELECT job, comm, evidence, count(*) AS n
+      FROM _collective_dim_evidence WHERE comm IS NOT NULL GROUP BY ALL)
+GROUP BY ALL;
+
+CREATE VIEW _world AS
+SELECT job, greatest(max(world_size), count(DISTINCT rank)) AS world_size
+FROM ranks GROUP BY ALL;
+
+-- The shape of a rank set: contiguous (a block of consecutive ranks), strided (an
+-- arithmetic progression with a step above 1) or other.
+CREATE VIEW _comm_shape AS
+SELECT job, comm, nranks, ranks,
+       CASE WHEN len(ranks) <> nranks OR nranks < 2 THEN 'other'
+            WHEN list_max(ranks) - list_min(ranks) + 1 = nranks THEN 'contiguous'
+            WHEN (list_max(ranks) - list_min(ranks)) % (nranks - 1) = 0
+                 AND list_sort(ranks) = generate_series(list_min(ranks), list_max(ranks),
+                     (list_max(ranks) - list_min(ranks)) // (nranks - 1))
+                THEN 'strided'
+            ELSE 'other' END AS shape
+FROM _comm_members;
+
+-- In order: job.yaml; a group of every rank is 'world' when it carries several kinds of
+-- traffic; a group carrying only send/recv is pp, only all-to-all ep; then the rank set
+-- (Megatron's and DeviceMesh's default orders put tp on consecutive ranks, dp and pp on
+-- strides): contiguous -> tp (dp when it carries no tensor-parallel-like traffic), strided ->
+-- dp; then the most common evidence.
+CREATE VIEW communicator_dims AS
+SELECT m.job, m.comm, m.nranks, m.ranks,
+       -- dp, tp, pp, cp, ep, world or unknown
+       CASE WHEN y.parallel_dim IS NOT NULL THEN y.parallel_dim
+            WHEN m.nranks = w.world_size AND (e.kinds IS NULL OR e.kinds <> 1) THEN 'world'
+            WHEN m.nranks = w.world_size THEN e.top_evidence
+            WHEN e.only_pp AND e.kinds > 0 THEN 'pp'
+            WHEN e.only_ep AND e.kinds > 0 THEN 'ep'
+            WHEN m.shape = 'contiguous' AND (e.any_tp OR e.kinds IS NULL) THEN 'tp'
+            WHEN m.shape IN ('contiguous', 'strided') THEN 'dp'
+            ELSE coalesce(e.top_evidence, 'unknown') END AS parallel_dim,
+       CASE WHEN y.parallel_dim IS NOT NULL THEN 'job.yaml'
+            WHEN m.nranks = w.world_size AND (e.kinds IS NULL OR e.kinds <> 1) THEN 'rank_sets'
+            WHEN m.nranks = w.world_size THEN 'ops'
+            WHEN (e.only_pp OR e.only_ep) AND e.kinds > 0 THEN 'ops'
+            WHEN m.shape IN ('contiguous', 'strided') THEN 'rank_sets'
+            WHEN e.top_evidence IS NOT NULL THEN 'ops'
+            ELSE 'unknown' END AS dim_source
+FROM _comm_shape m
+LEFT JOIN _job_layout y USING (job, comm)
+LEFT JOIN _comm_evidence e USING (job, comm)
+LEFT JOIN _world w USING (job);
+
+-- collective_links: _collective_links with the parallel dimension: the communicator's, or,
+-- on a 'world' / 'unknown' communicator, the collective's own evidence.
+CREATE VIEW collective_links AS
+SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step, l.phase, l.layer,
+       l.layer_index, l.layer_kind,
+       coalesce(CASE WHEN d.parallel_dim NOT IN ('world', 'unknown') THEN d.parallel_dim END,
+                v.evidence) AS parallel_dim,
+       l.attributed_by, l.op, l.comm
+FROM _collective_links l
+JOIN _collective_dim_evidence v USING (job, rank, source, file_id, collective_id)
+LEFT JOIN communicator_dims d ON d.job = l.job AND d.comm = l.comm;

@@ -1,0 +1,212 @@
+"""Run the link SQL over a dataset and materialize the derived tables.
+
+Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
+``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
+tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from pipeline.dataset.schema import conform, table_schema
+from pipeline.dataset.store import (
+    read_manifest,
+    split_by_rank,
+    write_manifest,
+    write_part,
+    writer_lock,
+)
+from pipeline.dataset.views import connect
+from pipeline.errors import ConfigError, DatasetError
+
+#: The link questions, in the order they build on each other.
+SQL_FILES = (
+    "collective_links.sql",
+    "communicator_dims.sql",
+    "clock_offsets.sql",
+    "collective_instances.sql",
+    "time_breakdown.sql",
+    "token_wire.sql",
+)
+DERIVED = (
+    "collective_links",
+    "communicator_dims",
+    "clock_offsets",
+    "collective_instances",
+    "time_breakdown",
+    "token_wire",
+)
+
+
+@dataclass
+class LinkSummary:
+    """Rows written per derived table, and what the job description contributed."""
+
+    rows: dict[str, int]
+    config: str | None
+
+
+def sql_text(name: str) -> str:
+    """The text of one link SQL file."""
+    return resources.files("pipeline.link").joinpath(name).read_text()
+
+
+def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
+    """Build every derived table of ``dataset`` (replacing those of an earlier link).
+
+    Parameters
+    ----------
+    dataset
+        A tokenwire dataset.
+    config
+        The job's ``job.yaml``: exact parallel dimensions, tokens per step and predictions.
+        A dataset of several jobs takes one job.yaml for all of them only when they share it.
+    """
+    dataset = Path(dataset)
+    with writer_lock(dataset):
+        con = connect(dataset, derived=False)
+        jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
+        if not jobs:
+            raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
+        _register_job_inputs(con, jobs, config)
+        for name in SQL_FILES:
+            try:
+                con.execute(sql_text(name))
+            except duckdb.Error as exc:  # a bug in our SQL, not bad input
+                raise RuntimeError(f"link step {name} failed: {exc}") from exc
+        tables = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in DERIVED}
+        tables["predictions"] = con.sql("SELECT * FROM predictions").to_arrow_table()
+        con.close()
+        rows = _materialize(dataset, tables)
+    return LinkSummary(rows=rows, config=str(config) if config else None)
+
+
+def _register_job_inputs(
+    con: duckdb.DuckDBPyConnection, jobs: list[str], config: Path | None
+) -> None:
+    layout = {"job": [], "comm": [], "parallel_dim": []}
+    facts = {"job": [], "tokens_per_step": []}
+    predictions = []
+    if config is not None:
+        from pipeline.model.config import load_job
+        from pipeline.model.predict import predictions_table
+
+        job_spec = load_job(config)
+        world = job_spec.parallel.world_size
+        for job in jobs:
+            ranks = [
+                r
+                for (r,) in con.execute(
+                    "SELECT DISTINCT rank FROM ranks WHERE job = ? AND rank >= 0", [job]
+                ).fetchall()
+            ]
+            seen_world = con.execute(
+                "SELECT max(world_size) FROM ranks WHERE job = ?", [job]
+            ).fetchall()[0][0]
+            if seen_world is not None and seen_world != world:
+                raise ConfigError(
+                    f"{config}: the layout gives {world} ranks but job {job!r} has world size "
+                    f"{seen_world}"
+                )
+            predictions.append(
+                conform(
+                    "predictions", predictions_table(job_spec, ranks, world_size=world), job=job
+                )
+            )
+            for comm, dim in _comm_dims_from_layout(con, job, job_spec):
+                layout["job"].append(job)
+                layout["comm"].append(comm)
+                layout["parallel_dim"].append(dim)
+            facts["job"].append(job)
+            facts["tokens_per_step"].append(job_spec.tokens_per_step)
+    con.register(
+        "_job_layout_arrow",
+        pa.table(
+            layout,
+            schema=pa.schema(
+                [("job", pa.string()), ("comm", pa.string()), ("parallel_dim", pa.string())]
+            ),
+        ),
+    )
+    con.execute("CREATE VIEW _job_layout AS SELECT * FROM _job_layout_arrow")
+    con.register(
+        "_job_facts_arrow",
+        pa.table(facts, schema=pa.schema([("job", pa.string()), ("tokens_per_step", pa.int64())])),
+    )
+    con.execute("CREATE VIEW _job_facts AS SELECT * FROM _job_facts_arrow")
+    schema = table_schema("predictions").arrow
+    pred = pa.concat_tables(predictions) if predictions else schema.empty_table()
+    con.register("_predictions_arrow", pred)
+    con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
+
+
+def _comm_dims_from_layout(
+    con: duckdb.DuckDBPyConnection, job: str, job_spec
+) -> list[tuple[str, str]]:
+    """Each communicator's dimension: the layout's group over one dimension that equals its
+    rank set (``world`` when it spans every rank, ``unknown`` when no group matches)."""
+    from pipeline.model.predict import group
+
+    world = job_spec.parallel.world_size
+    out = []
+    comms = con.execute(
+        "SELECT comm, arg_max(ranks, len(ranks)) FROM communicators WHERE job = ? "
+        "AND ranks IS NOT NULL GROUP BY comm",
+        [job],
+    ).fetchall()
+    for comm, ranks in comms:
+        members = sorted(r for r in ranks if r is not None)
+        if not members:
+            continue
+        dim = "unknown"
+        for name, dims, expert in (
+            ("tp", ("tp",), False),
+            ("cp", ("cp",), False),
+            ("dp", ("dp",), False),
+            ("pp", ("pp",), False),
+            ("ep", ("ep",), True),
+            ("dp", ("dp", "cp"), False),
+        ):
+            if len(members) > 1 and group(job_spec, members[0], dims, expert=expert) == members:
+                dim = name
+                break
+        if dim == "unknown" and len(members) == world:
+            dim = "world"
+        out.append((comm, dim))
+    return out
+
+
+def _materialize(dataset: Path, tables: dict[str, pa.Table]) -> dict[str, int]:
+    """Write the derived tables and swap them into the manifest in one commit."""
+    manifest = read_manifest(dataset)
+    old = [rel for rels in manifest.derived.values() for rel in rels]
+    derived: dict[str, list[str]] = {}
+    rows: dict[str, int] = {}
+    for name, table in tables.items():
+        schema = table_schema(name)
+        table = table.select([c.name for c in schema.columns]).cast(schema.arrow)
+        rows[name] = table.num_rows
+        for job in sorted(set(table.column("job").to_pylist())):
+            rows_of_job = table.filter(pa.compute.equal(table.column("job"), job))
+            for rank, part in split_by_rank(name, rows_of_job):
+                rank_dir = f"/rank={rank}" if rank is not None else ""
+                rel = f"{name}/job={job}{rank_dir}/part-link-{_stamp()}.parquet"
+                write_part(dataset, rel, part)
+                derived.setdefault(name, []).append(rel)
+    manifest.derived = derived
+    write_manifest(dataset, manifest)
+    for rel in old:
+        (dataset / rel).unlink(missing_ok=True)
+    return rows
+
+
+def _stamp() -> str:
+    """A part name suffix unique to this link run, so old and new parts never collide."""
+    return f"{time.time_ns():x}"

@@ -1,0 +1,62 @@
+-- token_wire: the bytes each parallel dimension put on the wire per training step, by op and
+-- phase, summed over all ranks, per token, and beside the analytic model's prediction when the
+-- job has a job.yaml. One row per job, step, parallel_dim, op and phase (predicted rows
+-- that were never observed appear with calls 0).
+-- Tokens per step: job.yaml's global_batch x seq_len; else the tokens the ranks' token
+-- embeddings saw (steps.tokens), counted once per tensor-parallel group.
+
+CREATE VIEW _tp_followers AS
+SELECT DISTINCT c.job, c.rank
+FROM communicators c
+JOIN communicator_dims d USING (job, comm)
+WHERE d.parallel_dim IN ('tp', 'cp') AND c.rank_in_comm > 0;
+
+CREATE VIEW _step_tokens AS
+SELECT s.job, s.step,
+       coalesce(any_value(f.tokens_per_step),
+                sum(s.tokens) FILTER (t.rank IS NULL)) AS tokens
+FROM steps s
+LEFT JOIN _tp_followers t USING (job, rank)
+LEFT JOIN _job_facts f USING (job)
+GROUP BY ALL;
+
+CREATE VIEW _observed AS
+SELECT l.job, l.step, l.parallel_dim, c.op, l.phase,
+       count(*) AS calls, sum(c.bytes) AS bytes
+FROM collectives c
+JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+-- One source per job: profiler traces when there are any, else the others (a log and a
+-- trace of the same rank would count each call twice).
+WHERE c.source = (SELECT arg_min(source, CASE source WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1
+                                              WHEN 'nccl_log' THEN 2 ELSE 3 END)
+                  FROM collectives c2 WHERE c2.job = c.job)
+GROUP BY ALL;
+
+CREATE VIEW _predicted AS
+SELECT job, parallel_dim, op, phase, sum(calls) AS calls, sum(bytes) AS bytes
+FROM predictions GROUP BY ALL;
+
+CREATE VIEW _steps_of_job AS
+SELECT DISTINCT job, step FROM _observed;
+
+CREATE VIEW token_wire AS
+WITH keyed AS (
+    SELECT o.job, o.step, o.parallel_dim, o.op, o.phase, o.calls, o.bytes,
+           p.calls AS predicted_calls, p.bytes AS predicted_bytes
+    FROM _observed o
+    LEFT JOIN _predicted p USING (job, parallel_dim, op, phase)
+    UNION ALL
+    SELECT s.job, s.step, p.parallel_dim, p.op, p.phase, 0, 0, p.calls, p.bytes
+    FROM _predicted p
+    JOIN _steps_of_job s USING (job)
+    ANTI JOIN _observed o ON o.job = p.job AND o.step IS NOT DISTINCT FROM s.step
+        AND o.parallel_dim = p.parallel_dim AND o.op = p.op AND o.phase = p.phase
+)
+SELECT k.job, k.step, k.parallel_dim, k.op, k.phase, k.calls, CAST(k.bytes AS BIGINT) AS bytes,
+       t.tokens,
+       k.bytes / nullif(t.tokens, 0) AS bytes_per_token,
+       CAST(k.predicted_calls AS BIGINT) AS predicted_calls,
+       CAST(k.predicted_bytes AS BIGINT) AS predicted_bytes,
+       k.bytes / nullif(k.predicted_bytes, 0) AS ratio
+FROM keyed k
+LEFT JOIN _step_tokens t ON t.job = k.job AND t.step IS NOT DISTINCT FROM k.step;

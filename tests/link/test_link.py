@@ -1,0 +1,186 @@
+"""tokenwire link on real traces and on the sample job, checked against what they contain."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import pipeline
+from pipeline.cli import cli
+from pipeline.ingest.run import ingest
+from pipeline.link.runner import link
+from tests.conftest import REPO_ROOT, tree_digest
+
+
+def _linked(src: Path, tmp_path: Path, job: str) -> pipeline.dataset.handle.Dataset:
+    dataset = tmp_path / job
+    summary = ingest([src], dataset, job=job, jobs=1)
+    assert not summary.errors
+    link(dataset)
+    return pipeline.open(dataset)
+
+
+def test_dlrm_instances_match_across_all_ranks(real_traces: Path, tmp_path: Path) -> None:
+    ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
+    rows = ds.sql(
+        "SELECT op, count(*), min(ranks_seen), bool_and(consistent) FROM collective_instances "
+        "GROUP BY op ORDER BY op"
+    ).rows()
+    assert rows == [("all_reduce", 3, 8, True), ("all_to_all", 5, 8, True)]
+    late = ds.sql("SELECT count(*) FROM collective_instances WHERE late_rank IS NULL").item()
+    assert late == 0
+
+
+def test_tensor_parallel_all_reduces_per_block(real_traces: Path, tmp_path: Path) -> None:
+    ds = _linked(real_traces / "kineto_cpu_gloo/tp_manual/ws2", tmp_path, "tp")
+    rows = ds.sql(
+        "SELECT rank, step, layer_index, phase, count(*) FROM collectives_linked "
+        "WHERE source = 'kineto' GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert rows == [
+        (r, s, block, phase, 2)
+        for r in (0, 1)
+        for s in (2, 3)
+        for block in range(4)
+        for phase in ("backward", "forward")
+    ]
+    dims = ds.sql("SELECT DISTINCT parallel_dim FROM collectives_linked WHERE source='kineto'")
+    assert dims.rows() == [("tp",)]
+    kinds = ds.sql(
+        "SELECT layer_kind, count(*) FROM collectives_linked WHERE source = 'kineto' "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert kinds == [("attention", 32), ("mlp", 32)]
+
+
+def test_pipeline_sends_pair_with_recvs(real_traces: Path, tmp_path: Path) -> None:
+    ds = _linked(real_traces / "kineto_cpu_gloo/pp/ws2", tmp_path, "pp")
+    sends = ds.sql("SELECT count(*) FROM collectives WHERE source='kineto' AND op='send'").item()
+    pairs = ds.sql(
+        "SELECT count(*) FROM collective_instances WHERE source = 'kineto' AND op = 'send_recv' "
+        "AND ranks_seen = 2 AND consistent"
+    ).item()
+    assert sends == pairs == 8
+    phases = ds.sql(
+        "SELECT rank, op, phase, count(*) FROM collectives_linked WHERE source = 'kineto' "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert phases == [
+        (0, "recv", "backward", 4),
+        (0, "send", "forward", 4),
+        (1, "recv", "forward", 4),
+        (1, "send", "backward", 4),
+    ]
+
+
+def test_ddp_gradient_all_reduces_land_in_backward(real_traces: Path, tmp_path: Path) -> None:
+    ds = _linked(real_traces / "kineto_cpu_gloo/ddp/ws2", tmp_path, "ddp")
+    rows = ds.sql(
+        "SELECT op, phase, parallel_dim, count(*) FROM collectives_linked WHERE source = "
+        "'kineto' GROUP BY ALL"
+    ).rows()
+    assert rows == [("all_reduce", "backward", "dp", 8)]
+
+
+def test_sample_job_matches_its_model(linked_sample: Path) -> None:
+    ds = pipeline.open(linked_sample)
+    mismatched = ds.sql(
+        "SELECT * FROM token_wire WHERE calls <> predicted_calls OR bytes <> predicted_bytes "
+        "OR predicted_bytes IS NULL"
+    )
+    assert mismatched.is_empty(), mismatched
+    assert ds.sql("SELECT count(DISTINCT step) FROM token_wire").item() == 2
+    assert ds.sql("SELECT DISTINCT tokens FROM token_wire").rows() == [(16 * 128,)]
+    no_step = ds.sql("SELECT count(*) FROM collectives_linked WHERE step IS NULL").item()
+    assert no_step == 0
+
+
+def test_sample_dims_inferred_without_config_equal_the_layout(
+    linked_sample: Path, tmp_path: Path
+) -> None:
+    with_config = pipeline.open(linked_sample).sql(
+        "SELECT comm, parallel_dim FROM communicator_dims ORDER BY comm"
+    )
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_sample, copy)
+    link(copy)
+    inferred = pipeline.open(copy).sql(
+        "SELECT comm, parallel_dim, dim_source FROM communicator_dims ORDER BY comm"
+    )
+    assert (inferred["dim_source"] != "job.yaml").all()
+    assert inferred.select("comm", "parallel_dim").rows() == with_config.rows()
+    by_dim = (
+        pipeline.open(copy)
+        .sql("SELECT parallel_dim, count(*) FROM communicator_dims GROUP BY ALL ORDER BY ALL")
+        .rows()
+    )
+    assert by_dim == [("dp", 4), ("pp", 4), ("tp", 4), ("unknown", 2), ("world", 1)]
+
+
+def test_time_breakdown_adds_up(linked_sample: Path) -> None:
+    ds = pipeline.open(linked_sample)
+    rows = ds.sql(
+        "SELECT rank, step, window_ns, compute_ns + overlapped_comm_ns + exposed_comm_ns + idle_ns "
+        "FROM time_breakdown ORDER BY rank, step"
+    ).rows()
+    assert [(r, s) for r, s, _, _ in rows] == [(r, s) for r in range(8) for s in (2, 3)]
+    assert all(window == parts > 0 for _, _, window, parts in rows)
+    comm = ds.sql("SELECT min(exposed_comm_ns + overlapped_comm_ns) FROM time_breakdown").item()
+    assert comm > 0
+
+
+def test_straggler_is_found(linked_sample: Path) -> None:
+    """The generator makes rank 5 late at the forward attention all-reduce of TP group {4,5}."""
+    ds = pipeline.open(linked_sample)
+    row = ds.sql(
+        "SELECT late_rank, count(*) FROM collective_instances WHERE comm = "
+        "(SELECT comm FROM communicators WHERE ranks = [4, 5] LIMIT 1) AND phase = 'forward' "
+        "AND layer_kind = 'attention' GROUP BY ALL ORDER BY 2 DESC LIMIT 1"
+    ).rows()
+    assert row[0][0] == 5
+
+
+def test_relink_replaces_and_ingest_invalidates(linked_sample: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_sample, copy)
+    before = pipeline.open(copy).sql("SELECT count(*) FROM collective_links").item()
+    link(copy, config=REPO_ROOT / "sample_traces" / "job.yaml")
+    again = pipeline.open(copy)
+    assert again.sql("SELECT count(*) FROM collective_links").item() == before
+    parts = list((copy / "collective_links").rglob("*.parquet"))
+    assert len(parts) == 1
+    extra = tmp_path / "extra" / "rank9.json"
+    extra.parent.mkdir()
+    extra.write_text('{"traceEvents": [], "distributedInfo": {"rank": 9, "world_size": 10}}')
+    assert not ingest([extra], copy, job="sample").errors
+    assert pipeline.open(copy).sql("SELECT count(*) FROM collective_links").item() == 0
+    assert not list((copy / "collective_links").rglob("*.parquet"))
+
+
+def test_link_command(linked_sample: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_sample, copy)
+    result = CliRunner().invoke(cli, ["link", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert "collective_instances" in result.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {preset: gpt2-small}\nparallel: {tp: 3}\n")
+    before = tree_digest(copy)
+    result = CliRunner().invoke(cli, ["link", str(copy), "--config", str(bad)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: ")
+    assert tree_digest(copy) == before
+    result = CliRunner().invoke(cli, ["link", str(tmp_path / "nothing")])
+    assert result.exit_code == 1
+    assert "not a tokenwire dataset" in result.stderr
+
+
+@pytest.mark.parametrize("query", ["SELECT * FROM collectives_linked LIMIT 1"])
+def test_linked_view_before_link_is_empty(tmp_path: Path, query: str) -> None:
+    src = REPO_ROOT / "sample_traces"
+    dataset = tmp_path / "ds"
+    assert not ingest([next(src.glob("rank0.*"))], dataset, job="s", jobs=1).errors
+    assert pipeline.open(dataset).sql(query).is_empty()
