@@ -17,9 +17,12 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	rm -rf $(DEMO_DIR)
-	$(BIN)/tokenwire ingest sample_traces -o $(DEMO_DIR)/dataset
+	$(BIN)/tokenwire ingest sample_traces -o $(DEMO_DIR)/dataset --job sample
+	$(BIN)/tokenwire link $(DEMO_DIR)/dataset --config sample_traces/job.yaml
 	$(BIN)/tokenwire sql $(DEMO_DIR)/dataset \
-	  "SELECT rank, op, count(*) AS calls, sum(bytes) AS bytes FROM collectives GROUP BY ALL ORDER BY rank, op"
+	  "SELECT parallel_dim, op, phase, sum(calls) AS calls, sum(bytes) AS observed_bytes, \
+	          sum(predicted_bytes) AS predicted_bytes, round(sum(bytes) / any_value(tokens)) AS bytes_per_token \
+	   FROM token_wire WHERE step = (SELECT min(step) FROM token_wire) GROUP BY ALL ORDER BY ALL"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

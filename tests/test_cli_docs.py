@@ -1,0 +1,31 @@
+"""Every command has help text and appears in the README."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import cli
+from tests.conftest import REPO_ROOT
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands))
+def test_command_has_help_and_is_documented(name: str) -> None:
+    command = cli.commands[name]
+    assert command.help and len(command.help.strip()) > 20
+    result = CliRunner().invoke(cli, [name, "--help"])
+    assert result.exit_code == 0
+    assert f"tokenwire {name}" in (REPO_ROOT / "README.md").read_text()
+
+
+def test_internal_errors_are_one_line(tmp_path, monkeypatch) -> None:
+    import pipeline.dataset.catalog as catalog
+
+    def boom(dataset):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(catalog, "describe", boom)
+    monkeypatch.delenv("TOKENWIRE_DEBUG", raising=False)
+    result = CliRunner().invoke(cli, ["tables", str(tmp_path)])
+    assert result.exit_code == 3
+    assert result.stderr == "Error: internal error: ZeroDivisionError: simulated bug\n"
