@@ -7,7 +7,7 @@
 
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
-CREATE VIEW _instance_rows AS
+CREATE TEMP TABLE _instance_rows AS
 SELECT c.job, c.rank, c.source, c.collective_id,
        CASE WHEN c.op IN ('send', 'recv') AND c.peer IS NOT NULL
             THEN coalesce(c.comm, '(none)') || ' p2p '
@@ -38,12 +38,12 @@ FROM ranks GROUP BY ALL;
 CREATE VIEW _multi_host AS
 SELECT job, count(DISTINCT host) > 1 AS multi_host FROM _rank_hosts GROUP BY ALL;
 
-CREATE VIEW _rank_gaps AS
+CREATE TEMP TABLE _rank_gaps AS
 SELECT r.job, r.rank, r.end_ns - e.median_end_ns AS gap_ns
 FROM _instance_rows r
 JOIN _instance_ends e USING (job, source, instance_comm, instance_seq);
 
-CREATE VIEW clock_offsets AS
+CREATE TEMP TABLE clock_offsets AS
 WITH est AS (
     SELECT g.job, g.rank, count(*) AS instances,
            CASE WHEN coalesce(m.multi_host, false)

@@ -11,7 +11,7 @@ FROM _instance_rows r
 JOIN clock_offsets o USING (job, rank)
 JOIN collective_links l USING (job, rank, source, collective_id);
 
-CREATE VIEW collective_instances AS
+CREATE TEMP TABLE collective_instances AS
 WITH g AS (
     SELECT job, source, instance_comm AS comm, instance_seq AS seq,
            CASE WHEN count(DISTINCT op) = 2 AND bool_and(op IN ('send', 'recv'))

@@ -52,7 +52,7 @@ FROM walk w
 JOIN _link_ops o USING (job, rank, file_id, op_id);
 
 -- Per collective: phase evidence and the candidates for its layer.
-CREATE VIEW _collective_evidence AS
+CREATE TEMP TABLE _collective_evidence AS
 SELECT job, rank, file_id, collective_id,
        bool_or(name LIKE 'autograd::engine::evaluate_function:%') AS in_autograd,
        bool_or(lname LIKE 'optimizer.step%' OR lname LIKE 'optimizer.zero_grad%'
@@ -102,7 +102,7 @@ CREATE MACRO _layer_index(path) AS TRY_CAST(list_last(list_filter(
     regexp_extract_all(path, '(?:^|/)(?:\w*(?:[Bb]locks?|[Ll]ayers?)|h)[._]?(\d+)(?:/|$)', 1),
     lambda x: x <> '')) AS BIGINT);
 
-CREATE VIEW _collective_links AS
+CREATE TEMP TABLE _collective_links AS
 SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step,
        -- forward, backward, optimizer or other
        coalesce(l.given_phase, CASE

@@ -9,7 +9,7 @@
 -- all-reduce issued from inside a layer, or from the backward of a layer's op (not from a
 -- gradient-accumulation hook) -> tp; all_gather / reduce_scatter and other all-reduces
 -- (gradient buckets, loss) -> dp; anything else -> unknown.
-CREATE VIEW _collective_dim_evidence AS
+CREATE TEMP TABLE _collective_dim_evidence AS
 SELECT job, rank, source, file_id, collective_id, comm,
        CASE WHEN op IN ('send', 'recv', 'send_recv') THEN 'pp'
             WHEN op = 'all_to_all' THEN 'ep'
@@ -63,7 +63,7 @@ FROM _comm_members;
 -- (Megatron's and DeviceMesh's default orders put tp on consecutive ranks, dp and pp on
 -- strides): contiguous -> tp (dp when it carries no tensor-parallel-like traffic), strided ->
 -- dp; then the most common evidence.
-CREATE VIEW communicator_dims AS
+CREATE TEMP TABLE communicator_dims AS
 SELECT m.job, m.comm, m.nranks, m.ranks,
        -- dp, tp, pp, cp, ep, world or unknown
        CASE WHEN y.parallel_dim IS NOT NULL THEN y.parallel_dim
@@ -88,7 +88,7 @@ LEFT JOIN _world w USING (job);
 
 -- collective_links: _collective_links with the parallel dimension: the communicator's, or,
 -- on a 'world' / 'unknown' communicator, the collective's own evidence.
-CREATE VIEW collective_links AS
+CREATE TEMP TABLE collective_links AS
 SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step, l.phase, l.layer,
        l.layer_index, l.layer_kind,
        coalesce(CASE WHEN d.parallel_dim NOT IN ('world', 'unknown') THEN d.parallel_dim END,

@@ -46,7 +46,7 @@ FROM _bounds
 WINDOW w AS (PARTITION BY job, rank, step, timeline ORDER BY t, dc + dm
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
 
-CREATE VIEW time_breakdown AS
+CREATE TEMP TABLE time_breakdown AS
 SELECT job, rank, step, timeline,
        CAST(sum(len_ns) AS BIGINT) AS window_ns,
        CAST(coalesce(sum(len_ns) FILTER (computing > 0 AND communicating = 0), 0) AS BIGINT)

@@ -20,7 +20,7 @@ LEFT JOIN _tp_followers t USING (job, rank)
 LEFT JOIN _job_facts f USING (job)
 GROUP BY ALL;
 
-CREATE VIEW _observed AS
+CREATE TEMP TABLE _observed AS
 SELECT l.job, l.step, l.parallel_dim, c.op, l.phase,
        count(*) AS calls, sum(c.bytes) AS bytes
 FROM collectives c
@@ -39,7 +39,7 @@ FROM predictions GROUP BY ALL;
 CREATE VIEW _steps_of_job AS
 SELECT DISTINCT job, step FROM _observed;
 
-CREATE VIEW token_wire AS
+CREATE TEMP TABLE token_wire AS
 WITH keyed AS (
     SELECT o.job, o.step, o.parallel_dim, o.op, o.phase, o.calls, o.bytes,
            p.calls AS predicted_calls, p.bytes AS predicted_bytes

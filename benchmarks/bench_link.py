@@ -1,0 +1,120 @@
+"""``tokenwire link`` on a large job next to a plain DuckDB scan of the same Parquet.
+
+The job is made from the ingested sample job (8 ranks, 2 steps) by copying its Parquet rows:
+each of ``--ranks`` ranks takes the rows of sample rank ``r % 8`` and repeats its steps
+``--repeat`` times, shifted in time, with ids kept unique, until the dataset holds at least
+``--events`` events (ops + kernels + collectives). The baseline reads every column of
+every table of the same dataset (a hash of each column), in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+from benchmarks.measure import measure
+from pipeline.dataset.store import FileEntry, Manifest, part_path, write_manifest, write_part
+from pipeline.ingest.run import ingest
+
+REPO = Path(__file__).resolve().parents[1]
+TIMED_TABLES = ("ops", "kernels", "collectives", "steps")
+ID_COLUMNS = {
+    "ops": ("op_id", "parent_id", "correlation", "external_id"),
+    "kernels": ("kernel_id", "correlation", "external_id"),
+    "collectives": ("collective_id", "launch_op_id", "correlation", "external_id"),
+}
+LINK = """
+import sys
+from pathlib import Path
+from pipeline.link.runner import link
+link(Path(sys.argv[1]))
+"""
+SCAN = """
+import sys
+from pipeline.dataset.views import connect
+from pipeline.dataset.schema import load_schemas
+con = connect(sys.argv[1], derived=False)
+for name, schema in load_schemas().items():
+    if not schema.derived:
+        con.execute(f"SELECT max(hash(COLUMNS(*))) FROM {name}").fetchall()
+"""
+
+
+def build_job(sample: Path, out: Path, *, ranks: int, repeat: int) -> int:
+    """Write the scaled job; return its number of events."""
+    base = out.parent / "sample-ds"
+    ingest([sample], base, job="sample", jobs=1)
+    manifest = Manifest()
+    events = 0
+    span = (
+        pl.read_parquet(base / "steps")
+        .select((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span"))
+        .item()
+        + 1_000_000
+    )
+    for rank in range(ranks):
+        src = rank % 8
+        file_id = f"bench{rank:012d}"
+        entry = FileEntry(file_id, file_id * 4, f"bench/rank{rank}", "bench", "kineto", [rank])
+        for table in ("ops", "kernels", "collectives", "steps", "ranks", "communicators"):
+            frame = pl.read_parquet(next((base / table).glob(f"job=sample/rank={src}/*.parquet")))
+            copies = (
+                [_shift(frame, table, k, span) for k in range(repeat)]
+                if table in (TIMED_TABLES)
+                else [frame]
+            )
+            rows = pl.concat(copies).with_columns(pl.lit(file_id).alias("file_id"))
+            rel = part_path(table, "bench", rank, file_id)
+            write_part(out, rel, rows.to_arrow())
+            entry.parts[table] = [rel]
+            if table in ("ops", "kernels", "collectives"):
+                events += rows.height
+        manifest.files[file_id] = entry
+    write_manifest(out, manifest)
+    return events
+
+
+def _shift(frame: pl.DataFrame, table: str, k: int, span: int) -> pl.DataFrame:
+    """Copy ``k`` of a rank's rows: ids offset past every earlier copy, times and steps on."""
+    ids = [c for c in ID_COLUMNS.get(table, ()) if c in frame.columns]
+    times = [c for c in ("start_ns", "end_ns", "enqueue_ns") if c in frame.columns]
+    steps = ["step"] if "step" in frame.columns else []
+    return frame.with_columns(
+        *[(pl.col(c) + k * 10_000_000) for c in ids],
+        *[(pl.col(c) + k * span) for c in times],
+        *[(pl.col(c) + 2 * k) for c in steps],
+    )
+
+
+def main() -> None:
+    """Build the job, then time link and the plain scan."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--events", type=int, default=20_000_000)
+    parser.add_argument("--work", type=Path, default=REPO / "bench_out")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        probe = Path(tmp) / "probe"
+        per_copy = build_job(REPO / "sample_traces", probe, ranks=args.ranks, repeat=1)
+        shutil.rmtree(probe)
+        repeat = max(1, -(-args.events // per_copy))
+        dataset = Path(tmp) / "job"
+        events = build_job(REPO / "sample_traces", dataset, ranks=args.ranks, repeat=repeat)
+        scan = measure("DuckDB scan of every column", SCAN, str(dataset))
+        linked = measure("tokenwire link", LINK, str(dataset))
+    print(f"== link: {args.ranks} ranks, {events:,} events")
+    for m in (scan, linked):
+        print(f"  {m.label:<32} {m.seconds:8.2f} s  peak RSS {m.peak_rss_mb:8.0f} MB")
+    print(
+        f"  ratio link/scan: time x{linked.seconds / scan.seconds:.1f}, "
+        f"peak RSS x{linked.peak_rss_mb / scan.peak_rss_mb:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
