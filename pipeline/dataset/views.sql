@@ -1,9 +1,11 @@
 -- Convenience views over the raw and derived tables, made by every connection.
 
 -- collectives_linked: each collective with what tokenwire link found out about it (step,
--- phase, layer, parallel dimension); empty until the dataset has been linked.
+-- phase, layer, parallel dimension; sizes filled from a matched call of another source where
+-- the trace lacks them); empty until the dataset has been linked.
 CREATE VIEW collectives_linked AS
-SELECT c.* EXCLUDE (phase, layer), l.phase, l.layer, l.layer_index, l.layer_kind,
-       l.parallel_dim, l.attributed_by
+SELECT c.* EXCLUDE (phase, layer, bytes, dtype, size_source), l.bytes, l.dtype,
+       l.size_source, l.phase, l.layer, l.layer_index, l.layer_kind, l.parallel_dim,
+       l.attributed_by
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id);

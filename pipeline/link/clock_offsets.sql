@@ -19,8 +19,9 @@ SELECT c.job, c.rank, c.source, c.collective_id,
                 PARTITION BY c.job, c.source, c.rank, c.comm, c.op, c.peer
                 ORDER BY c.enqueue_ns, c.start_ns, c.collective_id) - 1
             ELSE c.seq END AS instance_seq,
-       c.op, c.bytes, c.group_size, c.start_ns, c.end_ns, c.dur_ns
+       c.op, l.bytes, c.group_size, c.start_ns, c.end_ns, c.dur_ns
 FROM collectives c
+JOIN collective_links l USING (job, rank, source, file_id, collective_id)
 WHERE c.op NOT IN ('send', 'recv') AND c.seq IS NOT NULL
    OR c.op IN ('send', 'recv') AND c.peer IS NOT NULL;
 

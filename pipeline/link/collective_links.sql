@@ -1,4 +1,4 @@
--- _collective_links: for every collective of every source, the step, phase, layer and the
+-- _own_links / _collective_links: for every collective of every source, the step, phase, layer and the
 -- evidence behind them (communicator_dims.sql adds the parallel dimension and makes the
 -- public collective_links). One row per collectives row; unattributed rows stay (phase 'other',
 -- layer NULL, attributed_by 'none'), so they can be counted and shown.
@@ -16,6 +16,9 @@
 -- The host op that issued each collective.
 CREATE TEMP TABLE _collective_launch AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step, c.op, c.comm, c.peer,
+       coalesce(c.bytes, f.bytes) AS bytes, coalesce(c.dtype, f.dtype) AS dtype,
+       CASE WHEN c.bytes IS NULL AND f.bytes IS NOT NULL THEN f.filled_from
+            ELSE c.size_source END AS size_source,
        c.phase AS given_phase, c.layer AS given_layer,
        coalesce(c.launch_op_id, l.op_id) AS launch_op_id
 FROM collectives c
@@ -25,7 +28,9 @@ LEFT JOIN (
     WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL
     GROUP BY ALL
 ) l ON c.launch_op_id IS NULL AND l.job = c.job AND l.rank = c.rank
-   AND l.file_id = c.file_id AND l.correlation = c.correlation;
+   AND l.file_id = c.file_id AND l.correlation = c.correlation
+LEFT JOIN _filled_sizes f ON f.job = c.job AND f.rank = c.rank AND f.source = c.source
+   AND f.file_id = c.file_id AND f.collective_id = c.collective_id;
 
 -- The ops the walk up the nesting needs, held once instead of re-read per level.
 CREATE TEMP TABLE _link_ops AS
@@ -102,7 +107,7 @@ CREATE MACRO _layer_index(path) AS TRY_CAST(list_last(list_filter(
     regexp_extract_all(path, '(?:^|/)(?:\w*(?:[Bb]locks?|[Ll]ayers?)|h)[._]?(\d+)(?:/|$)', 1),
     lambda x: x <> '')) AS BIGINT);
 
-CREATE TEMP TABLE _collective_links AS
+CREATE TEMP TABLE _own_links AS
 SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step,
        -- forward, backward, optimizer or other
        coalesce(l.given_phase, CASE
@@ -131,8 +136,24 @@ SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step,
             WHEN f.module_path IS NOT NULL THEN 'backward_of_forward_op'
             WHEN e.nvtx_range IS NOT NULL THEN 'nvtx'
             ELSE 'none' END AS attributed_by,
-       l.op, l.comm, e.backward_op
+       l.op, l.comm, e.backward_op, l.bytes, l.dtype, l.size_source
 FROM _collective_launch l
 LEFT JOIN _collective_evidence e USING (job, rank, file_id, collective_id)
 LEFT JOIN _forward_ops f ON f.job = l.job AND f.rank = l.rank AND f.file_id = l.file_id
                         AND f.seq_nr = e.backward_seq_nr;
+
+-- A call another source matched to a profiler collective takes the profiler's context.
+CREATE TEMP TABLE _collective_links AS
+SELECT o.* REPLACE (
+           coalesce(o.step, p.step) AS step,
+           CASE WHEN p.collective_id IS NOT NULL THEN p.phase ELSE o.phase END AS phase,
+           coalesce(p.layer, o.layer) AS layer,
+           coalesce(p.layer_index, o.layer_index) AS layer_index,
+           coalesce(p.layer_kind, o.layer_kind) AS layer_kind,
+           CASE WHEN p.collective_id IS NOT NULL AND p.attributed_by <> 'none'
+                THEN 'matched:' || p.attributed_by ELSE o.attributed_by END AS attributed_by,
+           coalesce(p.backward_op, o.backward_op) AS backward_op)
+FROM _own_links o
+LEFT JOIN collective_matches m USING (job, rank, source, file_id, collective_id)
+LEFT JOIN _own_links p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source
+    AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id;

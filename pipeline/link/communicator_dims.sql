@@ -93,7 +93,7 @@ SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step, l.phase, l.l
        l.layer_index, l.layer_kind,
        coalesce(CASE WHEN d.parallel_dim NOT IN ('world', 'unknown') THEN d.parallel_dim END,
                 v.evidence) AS parallel_dim,
-       l.attributed_by, l.op, l.comm
+       l.attributed_by, l.bytes, l.dtype, l.size_source, l.op, l.comm
 FROM _collective_links l
 JOIN _collective_dim_evidence v USING (job, rank, source, file_id, collective_id)
 LEFT JOIN communicator_dims d ON d.job = l.job AND d.comm = l.comm;

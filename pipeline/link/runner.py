@@ -28,6 +28,7 @@ from pipeline.errors import ConfigError, DatasetError
 
 #: The link questions, in the order they build on each other.
 SQL_FILES = (
+    "collective_matches.sql",
     "collective_links.sql",
     "communicator_dims.sql",
     "clock_offsets.sql",
@@ -36,6 +37,7 @@ SQL_FILES = (
     "token_wire.sql",
 )
 DERIVED = (
+    "collective_matches",
     "collective_links",
     "communicator_dims",
     "clock_offsets",

@@ -22,7 +22,7 @@ GROUP BY ALL;
 
 CREATE TEMP TABLE _observed AS
 SELECT l.job, l.step, l.parallel_dim, c.op, l.phase,
-       count(*) AS calls, sum(c.bytes) AS bytes
+       count(*) AS calls, sum(l.bytes) AS bytes
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id)
 -- One source per job: profiler traces when there are any, else the others (a log and a

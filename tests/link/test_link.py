@@ -184,3 +184,20 @@ def test_linked_view_before_link_is_empty(tmp_path: Path, query: str) -> None:
     dataset = tmp_path / "ds"
     assert not ingest([next(src.glob("rank0.*"))], dataset, job="s", jobs=1).errors
     assert pipeline.open(dataset).sql(query).is_empty()
+
+
+def test_flight_recorder_entries_match_profiler_calls(real_traces: Path, tmp_path: Path) -> None:
+    """Every profiled collective of the MoE run is also in the flight recorder: same rank,
+    process group and op, created within microseconds of the profiler's enqueue."""
+    ds = _linked(real_traces / "kineto_cpu_gloo/moe/ws2", tmp_path, "moe")
+    profiled = ds.sql("SELECT count(*) FROM collectives WHERE source = 'kineto'").item()
+    rows = ds.sql(
+        "SELECT source, method, bool_and(sizes_agree), count(*), "
+        "count(DISTINCT (rank, primary_collective_id)) FROM collective_matches GROUP BY ALL"
+    ).rows()
+    assert rows == [("flight_recorder", "time", True, profiled, profiled)]
+    inherited = ds.sql(
+        "SELECT count(*) FROM collectives_linked WHERE source = 'flight_recorder' "
+        "AND attributed_by LIKE 'matched:%'"
+    ).item()
+    assert inherited > 0

@@ -1,0 +1,119 @@
+-- collective_matches: the same call seen by two sources of one rank. One row per
+-- secondary-source collective (NCCL log, flight recorder, Nsight) that matched a profiler
+-- (Kineto) collective. Used to fill the sizes and dtypes an old profiler trace lacks
+-- (_filled_sizes) and to count how much of each source matched.
+--
+-- Communicators map by name (pg:<name> in Kineto and flight recorder) or, across naming
+-- schemes (an NCCL commId, an Nsight comm hash), by an identical rank set; a secondary
+-- communicator that could be several profiler ones is left unmatched.
+-- Calls then match:
+--   by time, where the secondary source has its own enqueue time on the same host clock
+--   (flight recorder time_created, Nsight NVTX range): the nearest profiler call of the same
+--   op within 50 ms, taken only when each is the other's nearest;
+--   by order, otherwise (NCCL logs): the k-th call of an op on the communicator, shifted by
+--   the offset that makes the most sizes agree (a log usually spans more steps than the
+--   profiler's window); an offset tied with another is ambiguous and matches nothing.
+
+CREATE TEMP TABLE _comm_sets AS
+SELECT job, source, comm, max(nranks) AS nranks,
+       list_sort(arg_max(ranks, len(coalesce(ranks, [])))) AS ranks
+FROM communicators
+GROUP BY ALL;
+
+CREATE TEMP TABLE _comm_map AS
+SELECT o.job, o.source, o.comm, k.comm AS primary_comm
+FROM _comm_sets o
+JOIN _comm_sets k ON k.job = o.job AND k.source = 'kineto'
+    AND (k.comm = o.comm
+         OR o.comm NOT LIKE 'pg:%' AND k.nranks = o.nranks AND k.ranks = o.ranks
+            AND len(k.ranks) = k.nranks)
+WHERE o.source <> 'kineto'
+QUALIFY count(*) OVER (PARTITION BY o.job, o.source, o.comm) = 1;
+
+CREATE TEMP TABLE _primary_calls AS
+SELECT job, rank, file_id, collective_id, comm, op, bytes, dtype, enqueue_ns,
+       row_number() OVER (PARTITION BY job, rank, comm, op ORDER BY seq, enqueue_ns,
+                          collective_id) - 1 AS k
+FROM collectives WHERE source = 'kineto';
+
+CREATE TEMP TABLE _secondary_calls AS
+SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, m.primary_comm, c.op, c.bytes,
+       c.dtype, c.enqueue_ns, c.source IN ('flight_recorder', 'nsys') AS timed,
+       row_number() OVER (PARTITION BY c.job, c.rank, c.source, m.primary_comm, c.op
+                          ORDER BY c.seq, c.collective_id) - 1 AS k
+FROM collectives c
+JOIN _comm_map m USING (job, source, comm);
+
+-- Time: candidate pairs within 50 ms, kept when mutually nearest.
+CREATE TEMP TABLE _time_matches AS
+WITH pairs AS (
+    SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, p.file_id AS primary_file_id,
+           p.collective_id AS primary_collective_id, abs(s.enqueue_ns - p.enqueue_ns) AS gap,
+           s.bytes IS NOT DISTINCT FROM p.bytes OR s.bytes IS NULL OR p.bytes IS NULL
+               AS sizes_agree
+    FROM _secondary_calls s
+    JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
+        AND p.op = s.op AND p.enqueue_ns BETWEEN s.enqueue_ns - 50000000
+                                             AND s.enqueue_ns + 50000000
+    WHERE s.timed
+)
+SELECT * EXCLUDE (gap), 'time' AS method
+FROM pairs
+QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_id
+                           ORDER BY gap) = 1
+    AND row_number() OVER (PARTITION BY job, rank, source, primary_file_id,
+                                        primary_collective_id ORDER BY gap) = 1;
+
+-- Order: score every offset by the sizes that agree, keep the single best per rank and comm.
+CREATE TEMP TABLE _order_offsets AS
+WITH scored AS (
+    SELECT s.job, s.rank, s.source, s.primary_comm, s.k - p.k AS offset_calls,
+           count(*) FILTER (s.bytes = p.bytes) AS agree,
+           count(*) FILTER (s.bytes <> p.bytes) AS disagree
+    FROM _secondary_calls s
+    JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
+        AND p.op = s.op
+    WHERE NOT s.timed
+    GROUP BY ALL
+), ranked AS (
+    SELECT *, rank() OVER (PARTITION BY job, rank, source, primary_comm
+                           ORDER BY agree - disagree DESC) AS place
+    FROM scored
+)
+SELECT job, rank, source, primary_comm, any_value(offset_calls) AS offset_calls
+FROM ranked WHERE place = 1
+GROUP BY ALL
+HAVING count(*) = 1;
+
+CREATE TEMP TABLE _order_matches AS
+SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, p.file_id AS primary_file_id,
+       p.collective_id AS primary_collective_id,
+       s.bytes IS NOT DISTINCT FROM p.bytes OR s.bytes IS NULL OR p.bytes IS NULL
+           AS sizes_agree,
+       'order' AS method
+FROM _secondary_calls s
+JOIN _order_offsets o USING (job, rank, source, primary_comm)
+JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
+    AND p.op = s.op AND p.k = s.k - o.offset_calls
+WHERE NOT s.timed;
+
+CREATE TEMP TABLE collective_matches AS
+SELECT job, rank, source, file_id, collective_id, 'kineto' AS primary_source,
+       primary_file_id, primary_collective_id, method, sizes_agree
+FROM _time_matches
+UNION ALL
+SELECT job, rank, source, file_id, collective_id, 'kineto', primary_file_id,
+       primary_collective_id, method, sizes_agree
+FROM _order_matches;
+
+-- Sizes and dtypes a profiler collective lacks, from the call matched to it.
+CREATE TEMP TABLE _filled_sizes AS
+SELECT m.job, m.rank, 'kineto' AS source, m.primary_file_id AS file_id,
+       m.primary_collective_id AS collective_id,
+       arg_min(s.bytes, CASE m.source WHEN 'nccl_log' THEN 0 ELSE 1 END) AS bytes,
+       arg_min(s.dtype, CASE m.source WHEN 'nccl_log' THEN 0 ELSE 1 END) AS dtype,
+       arg_min(m.source, CASE m.source WHEN 'nccl_log' THEN 0 ELSE 1 END) AS filled_from
+FROM collective_matches m
+JOIN collectives s USING (job, rank, source, file_id, collective_id)
+WHERE s.bytes IS NOT NULL
+GROUP BY ALL;
