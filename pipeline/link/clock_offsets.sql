@@ -1,9 +1,9 @@
 -- clock_offsets: how far each rank's clock is off the job's, estimated from collective
 -- completion times. One row per job and rank. A collective ends at nearly the same instant
--- on every rank of its communicator, so a rank's median gap between its end times and the
--- median end of the same instances is its offset. Ranks on one host share a clock: when a
--- job has a single host (or none recorded), every offset is 0 and only the residual is
--- reported.
+-- on every rank of its communicator, and ranks of one host share a clock, so a host's
+-- offset is the median gap between its end times and the reference host's (that of the
+-- lowest rank) over the collectives they share. A job on one host (or with no hosts
+-- recorded) has every offset 0; the residual is reported either way.
 
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
@@ -25,41 +25,57 @@ JOIN collective_links l USING (job, rank, source, file_id, collective_id)
 WHERE c.op NOT IN ('send', 'recv') AND c.seq IS NOT NULL
    OR c.op IN ('send', 'recv') AND c.peer IS NOT NULL;
 
-CREATE VIEW _instance_ends AS
-SELECT job, source, instance_comm, instance_seq, median(end_ns) AS median_end_ns
-FROM _instance_rows
-WHERE end_ns IS NOT NULL
-GROUP BY ALL
-HAVING count(DISTINCT rank) > 1;
-
 CREATE VIEW _rank_hosts AS
 SELECT job, rank, arg_max(host, host IS NOT NULL) AS host
 FROM ranks GROUP BY ALL;
 
-CREATE VIEW _multi_host AS
-SELECT job, count(DISTINCT host) > 1 AS multi_host FROM _rank_hosts GROUP BY ALL;
+-- The reference clock of a job: the host of its lowest rank.
+CREATE VIEW _reference_host AS
+SELECT job, arg_min(coalesce(host, ''), rank) AS host FROM _rank_hosts GROUP BY ALL;
 
-CREATE TEMP TABLE _rank_gaps AS
-SELECT r.job, r.rank, r.end_ns - e.median_end_ns AS gap_ns
+-- Median end time of each instance on each host.
+CREATE TEMP TABLE _host_ends AS
+SELECT r.job, coalesce(h.host, '') AS host, r.source, r.instance_comm, r.instance_seq,
+       median(r.end_ns) AS end_ns
 FROM _instance_rows r
-JOIN _instance_ends e USING (job, source, instance_comm, instance_seq);
+JOIN _rank_hosts h USING (job, rank)
+WHERE r.end_ns IS NOT NULL
+GROUP BY ALL;
+
+-- A host's offset: the median of its end times minus the reference host's, over the
+-- instances the two share. Hosts that share none with the reference keep offset 0.
+CREATE TEMP TABLE _host_offsets AS
+SELECT e.job, e.host, CAST(round(median(e.end_ns - ref.end_ns)) AS BIGINT) AS offset_ns,
+       count(*) AS instances
+FROM _host_ends e
+JOIN _reference_host rh ON rh.job = e.job AND rh.host <> e.host
+JOIN _host_ends ref ON ref.job = e.job AND ref.host = rh.host AND ref.source = e.source
+    AND ref.instance_comm = e.instance_comm AND ref.instance_seq = e.instance_seq
+GROUP BY ALL;
+
+-- Each rank's end times against its instances' median end, on the aligned clock.
+CREATE TEMP TABLE _rank_gaps AS
+WITH aligned AS (
+    SELECT r.job, r.rank, r.source, r.instance_comm, r.instance_seq,
+           r.end_ns - coalesce(o.offset_ns, 0) AS end_ns
+    FROM _instance_rows r
+    JOIN _rank_hosts h USING (job, rank)
+    LEFT JOIN _host_offsets o ON o.job = r.job AND o.host = coalesce(h.host, '')
+    WHERE r.end_ns IS NOT NULL
+)
+SELECT job, rank, end_ns - median(end_ns) OVER (
+           PARTITION BY job, source, instance_comm, instance_seq) AS gap_ns,
+       count(*) OVER (PARTITION BY job, source, instance_comm, instance_seq) AS ranks_seen
+FROM aligned;
 
 CREATE TEMP TABLE clock_offsets AS
-WITH est AS (
-    SELECT g.job, g.rank, count(*) AS instances,
-           CASE WHEN coalesce(m.multi_host, false)
-                THEN CAST(round(median(g.gap_ns)) AS BIGINT) ELSE 0 END AS offset_ns
-    FROM _rank_gaps g
-    LEFT JOIN _multi_host m USING (job)
-    GROUP BY g.job, g.rank, m.multi_host
-)
 SELECT h.job, h.rank, h.host,
-       -- subtract from the rank's times
-       coalesce(est.offset_ns, 0) AS offset_ns,
+       -- subtract from the rank's times to put them on the reference host's clock
+       coalesce(o.offset_ns, 0) AS offset_ns,
        -- median |end gap| left after the correction
-       CAST(round((SELECT median(abs(g.gap_ns - coalesce(est.offset_ns, 0)))
-                   FROM _rank_gaps g WHERE g.job = h.job AND g.rank = h.rank)) AS BIGINT)
-           AS residual_ns,
-       coalesce(est.instances, 0) AS instances
+       (SELECT CAST(round(median(abs(g.gap_ns))) AS BIGINT) FROM _rank_gaps g
+        WHERE g.job = h.job AND g.rank = h.rank AND g.ranks_seen > 1) AS residual_ns,
+       (SELECT count(*) FROM _rank_gaps g
+        WHERE g.job = h.job AND g.rank = h.rank AND g.ranks_seen > 1) AS instances
 FROM _rank_hosts h
-LEFT JOIN est USING (job, rank);
+LEFT JOIN _host_offsets o ON o.job = h.job AND o.host = coalesce(h.host, '');

@@ -201,3 +201,34 @@ def test_flight_recorder_entries_match_profiler_calls(real_traces: Path, tmp_pat
         "AND attributed_by LIKE 'matched:%'"
     ).item()
     assert inherited > 0
+
+
+def test_clock_offsets_between_hosts(linked_sample: Path, tmp_path: Path) -> None:
+    """Ranks 4-7 moved to a second host whose clock runs 5 ms ahead: link finds the offset
+    from the pipeline collectives the hosts share, and little disagreement is left."""
+    import polars as pl
+
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_sample, copy)
+    shift = 5_000_000
+    for table in ("ranks", "collectives", "kernels", "ops", "steps"):
+        for part in (copy / table).rglob("rank=*/*.parquet"):
+            rank = int(part.parent.name.split("=")[1])
+            if rank < 4:
+                continue
+            frame = pl.read_parquet(part, hive_partitioning=False)
+            times = [c for c in ("start_ns", "end_ns", "enqueue_ns") if c in frame.columns]
+            frame = frame.with_columns(pl.col(c) + shift for c in times)
+            if table == "ranks":
+                frame = frame.with_columns(pl.lit("node1").alias("host"))
+            frame.write_parquet(part)
+    for part in (copy / "ranks").rglob("rank=*/*.parquet"):
+        if int(part.parent.name.split("=")[1]) < 4:
+            pl.read_parquet(part).with_columns(pl.lit("node0").alias("host")).write_parquet(part)
+    link(copy)
+    ds = pipeline.open(copy)
+    offsets = dict(ds.sql("SELECT rank, offset_ns FROM clock_offsets ORDER BY rank").rows())
+    assert all(offsets[r] == 0 for r in range(4))
+    assert all(abs(offsets[r] - shift) < 100_000 for r in range(4, 8)), offsets
+    residual = ds.sql("SELECT max(residual_ns) FROM clock_offsets").item()
+    assert residual < 100_000
