@@ -41,7 +41,9 @@ def connect(dataset: Path | str, *, derived: bool = True) -> duckdb.DuckDBPyConn
     if not (dataset / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
     manifest = read_manifest(dataset)
+    # Progress bars would go to stdout, among the data.
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     for schema in load_schemas().values():
         if derived or not schema.derived:
             con.execute(view_sql(con, dataset, manifest, schema))
