@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.kineto_comms import (
+    COLLECTIVE_ARGS,
     collectives_table,
     communicators_table,
     int_list,
@@ -359,39 +360,9 @@ def _ops(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         out="module_path",
     )
     ops = step_of(ops, steps)
-    return ops.select(
-        "op_id",
-        "pid",
-        "tid",
-        "name",
-        "kind",
-        "start_ns",
-        "end_ns",
-        "dur_ns",
-        "depth",
-        "parent_id",
-        "module_path",
-        "input_dims",
-        "input_types",
-        "external_id",
-        "correlation",
-        "step",
-        "is_module",
-        "concrete_inputs",
-        "collective_name",
-        "in_nelems",
-        "out_nelems",
-        "group_size",
-        "dtype",
-        "in_split",
-        "out_split",
-        "pg_name",
-        "pg_desc",
-        "pg_ranks",
-        "seq",
-        "seq_nr",
-        "fwd_tid",
-    ).sort("op_id")
+    # Beside the ops table's columns, what the collective extraction reads from host ops.
+    comm_args = ["concrete_inputs", "in_split", "out_split", *COLLECTIVE_ARGS]
+    return ops.select(*OPS_COLUMNS, "is_module", *comm_args).sort("op_id")
 
 
 def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
@@ -496,6 +467,8 @@ def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
             "host": [trace.host_name],
             "pid": [pid],
             "device": [f"cuda:{device}" if device is not None else "cpu"],
+            # One process per GPU is the norm, so the GPU index is the rank within the host.
+            "local_rank": [device],
             "gpu_name": [gpu_name],
             "backend": [_str(info.get("backend"))],
             "comm_lib_version": [_str(info.get("nccl_version"))],
@@ -506,6 +479,7 @@ def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
             "host": pl.String,
             "pid": pl.Int64,
             "device": pl.String,
+            "local_rank": pl.Int64,
             "gpu_name": pl.String,
             "backend": pl.String,
             "comm_lib_version": pl.String,

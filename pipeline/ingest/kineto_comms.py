@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from pipeline.ingest.kineto import Trace
     from pipeline.ingest.result import Warnings
 
-_META = [
+#: Collective metadata args (Kineto names in kineto.Args) carried on kernels and host ops.
+COLLECTIVE_ARGS = [
     "collective_name",
     "in_nelems",
     "out_nelems",
@@ -184,7 +185,7 @@ def _nccl_kernel_collectives(
         "correlation",
         "external_id",
         "step",
-        *_META,
+        *COLLECTIVE_ARGS,
     )
     launches = (
         ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
@@ -212,10 +213,12 @@ def _nccl_kernel_collectives(
     )
     by_ext = rpc.select(
         "external_id",
-        *[pl.col(c).alias(f"x_{c}") for c in _META],
+        *[pl.col(c).alias(f"x_{c}") for c in COLLECTIVE_ARGS],
         pl.col("start_ns").alias("x_start_ns"),
     ).unique("external_id", keep="first")
-    around_rpc = _enclosing(host, rpc.select("pid", "tid", "start_ns", "end_ns", *_META), "r_")
+    around_rpc = _enclosing(
+        host, rpc.select("pid", "tid", "start_ns", "end_ns", *COLLECTIVE_ARGS), "r_"
+    )
     annotations = ops.filter(
         (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(r"^(nccl|rccl):")
     ).select("pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types")
@@ -236,7 +239,7 @@ def _nccl_kernel_collectives(
         .when(pl.col("x_collective_name").is_not_null() | pl.col("r_collective_name").is_not_null())
         .then(pl.lit("record_param_comms"))
     )
-    meta = [pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in _META]
+    meta = [pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in COLLECTIVE_ARGS]
     return frame.with_columns(*meta, source.alias("size_source")).with_columns(
         pl.coalesce(
             "x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns"
@@ -291,7 +294,7 @@ def _gloo_collectives(ops: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
     return (
         frame.with_columns(
             pl.lit(None, pl.String).alias(c)
-            for c in _META
+            for c in COLLECTIVE_ARGS
             if c not in ("in_nelems", "out_nelems", "group_size", "seq")
         )
         .with_columns(
