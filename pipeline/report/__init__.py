@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from altair.utils.schemapi import debug_mode
+
 from pipeline.model.config import Job, load_job
 from pipeline.report import glance, quality, timing, topology, traffic
 from pipeline.report.context import Context, open_context
@@ -69,7 +71,9 @@ def build_report(
         config = load_job(config_path)
     ctx = open_context(dataset, job=job, config=config, config_path=config_path)
     try:
-        sections = _sections(ctx)
+        # Altair validates every object it builds in debug mode, data rows included
+        with debug_mode(False):
+            sections = _sections(ctx)
     finally:
         ctx.con.close()
     output = Path(output)

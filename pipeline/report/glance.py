@@ -81,14 +81,14 @@ def section(ctx: Context) -> Section:
             alt.Chart(alt.Data(values=fmt.records(tables)))
             .mark_bar(color="#4c78a8")
             .encode(
-                x=alt.X("rows:Q", title="rows", scale=alt.Scale(type="symlog")),
+                x=alt.X("rows:Q", title="rows"),
                 y=alt.Y("table:N", title=None, sort="-x"),
                 tooltip=[alt.Tooltip("table:N"), alt.Tooltip("rows:Q", format=",")],
             )
-            .properties(width=520, height=alt.Step(18), title="Rows per table for this job")
+            .properties(width=520, height=alt.Step(18), title="Rows of the derived tables")
         )
-        sec.add(Chart("glance_tables", bars, "Raw tables come from ingest; collective_links, "
-                      "collective_instances, time_breakdown and token_wire from tokenwire link."))
+        sec.add(Chart("glance_tables", bars, "Tables written by tokenwire link (predictions: "
+                      "tokenwire link --config job.yaml)."))
     return sec
 
 

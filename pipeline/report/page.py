@@ -90,9 +90,13 @@ def javascript_bundle() -> str:
     return js.replace("</script", "<\\/script")
 
 
-def chart_spec(chart: Any) -> dict[str, Any]:
-    """The Vega-Lite spec of a chart with NaN and infinities made null (JSON has neither)."""
-    return _clean(chart.to_dict())
+def chart_spec(chart: Any, *, validate: bool = False) -> dict[str, Any]:
+    """The Vega-Lite spec of a chart with NaN and infinities made null (JSON has neither).
+
+    Altair's JSON-schema validation walks every data row (seconds for a few thousand); the
+    report skips it and the tests validate each chart of a sample report instead.
+    """
+    return _clean(chart.to_dict(validate=validate))
 
 
 def spec_json(spec: dict[str, Any]) -> str:
@@ -237,7 +241,7 @@ caption { text-align: left; color: #5a6473; padding: 4px 0; }
 th, td { border-bottom: 1px solid #e6e9ee; padding: 3px 10px; text-align: left;
   vertical-align: top; }
 th { background: #f0f2f5; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 """
 
 # Render every chart; a failure is logged and shown in place of the chart.

@@ -15,7 +15,7 @@ _MAX_WARNINGS = 50
 
 def hang_section(ctx: Context) -> Section | None:
     """Where the ranks stopped agreeing, from flight recorder dumps; None without dumps."""
-    if not ctx.row("flight_recorder_rows").get("rows"):
+    if not ctx.row("flight_recorder_rows").get("files"):
         return None
     sec = Section("hang", "Flight recorder: hang and mismatch check")
     coll = _frame(ctx, "collectives")

@@ -7,13 +7,11 @@
 SELECT job, count(*) AS files FROM files GROUP BY job ORDER BY job;
 
 -- name: glance_ranks
--- How many ranks and hosts, and what hardware and library they ran on.
+-- How many ranks and hosts, and what hardware and library they ran on. Ranks come from the
+-- files table (one small part per job), not from scanning every rank's rows.
 SELECT
-    (SELECT count(DISTINCT rank) FROM (
-        SELECT rank FROM ranks WHERE job = $job AND rank >= 0
-        UNION ALL SELECT rank FROM collectives WHERE job = $job AND rank >= 0
-        UNION ALL SELECT rank FROM kernels WHERE job = $job AND rank >= 0
-        UNION ALL SELECT rank FROM steps WHERE job = $job AND rank >= 0)) AS ranks_seen,
+    (SELECT count(DISTINCT r) FROM (SELECT unnest(ranks) AS r FROM files WHERE job = $job)
+        WHERE r >= 0) AS ranks_seen,
     max(world_size) AS world_size,
     count(DISTINCT host) AS hosts,
     string_agg(DISTINCT gpu_name, ', ') AS gpus,
@@ -32,17 +30,10 @@ SELECT
 FROM steps WHERE job = $job;
 
 -- name: glance_tables
--- Rows per table for this job: what the sources gave.
-SELECT 'collectives' AS "table", count(*) AS rows FROM collectives WHERE job = $job
-UNION ALL SELECT 'kernels', count(*) FROM kernels WHERE job = $job
-UNION ALL SELECT 'ops', count(*) FROM ops WHERE job = $job
-UNION ALL SELECT 'steps', count(*) FROM steps WHERE job = $job
-UNION ALL SELECT 'communicators', count(*) FROM communicators WHERE job = $job
-UNION ALL SELECT 'topology', count(*) FROM topology WHERE job = $job
-UNION ALL SELECT 'bandwidth_tests', count(*) FROM bandwidth_tests WHERE job = $job
-UNION ALL SELECT 'log_messages', count(*) FROM log_messages WHERE job = $job
-UNION ALL SELECT 'collective_links', count(*) FROM collective_links WHERE job = $job
+-- Rows of the tables tokenwire link derives (one part per job each: cheap to count).
+SELECT 'collective_links' AS "table", count(*) AS rows FROM collective_links WHERE job = $job
 UNION ALL SELECT 'collective_instances', count(*) FROM collective_instances WHERE job = $job
+UNION ALL SELECT 'communicator_dims', count(*) FROM communicator_dims WHERE job = $job
 UNION ALL SELECT 'time_breakdown', count(*) FROM time_breakdown WHERE job = $job
 UNION ALL SELECT 'token_wire', count(*) FROM token_wire WHERE job = $job
 UNION ALL SELECT 'predictions', count(*) FROM predictions WHERE job = $job;
@@ -54,11 +45,10 @@ SELECT format, count(*) AS files, sum(size_bytes) AS size_bytes, sum(rows) AS ro
 FROM files WHERE job = $job GROUP BY format ORDER BY format;
 
 -- name: timed_rows
--- Whether any source carries timings (NCCL logs and flight recorder dumps alone do not).
-SELECT
-    (SELECT count(*) FROM collectives WHERE job = $job AND dur_ns IS NOT NULL
-        AND source <> 'flight_recorder') AS timed_collectives,
-    (SELECT count(*) FROM kernels WHERE job = $job) AS kernels;
+-- Whether any source of the job carries timings (NCCL logs, nccl-tests and flight recorder
+-- dumps alone do not).
+SELECT count(*) FILTER (WHERE format IN ('kineto', 'nsys')) AS timed_files
+FROM files WHERE job = $job;
 
 -- name: observed_token_wire
 -- Observed bytes and calls per step, dimension, op and phase, as tokenwire link derived them.
@@ -283,4 +273,4 @@ FROM collective_instances WHERE job = $job;
 
 -- name: flight_recorder_rows
 -- Whether the job has flight recorder dumps.
-SELECT count(*) AS rows FROM collectives WHERE job = $job AND source = 'flight_recorder';
+SELECT count(*) AS files FROM files WHERE job = $job AND format = 'flight_recorder';

@@ -21,8 +21,7 @@ MAX_RANK_STEP_ROWS = 20_000
 
 def no_timing_reason(ctx: Context) -> str | None:
     """Why this job has no timings, or None when it has some."""
-    t = ctx.row("timed_rows")
-    if t.get("timed_collectives") or t.get("kernels"):
+    if ctx.row("timed_rows").get("timed_files"):
         return None
     return ("The traces of this job carry no timings: NCCL debug logs and flight recorder "
             "dumps give sizes, not execution times. Add PyTorch profiler (Kineto) traces or "
@@ -63,7 +62,7 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
                       scale=alt.Scale(domain=_PARTS, range=_PART_COLORS))
     pick = alt.param(
         name="rank_pick", value=ranks[0],
-        bind=alt.binding(input="number", name="rank ", min=min(ranks), max=max(ranks), step=1),
+        bind=alt.binding(input="number", name="rank "),
     )
     brush = alt.selection_interval(encodings=["x"], name="rank_brush")
     detail = (
@@ -74,7 +73,7 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
             y=alt.Y("sum(ms):Q", title="ms per step (mean over steps)"),
             color=color,
             order=alt.Order("part_order:Q"),
-            opacity=alt.condition(f"datum.rank == rank_pick", alt.value(1.0), alt.value(0.55)),
+            opacity=alt.condition("datum.rank == rank_pick", alt.value(1.0), alt.value(0.55)),
             tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("part:N"),
                      alt.Tooltip("sum(ms):Q", format=",.3f", title="ms per step")],
         )
@@ -94,23 +93,11 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
     )
     order = {p: i for i, p in enumerate(_PARTS)}
     data = fmt.records(long.with_columns(pl.col("part").replace_strict(order).alias("part_order")))
-    chart = alt.vconcat(detail, overview, data=alt.Data(values=data))
-    sec.add(Chart("time_per_rank", chart,
-                  "Compute: kernels (or CPU ops) without communication; overlapped: "
-                  "communication while compute runs; exposed: communication alone; idle: "
-                  "neither. Brush the strip below to zoom; the rank box highlights one rank."))
-    exposed = per_rank["exposed_comm_ns"].mean()
-    window = per_rank["window_ns"].mean()
-    if window:
-        worst = per_rank.sort("exposed_comm_ns", descending=True).row(0, named=True)
-        sec.add(Note(
-            f"Over {n} ranks, exposed communication takes {fmt.duration(exposed)} of a "
-            f"{fmt.duration(window)} step on average ({exposed / window:.1%}); the most exposed "
-            f"rank is {worst['rank']} ({fmt.duration(worst['exposed_comm_ns'])}).", "text"))
+    charts = [detail, overview]
     steps = ctx.query("time_per_rank_step")
     if 0 < steps.height <= MAX_RANK_STEP_ROWS and steps["step"].n_unique() > 1:
         step_long = _long(steps, ["rank", "step"])
-        per_step = (
+        charts.append(
             alt.Chart(alt.Data(values=fmt.records(step_long)))
             .mark_bar()
             .encode(
@@ -119,12 +106,22 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
                          alt.Tooltip("ms:Q", format=",.3f")],
             )
             .transform_filter("datum.rank == rank_pick")
-            .add_params(alt.param(name="rank_pick", value=ranks[0],
-                                  bind=alt.binding(input="number", name="rank ",
-                                                   min=min(ranks), max=max(ranks), step=1)))
-            .properties(width=420, height=200, title="Steps of the picked rank")
+            .properties(width=420, height=180, title="Steps of the picked rank")
         )
-        sec.add(Chart("time_per_step", per_step, "Pick a rank with the box under the chart."))
+    chart = alt.vconcat(*charts, data=alt.Data(values=data))
+    sec.add(Chart("time_per_rank", chart,
+                  "Compute: kernels (or CPU ops) without communication; overlapped: "
+                  "communication while compute runs; exposed: communication alone; idle: "
+                  "neither. Brush the grey strip to zoom into ranks; the rank box picks the "
+                  "rank highlighted above and drawn per step below."))
+    exposed = per_rank["exposed_comm_ns"].mean()
+    window = per_rank["window_ns"].mean()
+    if window:
+        worst = per_rank.sort("exposed_comm_ns", descending=True).row(0, named=True)
+        sec.add(Note(
+            f"Over {n} ranks, exposed communication takes {fmt.duration(exposed)} of a "
+            f"{fmt.duration(window)} step on average ({exposed / window:.1%}); the most exposed "
+            f"rank is {worst['rank']} ({fmt.duration(worst['exposed_comm_ns'])}).", "text"))
 
 
 def _top_kernels(ctx: Context, sec: Section, limit: int = 15) -> None:
