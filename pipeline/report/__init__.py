@@ -81,8 +81,9 @@ def build_report(
     atomic_write_text(output, page)
     charts = [c.name for s in sections for c in s.charts()]
     images = write_images(sections, Path(png_dir)) if png_dir is not None else []
-    return ReportResult(output, ctx.job, output.stat().st_size, [s.id for s in sections],
-                        charts, images)
+    return ReportResult(
+        output, ctx.job, output.stat().st_size, [s.id for s in sections], charts, images
+    )
 
 
 def _sections(ctx: Context) -> list[Section]:
@@ -108,6 +109,11 @@ def _sections(ctx: Context) -> list[Section]:
 
 def _subtitle(ctx: Context) -> str:
     parts = [f"dataset {ctx.dataset}"]
-    parts.append(f"job.yaml {ctx.config_path}" if ctx.config_path else
-                 "no job.yaml" if ctx.config is None else "job.yaml given")
+    parts.append(
+        f"job.yaml {ctx.config_path}"
+        if ctx.config_path
+        else "no job.yaml"
+        if ctx.config is None
+        else "job.yaml given"
+    )
     return " · ".join(parts)

@@ -87,8 +87,13 @@ def section(ctx: Context) -> Section:
             )
             .properties(width=520, height=alt.Step(18), title="Rows of the derived tables")
         )
-        sec.add(Chart("glance_tables", bars, "Tables written by tokenwire link (predictions: "
-                      "tokenwire link --config job.yaml)."))
+        sec.add(
+            Chart(
+                "glance_tables",
+                bars,
+                "Tables written by tokenwire link (predictions: tokenwire link --config job.yaml).",
+            )
+        )
     return sec
 
 

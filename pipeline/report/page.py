@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import altair as alt
-
 #: Vega-Lite version of the bundled JavaScript; Altair's specs must match it.
 VL_VERSION = "6.4"
 
@@ -118,9 +116,7 @@ def _clean(value: Any) -> Any:
 def render(title: str, subtitle: str, sections: list[Section]) -> str:
     """The whole page as HTML text."""
     esc = html.escape
-    nav = "".join(
-        f'<li><a href="#{esc(s.id)}">{esc(s.title)}</a></li>' for s in sections
-    )
+    nav = "".join(f'<li><a href="#{esc(s.id)}">{esc(s.title)}</a></li>' for s in sections)
     body: list[str] = []
     specs: list[str] = []
     for section in sections:
@@ -157,9 +153,7 @@ def _block_html(block: Block) -> str:
     if isinstance(block, Note):
         return f'<p class="{esc(block.kind)}">{esc(block.text)}</p>'
     if isinstance(block, Facts):
-        items = "".join(
-            f"<dt>{esc(str(k))}</dt><dd>{esc(_cell(v))}</dd>" for k, v in block.pairs
-        )
+        items = "".join(f"<dt>{esc(str(k))}</dt><dd>{esc(_cell(v))}</dd>" for k, v in block.pairs)
         return f'<dl class="facts">{items}</dl>'
     numeric = block.numeric or [False] * len(block.columns)
     head = "".join(f"<th>{esc(c)}</th>" for c in block.columns)
@@ -173,8 +167,10 @@ def _block_html(block: Block) -> str:
         for row in block.rows
     )
     caption = f"<caption>{esc(block.caption)}</caption>" if block.caption else ""
-    return f'<div class="table"><table>{caption}<thead><tr>{head}</tr></thead>' \
+    return (
+        f'<div class="table"><table>{caption}<thead><tr>{head}</tr></thead>'
         f"<tbody>{rows}</tbody></table></div>"
+    )
 
 
 def _cell(value: Any) -> str:

@@ -126,8 +126,11 @@ class Browser:
         self._events.append(msg)
         if msg["method"] == "Page.javascriptDialogOpening":
             # answer at once, or the page stays blocked; the dialog is recorded as a failure
-            self._ws.send(json.dumps({"id": 0, "method": "Page.handleJavaScriptDialog",
-                                      "params": {"accept": True}}))
+            self._ws.send(
+                json.dumps(
+                    {"id": 0, "method": "Page.handleJavaScriptDialog", "params": {"accept": True}}
+                )
+            )
 
     def evaluate(self, expression: str) -> object:
         """The JSON value of a JavaScript expression in the page."""

@@ -22,8 +22,14 @@ from pipeline.dataset.views import connect
 from pipeline.model.predict import predictions_table
 
 
-def add_table(dataset: Path, name: str, table: pa.Table | pl.DataFrame, *, job: str,
-              file_id: str = "test0000000000000") -> None:
+def add_table(
+    dataset: Path,
+    name: str,
+    table: pa.Table | pl.DataFrame,
+    *,
+    job: str,
+    file_id: str = "test0000000000000",
+) -> None:
     """Conform ``table`` to schema ``name`` and add it to the dataset's manifest."""
     if isinstance(table, pl.DataFrame):
         table = table.to_arrow()
@@ -33,8 +39,9 @@ def add_table(dataset: Path, name: str, table: pa.Table | pl.DataFrame, *, job: 
         consts["source"] = "kineto"
     if "file_id" in cols and "file_id" not in table.column_names:
         consts["file_id"] = file_id
-    table = conform(name, table.drop_columns([c for c in ("job",) if c in table.column_names]),
-                    **consts)
+    table = conform(
+        name, table.drop_columns([c for c in ("job",) if c in table.column_names]), **consts
+    )
     manifest = read_manifest(dataset)
     parts = manifest.derived.setdefault(name, [])
     for rank, rows in split_by_rank(name, table):
@@ -128,8 +135,14 @@ LEFT JOIN pred USING (parallel_dim, op, phase)
 """
 
 
-def fake_link(dataset: Path, job: str, *, config: Path | None = None,
-              tokens: int | None = None, token_wire: bool = True) -> None:
+def fake_link(
+    dataset: Path,
+    job: str,
+    *,
+    config: Path | None = None,
+    tokens: int | None = None,
+    token_wire: bool = True,
+) -> None:
     """Fill the derived tables of ``job`` from its raw tables (test stand-in for link)."""
     add_table(dataset, "communicator_dims", _sql(dataset, _DIMS, job), job=job)
     add_table(dataset, "collective_links", _sql(dataset, _LINKS, job), job=job)
@@ -137,8 +150,12 @@ def fake_link(dataset: Path, job: str, *, config: Path | None = None,
     add_table(dataset, "time_breakdown", _sql(dataset, _TIME, job), job=job)
     if config is not None:
         ranks = _sql(dataset, "SELECT DISTINCT rank FROM ranks WHERE job = $job", job)
-        add_table(dataset, "predictions",
-                  predictions_table(config, ranks["rank"].to_list(), world_size=8), job=job)
+        add_table(
+            dataset,
+            "predictions",
+            predictions_table(config, ranks["rank"].to_list(), world_size=8),
+            job=job,
+        )
     if token_wire:
         sql = _TOKEN_WIRE.replace("$tokens", str(int(tokens or 1)))
         add_table(dataset, "token_wire", _sql(dataset, sql, job), job=job)
@@ -154,56 +171,97 @@ def large_job(dataset: Path, *, ranks: int = 1000, steps: int = 3, job: str = "b
     r = pl.DataFrame({"rank": pl.arange(0, ranks, eager=True).cast(pl.Int64)})
     step0 = 1_000_000_000
     step_ns = 50_000_000
-    files = pl.DataFrame({
-        "file_id": [f"{i:016x}" for i in range(ranks)],
-        "sha256": [f"{i:064x}" for i in range(ranks)],
-        "path": [f"/traces/rank{i}.pt.trace.json.gz" for i in range(ranks)],
-        "format": ["kineto"] * ranks, "size_bytes": [10_000_000] * ranks,
-        "ranks": [[i] for i in range(ranks)], "rank_source": ["distributedInfo"] * ranks,
-        "rows": [100] * ranks, "warnings": [0] * ranks, "warning_messages": [[]] * ranks,
-        "ingested_at_ns": [0] * ranks,
-    })
+    files = pl.DataFrame(
+        {
+            "file_id": [f"{i:016x}" for i in range(ranks)],
+            "sha256": [f"{i:064x}" for i in range(ranks)],
+            "path": [f"/traces/rank{i}.pt.trace.json.gz" for i in range(ranks)],
+            "format": ["kineto"] * ranks,
+            "size_bytes": [10_000_000] * ranks,
+            "ranks": [[i] for i in range(ranks)],
+            "rank_source": ["distributedInfo"] * ranks,
+            "rows": [100] * ranks,
+            "warnings": [0] * ranks,
+            "warning_messages": [[]] * ranks,
+            "ingested_at_ns": [0] * ranks,
+        }
+    )
     add_table(dataset, "files", files, job=job)
-    add_table(dataset, "ranks", r.with_columns(
-        world_size=pl.lit(ranks), host=pl.format("node{}", pl.col("rank") // 8),
-        gpu_name=pl.lit("NVIDIA H100"), backend=pl.lit("nccl")), job=job)
-    tp = r.with_columns(comm=pl.format("tp{}", pl.col("rank") // 8),
-                        pg_desc=pl.lit("TENSOR_MODEL_PARALLEL_GROUP"), nranks=pl.lit(8))
-    dp = r.with_columns(comm=pl.format("dp{}", pl.col("rank") % 8),
-                        pg_desc=pl.lit("DATA_PARALLEL_GROUP"), nranks=pl.lit(ranks // 8))
+    add_table(
+        dataset,
+        "ranks",
+        r.with_columns(
+            world_size=pl.lit(ranks),
+            host=pl.format("node{}", pl.col("rank") // 8),
+            gpu_name=pl.lit("NVIDIA H100"),
+            backend=pl.lit("nccl"),
+        ),
+        job=job,
+    )
+    tp = r.with_columns(
+        comm=pl.format("tp{}", pl.col("rank") // 8),
+        pg_desc=pl.lit("TENSOR_MODEL_PARALLEL_GROUP"),
+        nranks=pl.lit(8),
+    )
+    dp = r.with_columns(
+        comm=pl.format("dp{}", pl.col("rank") % 8),
+        pg_desc=pl.lit("DATA_PARALLEL_GROUP"),
+        nranks=pl.lit(ranks // 8),
+    )
     add_table(dataset, "communicators", pl.concat([tp, dp]), job=job)
     s = r.join(pl.DataFrame({"step": list(range(steps))}), how="cross").with_columns(
-        start_ns=step0 + pl.col("step") * step_ns)
-    add_table(dataset, "steps", s.with_columns(
-        end_ns=pl.col("start_ns") + step_ns - 1000, dur_ns=pl.lit(step_ns - 1000),
-        tokens=pl.lit(4096)), job=job)
+        start_ns=step0 + pl.col("step") * step_ns
+    )
+    add_table(
+        dataset,
+        "steps",
+        s.with_columns(
+            end_ns=pl.col("start_ns") + step_ns - 1000,
+            dur_ns=pl.lit(step_ns - 1000),
+            tokens=pl.lit(4096),
+        ),
+        job=job,
+    )
     calls = pl.DataFrame({"k": list(range(10))})
-    coll = s.join(calls, how="cross").with_columns(
-        comm=pl.when(pl.col("k") < 8).then(pl.format("tp{}", pl.col("rank") // 8))
-        .otherwise(pl.format("dp{}", pl.col("rank") % 8)),
-        seq=pl.col("step") * 10 + pl.col("k"),
-        op=pl.lit("all_reduce"), op_name=pl.lit("nccl:all_reduce"),
-        bytes=pl.when(pl.col("k") < 8).then(pl.lit(4 << 20)).otherwise(pl.lit(64 << 20)),
-        group_size=pl.when(pl.col("k") < 8).then(pl.lit(8)).otherwise(pl.lit(ranks // 8)),
-        # rank 7 of every group arrives late; skew grows with the rank
-        start_ns=pl.col("start_ns") + pl.col("k") * 4_000_000 + (pl.col("rank") % 97) * 1000,
-    ).with_columns(
-        dur_ns=pl.lit(300_000) + (pl.col("rank") % 13) * 5000,
-        collective_id=pl.col("step") * 10 + pl.col("k"),
-    ).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns")).drop("k")
+    coll = (
+        s.join(calls, how="cross")
+        .with_columns(
+            comm=pl.when(pl.col("k") < 8)
+            .then(pl.format("tp{}", pl.col("rank") // 8))
+            .otherwise(pl.format("dp{}", pl.col("rank") % 8)),
+            seq=pl.col("step") * 10 + pl.col("k"),
+            op=pl.lit("all_reduce"),
+            op_name=pl.lit("nccl:all_reduce"),
+            bytes=pl.when(pl.col("k") < 8).then(pl.lit(4 << 20)).otherwise(pl.lit(64 << 20)),
+            group_size=pl.when(pl.col("k") < 8).then(pl.lit(8)).otherwise(pl.lit(ranks // 8)),
+            # rank 7 of every group arrives late; skew grows with the rank
+            start_ns=pl.col("start_ns") + pl.col("k") * 4_000_000 + (pl.col("rank") % 97) * 1000,
+        )
+        .with_columns(
+            dur_ns=pl.lit(300_000) + (pl.col("rank") % 13) * 5000,
+            collective_id=pl.col("step") * 10 + pl.col("k"),
+        )
+        .with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+        .drop("k")
+    )
     add_table(dataset, "collectives", coll, job=job)
-    kern = s.join(pl.DataFrame({"k": list(range(6))}), how="cross").with_columns(
-        kernel_id=pl.col("step") * 6 + pl.col("k"),
-        name=pl.format("sm90_xmma_gemm_bf16bf16_{}_kernel", pl.col("k")),
-        kind=pl.lit("gemm"), start_ns=pl.col("start_ns") + pl.col("k") * 1_000_000,
-        dur_ns=pl.lit(2_000_000) + pl.col("k") * 1000,
-    ).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns")).drop("k")
+    kern = (
+        s.join(pl.DataFrame({"k": list(range(6))}), how="cross")
+        .with_columns(
+            kernel_id=pl.col("step") * 6 + pl.col("k"),
+            name=pl.format("sm90_xmma_gemm_bf16bf16_{}_kernel", pl.col("k")),
+            kind=pl.lit("gemm"),
+            start_ns=pl.col("start_ns") + pl.col("k") * 1_000_000,
+            dur_ns=pl.lit(2_000_000) + pl.col("k") * 1000,
+        )
+        .with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+        .drop("k")
+    )
     add_table(dataset, "kernels", kern, job=job)
     topo = r.join(pl.DataFrame({"channel": list(range(8))}), how="cross").with_columns(
         kind=pl.lit("connection"),
         peer=(pl.col("rank") + 1) % ranks,
-        transport=pl.when(pl.col("rank") % 8 == 7).then(pl.lit("NET/IB")).otherwise(
-            pl.lit("P2P")),
+        transport=pl.when(pl.col("rank") % 8 == 7).then(pl.lit("NET/IB")).otherwise(pl.lit("P2P")),
     )
     add_table(dataset, "topology", topo, job=job)
     fake_link(dataset, job, tokens=4096 * ranks // 8)
