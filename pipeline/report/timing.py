@@ -98,7 +98,12 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
         alt.Chart()
         .mark_area(color="#9aa5b1")
         .encode(
-            x=alt.X("rank:Q", title="drag to zoom into ranks", scale=alt.Scale(nice=False)),
+            x=alt.X(
+                "rank:Q",
+                title="drag to zoom into ranks",
+                scale=alt.Scale(nice=False),
+                axis=alt.Axis(tickMinStep=1, format="d"),
+            ),
             y=alt.Y("sum(ms):Q", title=None, axis=alt.Axis(ticks=False, labels=False)),
         )
         .add_params(brush)
@@ -109,7 +114,9 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
     charts = [detail, overview]
     steps = ctx.query("time_per_rank_step")
     if 0 < steps.height <= MAX_RANK_STEP_ROWS and steps["step"].n_unique() > 1:
-        step_long = _long(steps, ["rank", "step"])
+        step_long = _long(steps, ["rank", "step"]).with_columns(
+            pl.col("part").replace_strict(order).alias("part_order")
+        )
         charts.append(
             alt.Chart(alt.Data(values=fmt.records(step_long)))
             .mark_bar()
@@ -117,6 +124,7 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
                 x=alt.X("step:O"),
                 y=alt.Y("ms:Q", title="ms"),
                 color=color,
+                order=alt.Order("part_order:Q"),
                 tooltip=[
                     alt.Tooltip("rank:O"),
                     alt.Tooltip("step:O"),

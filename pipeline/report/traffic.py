@@ -475,8 +475,8 @@ def layer_section(ctx: Context, top: int = 30) -> Section:
         pl.col("bytes_per_step").sum().alias("t"), pl.col("layer_index").min().alias("i")
     )
     keep = totals.sort("t", descending=True).head(top)["layer"]
-    rest = data.filter(~pl.col("layer").is_in(keep.implode()))
-    shown = data.filter(pl.col("layer").is_in(keep.implode()))
+    rest = data.filter(~pl.col("layer").is_in(keep.to_list()))
+    shown = data.filter(pl.col("layer").is_in(keep.to_list()))
     if rest.height:
         n = rest["layer"].n_unique()
         shown = pl.concat(

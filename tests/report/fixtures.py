@@ -52,14 +52,24 @@ def add_table(
         if rel not in parts:
             parts.append(rel)
     write_manifest(dataset, manifest)
+    return table
 
 
-def _sql(dataset: Path, sql: str, job: str) -> pl.DataFrame:
-    con = connect(dataset)
-    try:
-        return pl.from_arrow(con.sql(sql, params={"job": job}).to_arrow_table())
-    finally:
-        con.close()
+class _Linker:
+    """One DuckDB connection over the dataset; each derived table, once computed, is written
+    to the dataset and replaces its (empty) view, so the next query sees it."""
+
+    def __init__(self, dataset: Path, job: str) -> None:
+        self.dataset, self.job = dataset, job
+        self.con = connect(dataset)
+
+    def sql(self, sql: str) -> pl.DataFrame:
+        return pl.from_arrow(self.con.sql(sql, params={"job": self.job}).to_arrow_table())
+
+    def put(self, name: str, frame: pl.DataFrame | pa.Table) -> None:
+        table = add_table(self.dataset, name, frame, job=self.job)
+        self.con.execute(f"DROP VIEW {name}")
+        self.con.register(name, table)
 
 
 _DIMS = """
@@ -144,21 +154,22 @@ def fake_link(
     token_wire: bool = True,
 ) -> None:
     """Fill the derived tables of ``job`` from its raw tables (test stand-in for link)."""
-    add_table(dataset, "communicator_dims", _sql(dataset, _DIMS, job), job=job)
-    add_table(dataset, "collective_links", _sql(dataset, _LINKS, job), job=job)
-    add_table(dataset, "collective_instances", _sql(dataset, _INSTANCES, job), job=job)
-    add_table(dataset, "time_breakdown", _sql(dataset, _TIME, job), job=job)
-    if config is not None:
-        ranks = _sql(dataset, "SELECT DISTINCT rank FROM ranks WHERE job = $job", job)
-        add_table(
-            dataset,
-            "predictions",
-            predictions_table(config, ranks["rank"].to_list(), world_size=8),
-            job=job,
-        )
-    if token_wire:
-        sql = _TOKEN_WIRE.replace("$tokens", str(int(tokens or 1)))
-        add_table(dataset, "token_wire", _sql(dataset, sql, job), job=job)
+    link = _Linker(dataset, job)
+    try:
+        link.put("communicator_dims", link.sql(_DIMS))
+        link.put("collective_links", link.sql(_LINKS))
+        link.put("collective_instances", link.sql(_INSTANCES))
+        link.put("time_breakdown", link.sql(_TIME))
+        if config is not None:
+            ranks = link.sql("SELECT DISTINCT rank FROM ranks WHERE job = $job")
+            link.put(
+                "predictions", predictions_table(config, ranks["rank"].to_list(), world_size=8)
+            )
+        if token_wire:
+            sql = _TOKEN_WIRE.replace("$tokens", str(int(tokens or 1)))
+            link.put("token_wire", link.sql(sql))
+    finally:
+        link.con.close()
 
 
 def large_job(dataset: Path, *, ranks: int = 1000, steps: int = 3, job: str = "big") -> None:
