@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_DIR := demo_out
 
-.PHONY: venv demo test bench lint clean samples
+.PHONY: venv demo test bench lint clean samples browser
 
 venv: $(STAMP)
 
@@ -23,6 +23,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Headless Chromium for the report's browser tests (tests/report): installed from Debian's
+# packages where missing and we are root; elsewhere those tests skip and say why.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && apt-get install -y -qq chromium chromium-driver; \
+	fi
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
