@@ -94,7 +94,7 @@ def _sections(ctx: Context) -> list[Section]:
         glance.section(ctx),
         traffic.journey_section(ctx, traffic_data, table),
         traffic.bytes_section(ctx, traffic_data, table),
-        traffic.layer_section(ctx),
+        traffic.layer_section(ctx, traffic_data),
         timing.time_section(ctx, no_timing),
         timing.bandwidth_section(ctx, no_timing),
         timing.skew_section(ctx, no_timing),

@@ -459,9 +459,11 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
     return sec
 
 
-def layer_section(ctx: Context, top: int = 30) -> Section:
+def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
     """Traffic per layer, from collective_links."""
     sec = Section("layers", "Traffic per layer")
+    if not traffic.observed_from:
+        return sec.add(Note("No collectives in this job.", "missing"))
     data = ctx.query("layer_traffic")
     if data.height == 0:
         return sec.add(
