@@ -5,14 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_DIR := demo_out
 
-.PHONY: venv demo test bench lint clean samples
+.PHONY: venv demo test bench lint clean samples browser
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,report,tokens]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,tokens]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,9 +23,19 @@ demo: $(STAMP)
 	  "SELECT parallel_dim, op, phase, sum(calls) AS calls, sum(bytes) AS observed_bytes, \
 	          sum(predicted_bytes) AS predicted_bytes, round(sum(bytes) / any_value(tokens)) AS bytes_per_token \
 	   FROM token_wire WHERE step = (SELECT min(step) FROM token_wire) GROUP BY ALL ORDER BY ALL"
+	$(BIN)/tokenwire report $(DEMO_DIR)/dataset --config sample_traces/job.yaml -o $(DEMO_DIR)/report.html
+	@echo "open $(DEMO_DIR)/report.html"
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# Headless Chromium for the report's browser tests (tests/report): installed from Debian's
+# packages where missing and we are root; elsewhere those tests skip and say why.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) \
+	  || echo "could not install chromium: the browser tests will be skipped" >&2; \
+	fi
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run

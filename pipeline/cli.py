@@ -417,3 +417,44 @@ def link(dataset: Path, config: Path | None) -> None:
         _fail(str(exc))
     for table, n in summary.rows.items():
         click.echo(f"  {table:<22} {n:>12,} rows", err=True)
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The job's job.yaml: adds the prediction, the model and the network peaks.",
+)
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+    help="HTML file to write.",
+)  # fmt: skip
+@click.option(
+    "--png-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write every chart as PNG and SVG into this folder.",
+)
+@click.option("--job", help="Job to report on (needed when the dataset holds several).")
+def report(
+    dataset: Path, config: Path | None, output: Path, png_dir: Path | None, job: str | None
+) -> None:
+    """Write one self-contained HTML report of a job (opens offline).
+
+    \b
+    Example:
+      tokenwire report run42.tw --config job.yaml -o report.html
+    """
+    from pipeline.report import build_report
+
+    try:
+        result = build_report(dataset, config=config, output=output, png_dir=png_dir, job=job)
+    except TokenwireError as exc:
+        _fail(str(exc))
+    click.echo(
+        f"wrote {result.output} ({result.size_bytes / 1e6:.1f} MB, job {result.job}, "
+        f"{len(result.charts)} charts)",
+        err=True,
+    )
+    if result.images:
+        click.echo(f"wrote {len(result.images)} chart images to {png_dir}", err=True)

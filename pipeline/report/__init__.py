@@ -1,0 +1,119 @@
+"""The report: one offline HTML page of where a job's bytes went, next to the analytic model.
+
+``build_report`` reads a dataset through its DuckDB views (raw tables and, after
+``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
+charts per section (``glance``, ``traffic``, ``timing``, ``topology``, ``quality``) and writes
+one self-contained HTML file (``page``). Sections whose data is missing say why and what
+would fill them. docs/report.md describes every section and what it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from altair.utils.schemapi import debug_mode
+
+from pipeline.model.config import Job, load_job
+from pipeline.report import glance, quality, timing, topology, traffic
+from pipeline.report.context import Context, open_context
+from pipeline.report.page import Section, atomic_write_text, render, write_images
+
+__all__ = ["ReportResult", "build_report"]
+
+
+@dataclass
+class ReportResult:
+    """What ``build_report`` wrote."""
+
+    output: Path
+    job: str
+    size_bytes: int
+    sections: list[str]
+    charts: list[str]
+    images: list[Path] = field(default_factory=list)
+
+
+def build_report(
+    dataset: Path | str,
+    *,
+    config: Path | str | Job | None = None,
+    output: Path | str,
+    png_dir: Path | str | None = None,
+    job: str | None = None,
+) -> ReportResult:
+    """Write the report of one job of ``dataset`` to ``output`` (one HTML file).
+
+    Parameters
+    ----------
+    dataset
+        A tokenwire dataset folder.
+    config
+        The job's job.yaml (path or loaded :class:`Job`): adds the prediction, the model and
+        the network peaks.
+    output
+        The HTML file to write.
+    png_dir
+        Also write every chart as ``<name>.png`` and ``<name>.svg`` into this folder.
+    job
+        The job to report on; needed only when the dataset holds several.
+
+    Raises
+    ------
+    DatasetError
+        Not a dataset, or no such job.
+    ConfigError
+        A bad job.yaml.
+    """
+    config_path = None
+    if config is not None and not isinstance(config, Job):
+        config_path = Path(config)
+        config = load_job(config_path)
+    ctx = open_context(dataset, job=job, config=config, config_path=config_path)
+    try:
+        # Altair validates every object it builds in debug mode, data rows included
+        with debug_mode(False):
+            sections = _sections(ctx)
+    finally:
+        ctx.con.close()
+    output = Path(output)
+    page = render(f"tokenwire report: {ctx.job}", _subtitle(ctx), sections)
+    atomic_write_text(output, page)
+    charts = [c.name for s in sections for c in s.charts()]
+    images = write_images(sections, Path(png_dir)) if png_dir is not None else []
+    return ReportResult(
+        output, ctx.job, output.stat().st_size, [s.id for s in sections], charts, images
+    )
+
+
+def _sections(ctx: Context) -> list[Section]:
+    no_timing = timing.no_timing_reason(ctx)
+    traffic_data = traffic.load(ctx)
+    table = traffic.compare(traffic_data)
+    sections = [
+        glance.section(ctx),
+        traffic.journey_section(ctx, traffic_data, table),
+        traffic.bytes_section(ctx, traffic_data, table),
+        traffic.layer_section(ctx, traffic_data),
+        timing.time_section(ctx, no_timing),
+        timing.bandwidth_section(ctx, no_timing),
+        timing.skew_section(ctx, no_timing),
+        topology.section(ctx),
+    ]
+    hang_sec = quality.hang_section(ctx)
+    if hang_sec is not None:
+        sections.append(hang_sec)
+    sections.append(quality.section(ctx))
+    return sections
+
+
+def _subtitle(ctx: Context) -> str:
+    parts = [f"dataset {ctx.dataset}"]
+    parts.append(
+        f"job.yaml {ctx.config_path}"
+        if ctx.config_path
+        else "no job.yaml"
+        if ctx.config is None
+        else "job.yaml given"
+    )
+    return " · ".join(parts)

@@ -1,0 +1,48 @@
+"""Numbers as people read them in the report: bytes, durations, ratios."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+
+def nbytes(value: float | None) -> str:
+    """Bytes with a decimal unit (kB = 1000 B, as in GB/s)."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:,.3g} {unit}"
+    return f"{value:,.0f} B"
+
+
+def duration(ns: float | None) -> str:
+    """Nanoseconds as ms, µs or s."""
+    if ns is None or not math.isfinite(ns):
+        return "–"
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:,.3g} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:,.3g} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:,.3g} µs"
+    return f"{ns:,.0f} ns"
+
+
+def ratio(value: float | None) -> str:
+    """A ratio like 1.25×."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.3g}×"
+
+
+def records(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows of a frame as JSON-ready dicts (NaN becomes None)."""
+    out = frame.to_dicts()
+    for row in out:
+        for k, v in row.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                row[k] = None
+    return out

@@ -1,0 +1,159 @@
+"""Sections 9 and 10: the flight recorder hang summary and the data quality of the job."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.analysis import hang
+from pipeline.report import fmt
+from pipeline.report.context import Context
+from pipeline.report.page import Facts, Note, Section, Table
+
+_MAX_FILES = 200
+_MAX_WARNINGS = 50
+
+
+def hang_section(ctx: Context) -> Section | None:
+    """Where the ranks stopped agreeing, from flight recorder dumps; None without dumps."""
+    if not ctx.row("flight_recorder_rows").get("files"):
+        return None
+    sec = Section("hang", "Flight recorder: hang and mismatch check")
+    coll = _frame(ctx, "collectives")
+    comms = _frame(ctx, "communicators")
+    report = hang.analyze(coll, comms)
+    verdict = (
+        "PROBLEM FOUND: see the groups below"
+        if report.problem_found
+        else "no hang or mismatch found"
+    )
+    sec.add(
+        Note(
+            f"Flight recorder dumps from {len(report.dumped_ranks)} ranks: {verdict}.",
+            "warn" if report.problem_found else "text",
+        )
+    )
+    for w in report.warnings:
+        sec.add(Note(w, "text"))
+    sec.add(
+        Table(
+            [
+                "group",
+                "ranks",
+                "last seq all completed",
+                "first disagreement",
+                "first unfinished",
+                "findings",
+            ],
+            [
+                [
+                    f"{g.pg_name if g.pg_name is not None else g.comm}"
+                    + (f" ({g.pg_desc})" if g.pg_desc else ""),
+                    len(g.ranks),
+                    None
+                    if g.last_completed_by_all is None
+                    else f"{g.last_completed_by_all} ({g.last_completed_op})",
+                    g.first_disagreement,
+                    None if g.focus_seq is None else f"{g.focus_seq} ({g.focus_op})",
+                    "; ".join(g.problems) or "ok",
+                ]
+                for g in report.groups
+            ],
+            numeric=[False, True, False, True, False, False],
+        )
+    )
+    sec.add(Note("The same analysis on the dump files: tokenwire hang DUMPS...", "text"))
+    return sec
+
+
+def _frame(ctx: Context, table: str) -> pl.DataFrame:
+    sql = f"SELECT * FROM {table} WHERE job = $job AND source = 'flight_recorder'"
+    return pl.from_arrow(ctx.con.sql(sql, params={"job": ctx.job}).to_arrow_table())
+
+
+def section(ctx: Context) -> Section:
+    """Data quality: files, warnings, collectives that could not be used or attributed."""
+    sec = Section("quality", "Data quality")
+    total = ctx.row("quality_file_count").get("files", 0)
+    files = ctx.query("quality_files", limit=_MAX_FILES)
+    sec.add(
+        Table(
+            ["file", "format", "version", "size", "ranks", "rank from", "rows", "warnings"],
+            [
+                [
+                    r["path"],
+                    r["format"],
+                    r["format_version"],
+                    fmt.nbytes(r["size_bytes"]),
+                    r["ranks"],
+                    r["rank_source"],
+                    r["rows"],
+                    r["warnings"],
+                ]
+                for r in files.iter_rows(named=True)
+            ],
+            caption=f"Files ({total:,})"
+            + (f", the {_MAX_FILES} largest shown" if total > _MAX_FILES else ""),
+            numeric=[False, False, False, True, True, False, True, True],
+        )
+    )
+    warnings = ctx.query("quality_warnings", limit=_MAX_WARNINGS)
+    if warnings.height:
+        sec.add(
+            Table(
+                ["warning", "files"],
+                [list(r) for r in warnings.iter_rows()],
+                caption="Warnings raised while parsing",
+                numeric=[False, True],
+            )
+        )
+    else:
+        sec.add(Note("No warnings were raised while parsing.", "text"))
+    c = ctx.row("quality_collectives")
+    if c.get("collectives"):
+        sec.add(
+            Facts(
+                [
+                    ("collectives (flight recorder aside)", c["collectives"]),
+                    ("without a size", c["without_bytes"]),
+                    ("outside any step", c["without_step"]),
+                    ("without timing", c["without_timing"]),
+                ]
+            )
+        )
+    links = ctx.query("quality_links")
+    if links.height:
+        unattributed = links.filter(pl.col("attributed_by") == "none")["collectives"].sum()
+        unknown_dim = links.filter(pl.col("dim_unknown"))["collectives"].sum()
+        sec.add(
+            Table(
+                ["layer evidence", "dimension unknown", "collectives"],
+                [
+                    [r["attributed_by"], "yes" if r["dim_unknown"] else "no", r["collectives"]]
+                    for r in links.iter_rows(named=True)
+                ],
+                caption=f"Attribution by tokenwire link: {unattributed:,} collectives without a "
+                f"layer, {unknown_dim:,} without a parallel dimension (counted in every "
+                "total, never dropped)",
+                numeric=[False, False, True],
+            )
+        )
+    else:
+        sec.add(
+            Note(
+                "tokenwire link has not run on this dataset: steps, phases, layers and "
+                "parallel dimensions are only what the sources recorded themselves.",
+                "missing",
+            )
+        )
+    inst = ctx.row("quality_instances")
+    if inst.get("instances"):
+        sec.add(
+            Facts(
+                [
+                    ("collective instances matched across ranks", inst["instances"]),
+                    ("seen by fewer ranks than their group", inst["partial"]),
+                    ("ranks disagree on op or size", inst["inconsistent"]),
+                ]
+            )
+        )
+    return sec

@@ -1,0 +1,276 @@
+-- The report's data: every query aggregates in DuckDB so that what reaches a chart is small
+-- whatever the number of ranks. Each query starts with `-- name: <name>` and a comment saying
+-- what it answers; `$job` is the job the report is about.
+
+-- name: jobs
+-- Which jobs the dataset holds (files of every source, so a job with no rows still counts).
+SELECT job, count(*) AS files FROM files GROUP BY job ORDER BY job;
+
+-- name: glance_ranks
+-- How many ranks and hosts, and what hardware and library they ran on. Ranks come from the
+-- files table (one small part per job), not from scanning every rank's rows.
+SELECT
+    (SELECT count(DISTINCT r) FROM (SELECT unnest(ranks) AS r FROM files WHERE job = $job)
+        WHERE r >= 0) AS ranks_seen,
+    max(world_size) AS world_size,
+    count(DISTINCT host) AS hosts,
+    string_agg(DISTINCT gpu_name, ', ') AS gpus,
+    string_agg(DISTINCT backend, ', ') AS backends,
+    string_agg(DISTINCT comm_lib_version, ', ') AS comm_lib_versions
+FROM ranks WHERE job = $job;
+
+-- name: glance_steps
+-- Steps traced, their typical duration and the tokens one rank processed in one.
+SELECT
+    count(DISTINCT step) AS steps,
+    min(step) AS first_step,
+    max(step) AS last_step,
+    median(dur_ns) AS median_step_ns,
+    median(tokens) AS median_rank_tokens
+FROM steps WHERE job = $job;
+
+-- name: glance_tables
+-- Rows of the tables tokenwire link derives (one part per job each: cheap to count).
+SELECT 'collective_links' AS "table", count(*) AS rows FROM collective_links WHERE job = $job
+UNION ALL SELECT 'collective_instances', count(*) FROM collective_instances WHERE job = $job
+UNION ALL SELECT 'communicator_dims', count(*) FROM communicator_dims WHERE job = $job
+UNION ALL SELECT 'time_breakdown', count(*) FROM time_breakdown WHERE job = $job
+UNION ALL SELECT 'token_wire', count(*) FROM token_wire WHERE job = $job
+UNION ALL SELECT 'predictions', count(*) FROM predictions WHERE job = $job;
+
+-- name: sources
+-- Files per source format, with their rows and warnings.
+SELECT format, count(*) AS files, sum(size_bytes) AS size_bytes, sum(rows) AS rows,
+       sum(warnings) AS warnings
+FROM files WHERE job = $job GROUP BY format ORDER BY format;
+
+-- name: timed_rows
+-- Whether any source of the job carries timings (NCCL logs, nccl-tests and flight recorder
+-- dumps alone do not).
+SELECT count(*) FILTER (WHERE format IN ('kineto', 'nsys')) AS timed_files
+FROM files WHERE job = $job;
+
+-- name: observed_token_wire
+-- Observed bytes and calls per step, dimension, op and phase, as tokenwire link derived them.
+SELECT step, parallel_dim, op, phase, sum(calls) AS calls, sum(bytes) AS bytes,
+       max(tokens) AS tokens, sum(predicted_calls) AS predicted_calls,
+       sum(predicted_bytes) AS predicted_bytes
+FROM token_wire WHERE job = $job GROUP BY ALL;
+
+-- name: observed_raw
+-- The same from the raw collectives when tokenwire link has not run: one source per rank
+-- (a rank traced by Kineto and by its NCCL log would otherwise count twice), the dimension
+-- from communicator_dims or communicators where known.
+WITH pref AS (
+    SELECT rank, source,
+           row_number() OVER (PARTITION BY rank ORDER BY CASE source
+               WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1 WHEN 'nccl_log' THEN 2 ELSE 3 END) AS k
+    FROM (SELECT DISTINCT rank, source FROM collectives WHERE job = $job)
+),
+dims AS (
+    SELECT comm, any_value(parallel_dim) AS parallel_dim FROM (
+        SELECT comm, parallel_dim FROM communicator_dims WHERE job = $job
+        UNION ALL
+        SELECT comm, parallel_dim FROM communicators
+        WHERE job = $job AND parallel_dim IS NOT NULL)
+    GROUP BY comm
+)
+SELECT c.step, coalesce(d.parallel_dim, 'unknown') AS parallel_dim, c.op,
+       coalesce(c.phase, 'unattributed') AS phase, count(*) AS calls, sum(c.bytes) AS bytes,
+       CAST(NULL AS BIGINT) AS tokens, CAST(NULL AS BIGINT) AS predicted_calls,
+       CAST(NULL AS BIGINT) AS predicted_bytes
+FROM collectives c
+JOIN pref p ON p.rank = c.rank AND p.source = c.source AND p.k = 1
+LEFT JOIN dims d ON d.comm = c.comm
+WHERE c.job = $job
+GROUP BY ALL;
+
+-- name: observed_ranks
+-- Ranks whose collectives were traced: predictions are summed over these only.
+SELECT DISTINCT rank FROM collectives WHERE job = $job AND rank >= 0
+    AND source <> 'flight_recorder' ORDER BY rank;
+
+-- name: predictions_stored
+-- Predicted calls and bytes per step of the traced ranks, from the predictions table.
+SELECT parallel_dim, op, phase, sum(calls) AS predicted_calls, sum(bytes) AS predicted_bytes
+FROM predictions
+WHERE job = $job AND rank IN (SELECT DISTINCT rank FROM collectives WHERE job = $job)
+GROUP BY ALL;
+
+-- name: layer_traffic
+-- Bytes per step by layer and phase, from the links of every collective to its layer.
+WITH lc AS (
+    SELECT l.layer, l.layer_index, l.layer_kind, l.phase, l.step, c.bytes
+    FROM collective_links l
+    JOIN collectives c ON c.job = l.job AND c.rank = l.rank AND c.file_id = l.file_id
+        AND c.collective_id = l.collective_id
+    WHERE l.job = $job
+),
+steps AS (SELECT greatest(count(DISTINCT step), 1) AS n FROM lc)
+SELECT coalesce(layer, '(unattributed)') AS layer, min(layer_index) AS layer_index,
+       coalesce(any_value(layer_kind), 'unknown') AS layer_kind, phase,
+       count(*) / any_value(steps.n) AS calls_per_step,
+       coalesce(sum(bytes), 0) / any_value(steps.n) AS bytes_per_step
+FROM lc, steps GROUP BY ALL;
+
+-- name: time_per_rank
+-- Time of each rank split into compute, overlapped and exposed communication and idle,
+-- averaged over its steps.
+SELECT rank, any_value(timeline) AS timeline, count(*) AS steps,
+       avg(compute_ns) AS compute_ns, avg(overlapped_comm_ns) AS overlapped_comm_ns,
+       avg(exposed_comm_ns) AS exposed_comm_ns, avg(idle_ns) AS idle_ns,
+       avg(window_ns) AS window_ns
+FROM time_breakdown WHERE job = $job GROUP BY rank ORDER BY rank;
+
+-- name: time_per_rank_step
+-- The same per step (drawn for the rank picked in the report).
+SELECT rank, step, compute_ns, overlapped_comm_ns, exposed_comm_ns, idle_ns
+FROM time_breakdown WHERE job = $job ORDER BY rank, step;
+
+-- name: top_kernels
+-- The kernels that took the most GPU time over all ranks (names are data from the trace).
+SELECT name, kind, count(*) AS calls, sum(dur_ns) AS total_ns,
+       count(DISTINCT rank) AS ranks
+FROM kernels WHERE job = $job
+GROUP BY name, kind ORDER BY total_ns DESC, name LIMIT $limit;
+
+-- name: busbw_instances
+-- Achieved bus bandwidth of matched collective instances, binned by message size (powers
+-- of two) and op: median and spread, so a million instances are a few dozen points.
+SELECT op, coalesce(parallel_dim, 'unknown') AS parallel_dim,
+       CAST(pow(2, floor(log2(bytes))) AS BIGINT) AS size_bytes,
+       count(*) AS instances,
+       median(busbw_gbps) AS busbw_gbps,
+       quantile_cont(busbw_gbps, 0.1) AS busbw_p10,
+       quantile_cont(busbw_gbps, 0.9) AS busbw_p90,
+       max(busbw_gbps) AS busbw_max
+FROM collective_instances
+WHERE job = $job AND bytes > 0 AND busbw_gbps IS NOT NULL AND busbw_gbps > 0
+GROUP BY ALL ORDER BY op, size_bytes;
+
+-- name: busbw_raw
+-- The same from each rank's own durations when tokenwire link has not matched instances
+-- (a rank's duration includes waiting for the others, so this understates the network).
+SELECT op, 'unknown' AS parallel_dim,
+       CAST(pow(2, floor(log2(bytes))) AS BIGINT) AS size_bytes,
+       count(*) AS instances,
+       median(busbw) AS busbw_gbps,
+       quantile_cont(busbw, 0.1) AS busbw_p10,
+       quantile_cont(busbw, 0.9) AS busbw_p90,
+       max(busbw) AS busbw_max
+FROM (
+    SELECT op, bytes,
+           bytes / dur_ns * CASE
+               WHEN group_size IS NULL OR group_size < 2 THEN 1.0
+               WHEN op = 'all_reduce' THEN 2.0 * (group_size - 1) / group_size
+               WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all')
+                   THEN (group_size - 1) / group_size
+               ELSE 1.0 END AS busbw
+    FROM collectives
+    WHERE job = $job AND bytes > 0 AND dur_ns > 0 AND source <> 'flight_recorder'
+)
+GROUP BY ALL ORDER BY op, size_bytes;
+
+-- name: bandwidth_tests
+-- nccl-tests runs of the whole dataset (the network, whichever job measured it).
+SELECT job, op, size_bytes, max(busbw_gbps) AS busbw_gbps, max(nranks) AS nranks
+FROM bandwidth_tests
+WHERE placement = 'out_of_place' AND busbw_gbps IS NOT NULL AND size_bytes > 0
+GROUP BY ALL ORDER BY job, op, size_bytes;
+
+-- name: skew_by_rank
+-- Who arrives last: per rank, how often it was the last to start a collective and the
+-- arrival skew those collectives waited for it.
+SELECT late_rank AS rank, count(*) AS late_count, sum(skew_ns) AS late_skew_ns,
+       max(skew_ns) AS max_skew_ns
+FROM collective_instances
+WHERE job = $job AND late_rank IS NOT NULL AND skew_ns IS NOT NULL AND ranks_seen > 1
+GROUP BY late_rank ORDER BY late_rank;
+
+-- name: skew_by_where
+-- Where the skew is: per parallel dimension, op and phase, the spread of arrival skew.
+SELECT coalesce(parallel_dim, 'unknown') AS parallel_dim, op,
+       coalesce(phase, 'unattributed') AS phase, count(*) AS instances,
+       median(skew_ns) AS median_skew_ns, quantile_cont(skew_ns, 0.9) AS p90_skew_ns,
+       max(skew_ns) AS max_skew_ns, mode(late_rank) AS usual_late_rank
+FROM collective_instances
+WHERE job = $job AND skew_ns IS NOT NULL AND ranks_seen > 1
+GROUP BY ALL ORDER BY median_skew_ns DESC;
+
+-- name: skew_top
+-- The collectives with the largest arrival skew.
+SELECT comm, seq, op, step, phase, layer, parallel_dim, ranks_seen, skew_ns, late_rank
+FROM collective_instances
+WHERE job = $job AND skew_ns IS NOT NULL AND ranks_seen > 1
+ORDER BY skew_ns DESC, comm, seq LIMIT $limit;
+
+-- name: topo_kinds
+-- What the NCCL logs say about the topology: rows per kind.
+SELECT kind, count(*) AS rows, count(DISTINCT rank) AS ranks,
+       count(DISTINCT channel) AS channels
+FROM topology WHERE job = $job GROUP BY kind ORDER BY kind;
+
+-- name: topo_transport_channel
+-- Connections per channel and transport over all ranks.
+SELECT channel, coalesce(transport, 'unknown') AS transport, count(*) AS connections,
+       count(DISTINCT rank) AS ranks
+FROM topology WHERE job = $job AND kind = 'connection' AND channel IS NOT NULL
+GROUP BY ALL ORDER BY channel, transport;
+
+-- name: topo_rank_channel
+-- Per rank and channel, the transport of its connections (drawn for small jobs only).
+SELECT rank, channel, string_agg(DISTINCT coalesce(transport, 'unknown'), ' + ') AS transport,
+       count(*) AS connections, string_agg(DISTINCT CAST(peer AS VARCHAR), ', ') AS peers
+FROM topology WHERE job = $job AND kind = 'connection' AND channel IS NOT NULL
+GROUP BY rank, channel ORDER BY rank, channel;
+
+-- name: topo_rings
+-- Ring and tree orders, one row per distinct order.
+SELECT kind, string_agg(DISTINCT CAST(channel AS VARCHAR), ', ') AS channels,
+       array_to_string(peers, ' ') AS order_text, count(DISTINCT rank) AS ranks
+FROM topology WHERE job = $job AND kind IN ('ring', 'tree') AND peers IS NOT NULL
+GROUP BY kind, peers ORDER BY kind, channels LIMIT $limit;
+
+-- name: quality_files
+-- The files of the job, largest first.
+SELECT path, format, format_version, size_bytes, len(ranks) AS ranks, rank_source, rows,
+       warnings
+FROM files WHERE job = $job ORDER BY size_bytes DESC, path LIMIT $limit;
+
+-- name: quality_file_count
+-- How many files the job has in all.
+SELECT count(*) AS files FROM files WHERE job = $job;
+
+-- name: quality_warnings
+-- Distinct warning texts over the job's files, with the number of files that raised them.
+SELECT w AS warning, count(*) AS files
+FROM (SELECT unnest(warning_messages) AS w FROM files WHERE job = $job)
+GROUP BY w ORDER BY files DESC, w LIMIT $limit;
+
+-- name: quality_collectives
+-- Collectives the report cannot fully use: no size, no step, and (after link) no layer or
+-- no parallel dimension. Counted, never dropped.
+SELECT
+    count(*) AS collectives,
+    count(*) FILTER (WHERE bytes IS NULL) AS without_bytes,
+    count(*) FILTER (WHERE step IS NULL) AS without_step,
+    count(*) FILTER (WHERE dur_ns IS NULL) AS without_timing
+FROM collectives WHERE job = $job AND source <> 'flight_recorder';
+
+-- name: quality_links
+-- After tokenwire link: collectives without a layer or a parallel dimension, by evidence.
+SELECT attributed_by, parallel_dim = 'unknown' AS dim_unknown, count(*) AS collectives
+FROM collective_links WHERE job = $job GROUP BY ALL ORDER BY collectives DESC;
+
+-- name: quality_instances
+-- After tokenwire link: collective instances seen by fewer ranks than their group, or
+-- where the ranks disagree on op or size.
+SELECT
+    count(*) AS instances,
+    count(*) FILTER (WHERE NOT consistent) AS inconsistent,
+    count(*) FILTER (WHERE group_size IS NOT NULL AND ranks_seen < group_size) AS partial
+FROM collective_instances WHERE job = $job;
+
+-- name: flight_recorder_rows
+-- Whether the job has flight recorder dumps.
+SELECT count(*) AS files FROM files WHERE job = $job AND format = 'flight_recorder';

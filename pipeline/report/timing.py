@@ -1,0 +1,411 @@
+"""Sections 5 to 7: time per rank, achieved bus bandwidth against message size, skew.
+
+These need timings. NCCL debug logs and flight recorder dumps carry sizes but no execution
+times, so a job traced only by them gets a note saying why the section is empty.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from pipeline.report import fmt
+from pipeline.report.context import Context
+from pipeline.report.page import Chart, Note, Section, Table
+
+_PARTS = ["compute", "overlapped comm", "exposed comm", "idle"]
+_PART_COLORS = ["#54a24b", "#72b7b2", "#e45756", "#bab0ac"]
+#: Above this many rank x step rows the per-step chart is left out (the page stays small).
+MAX_RANK_STEP_ROWS = 20_000
+
+
+def no_timing_reason(ctx: Context) -> str | None:
+    """Why this job has no timings, or None when it has some."""
+    if ctx.row("timed_rows").get("timed_files"):
+        return None
+    return (
+        "The traces of this job carry no timings: NCCL debug logs and flight recorder "
+        "dumps give sizes, not execution times. Add PyTorch profiler (Kineto) traces or "
+        "Nsight Systems exports of the same run for the time sections."
+    )
+
+
+def time_section(ctx: Context, no_timing: str | None) -> Section:
+    """Time per rank: compute, overlapped comm, exposed comm, idle."""
+    sec = Section("time", "Time per rank")
+    per_rank = ctx.query("time_per_rank")
+    if per_rank.height == 0:
+        sec.add(
+            Note(
+                no_timing
+                or "Needs tokenwire link: the time_breakdown table splits each "
+                "rank's step into compute, overlapped and exposed communication and idle.",
+                "missing",
+            )
+        )
+    else:
+        _time_charts(ctx, sec, per_rank)
+    _top_kernels(ctx, sec)
+    return sec
+
+
+def _long(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
+    names = dict(
+        zip(["compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "idle_ns"], _PARTS, strict=True)
+    )
+    return (
+        frame.select(*index, *names)
+        .rename(names)
+        .unpivot(index=index, variable_name="part", value_name="ns")
+        .with_columns((pl.col("ns") / 1e6).alias("ms"))
+        .drop("ns")
+    )
+
+
+def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
+    ranks = per_rank["rank"].to_list()
+    n = len(ranks)
+    long = _long(per_rank, ["rank"])
+    color = alt.Color(
+        "part:N", title=None, sort=_PARTS, scale=alt.Scale(domain=_PARTS, range=_PART_COLORS)
+    )
+    pick = alt.param(
+        name="rank_pick",
+        value=ranks[0],
+        bind=alt.binding(input="number", name="rank "),
+    )
+    brush = alt.selection_interval(encodings=["x"], name="rank_brush")
+    detail = (
+        alt.Chart()
+        .mark_bar()
+        .encode(
+            x=alt.X("rank:O", title="rank", axis=alt.Axis(labelOverlap=True)),
+            y=alt.Y("sum(ms):Q", title="ms per step (mean over steps)"),
+            color=color,
+            order=alt.Order("part_order:Q"),
+            opacity=alt.condition("datum.rank == rank_pick", alt.value(1.0), alt.value(0.55)),
+            tooltip=[
+                alt.Tooltip("rank:O"),
+                alt.Tooltip("part:N"),
+                alt.Tooltip("sum(ms):Q", format=",.3f", title="ms per step"),
+            ],
+        )
+        .transform_filter(brush)
+        .add_params(pick)
+        .properties(width=760, height=240, title="Where each rank's step goes")
+    )
+    overview = (
+        alt.Chart()
+        .mark_area(color="#9aa5b1")
+        .encode(
+            x=alt.X(
+                "rank:Q",
+                title="drag to zoom into ranks",
+                scale=alt.Scale(nice=False),
+                axis=alt.Axis(tickMinStep=1, format="d"),
+            ),
+            y=alt.Y("sum(ms):Q", title=None, axis=alt.Axis(ticks=False, labels=False)),
+        )
+        .add_params(brush)
+        .properties(width=760, height=40)
+    )
+    order = {p: i for i, p in enumerate(_PARTS)}
+    data = fmt.records(long.with_columns(pl.col("part").replace_strict(order).alias("part_order")))
+    charts = [detail, overview]
+    steps = ctx.query("time_per_rank_step")
+    if 0 < steps.height <= MAX_RANK_STEP_ROWS and steps["step"].n_unique() > 1:
+        step_long = _long(steps, ["rank", "step"]).with_columns(
+            pl.col("part").replace_strict(order).alias("part_order")
+        )
+        charts.append(
+            alt.Chart(alt.Data(values=fmt.records(step_long)))
+            .mark_bar()
+            .encode(
+                x=alt.X("step:O"),
+                y=alt.Y("ms:Q", title="ms"),
+                color=color,
+                order=alt.Order("part_order:Q"),
+                tooltip=[
+                    alt.Tooltip("rank:O"),
+                    alt.Tooltip("step:O"),
+                    alt.Tooltip("part:N"),
+                    alt.Tooltip("ms:Q", format=",.3f"),
+                ],
+            )
+            .transform_filter("datum.rank == rank_pick")
+            .properties(width=420, height=180, title="Steps of the picked rank")
+        )
+    chart = alt.vconcat(*charts, data=alt.Data(values=data))
+    sec.add(
+        Chart(
+            "time_per_rank",
+            chart,
+            "Compute: kernels (or CPU ops) without communication; overlapped: "
+            "communication while compute runs; exposed: communication alone; idle: "
+            "neither. Brush the grey strip to zoom into ranks; the rank box picks the "
+            "rank highlighted above and drawn per step below.",
+        )
+    )
+    exposed = per_rank["exposed_comm_ns"].mean()
+    window = per_rank["window_ns"].mean()
+    if window:
+        worst = per_rank.sort("exposed_comm_ns", descending=True).row(0, named=True)
+        sec.add(
+            Note(
+                f"Over {n} ranks, exposed communication takes {fmt.duration(exposed)} of a "
+                f"{fmt.duration(window)} step on average ({exposed / window:.1%}); the most "
+                f"exposed rank is {worst['rank']} ({fmt.duration(worst['exposed_comm_ns'])}).",
+                "text",
+            )
+        )
+
+
+def _top_kernels(ctx: Context, sec: Section, limit: int = 15) -> None:
+    kernels = ctx.query("top_kernels", limit=limit)
+    if kernels.height == 0:
+        return
+    data = kernels.with_columns((pl.col("total_ns") / 1e6).alias("total_ms"))
+    chart = (
+        alt.Chart(alt.Data(values=fmt.records(data)))
+        .mark_bar()
+        .encode(
+            y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
+            x=alt.X("total_ms:Q", title="GPU time over all ranks (ms)"),
+            color=alt.Color("kind:N"),
+            tooltip=[
+                alt.Tooltip("name:N", title="kernel"),
+                alt.Tooltip("kind:N"),
+                alt.Tooltip("calls:Q", format=","),
+                alt.Tooltip("ranks:Q"),
+                alt.Tooltip("total_ms:Q", format=",.3f", title="total ms"),
+            ],
+        )
+        .properties(width=420, height=alt.Step(16), title=f"Top {kernels.height} kernels by time")
+    )
+    sec.add(Chart("top_kernels", chart))
+    sec.add(
+        Table(
+            ["kernel", "kind", "calls", "ranks", "total time"],
+            [
+                [r["name"], r["kind"], r["calls"], r["ranks"], fmt.duration(r["total_ns"])]
+                for r in kernels.iter_rows(named=True)
+            ],
+            numeric=[False, False, True, True, True],
+        )
+    )
+
+
+def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
+    """Achieved bus bandwidth against message size, with the network's peaks."""
+    sec = Section("bandwidth", "Achieved bus bandwidth vs message size")
+    points = ctx.query("busbw_instances")
+    how = "matched collective instances (shortest duration across ranks)"
+    if points.height == 0:
+        points = ctx.query("busbw_raw")
+        how = (
+            "each rank's own durations (run tokenwire link to match instances across ranks: "
+            "a rank's duration includes waiting for the others, so this understates the "
+            "network)"
+        )
+    tests = ctx.query("bandwidth_tests")
+    peaks = []
+    if ctx.config is not None:
+        net = ctx.config.network
+        peaks = [
+            {"peak": "job.yaml intra-node", "busbw_gbps": net.intra_node_GBps},
+            {"peak": "job.yaml inter-node", "busbw_gbps": net.inter_node_GBps},
+        ]
+    if points.height == 0 and tests.height == 0:
+        return sec.add(
+            Note(
+                no_timing or "No collective in this job has both a size and a duration.", "missing"
+            )
+        )
+    layers = []
+    x = alt.X("size_bytes:Q", title="message size (bytes)", scale=alt.Scale(type="log"))
+    y = alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)")
+    if points.height:
+        base = alt.Chart(alt.Data(values=fmt.records(points)))
+        layers.append(
+            base.mark_rule(opacity=0.6).encode(
+                x=x, y=alt.Y("busbw_p10:Q"), y2="busbw_p90:Q", color=alt.Color("op:N")
+            )
+        )
+        layers.append(
+            base.mark_circle(size=70).encode(
+                x=x,
+                y=y,
+                color=alt.Color("op:N", title="op (observed)"),
+                tooltip=[
+                    alt.Tooltip("op:N"),
+                    alt.Tooltip("parallel_dim:N"),
+                    alt.Tooltip("size_bytes:Q", format=",", title="size bin (bytes)"),
+                    alt.Tooltip("instances:Q", format=","),
+                    alt.Tooltip("busbw_gbps:Q", format=".2f", title="median GB/s"),
+                    alt.Tooltip("busbw_p10:Q", format=".2f", title="p10 GB/s"),
+                    alt.Tooltip("busbw_p90:Q", format=".2f", title="p90 GB/s"),
+                ],
+            )
+        )
+    if tests.height:
+        tests = tests.with_columns(
+            (pl.lit("nccl-tests ") + pl.col("op") + " (" + pl.col("job") + ")").alias("test")
+        )
+        layers.append(
+            alt.Chart(alt.Data(values=fmt.records(tests)))
+            .mark_line(strokeDash=[4, 3], point=True)
+            .encode(
+                x=x,
+                y=y,
+                detail="test:N",
+                strokeDash=alt.StrokeDash("test:N", title="nccl-tests"),
+                tooltip=[
+                    alt.Tooltip("test:N"),
+                    alt.Tooltip("size_bytes:Q", format=","),
+                    alt.Tooltip("busbw_gbps:Q", format=".2f"),
+                    alt.Tooltip("nranks:Q"),
+                ],
+            )
+        )
+    if peaks:
+        layers.append(
+            alt.Chart(alt.Data(values=peaks))
+            .mark_rule(color="#444")
+            .encode(
+                y="busbw_gbps:Q",
+                strokeDash=alt.StrokeDash("peak:N", title="network peak"),
+                tooltip=[alt.Tooltip("peak:N"), alt.Tooltip("busbw_gbps:Q", title="GB/s")],
+            )
+        )
+    chart = (
+        alt.layer(*layers)
+        .resolve_scale(color="independent", strokeDash="independent")
+        .properties(width=640, height=320, title="Bus bandwidth by message size")
+    )
+    caption = "Points: median per power-of-two size bin, bars p10 to p90; from " + how + "."
+    if peaks:
+        caption += " Rules: per-GPU link bandwidth from job.yaml's network."
+    if tests.height:
+        caption += " Dashed: nccl-tests runs ingested into this dataset (out-of-place busbw)."
+    sec.add(Chart("busbw_vs_size", chart, caption))
+    if not peaks:
+        sec.add(
+            Note("Give --config job.yaml with a network section to draw the link peaks.", "text")
+        )
+    return sec
+
+
+def skew_section(ctx: Context, no_timing: str | None, limit: int = 15) -> Section:
+    """Skew across ranks: which rank arrives late at which collective."""
+    sec = Section("skew", "Skew across ranks")
+    by_rank = ctx.query("skew_by_rank")
+    if by_rank.height == 0:
+        return sec.add(
+            Note(
+                no_timing
+                or "Needs tokenwire link: the collective_instances table "
+                "matches each collective across the ranks of its communicator and "
+                "records who arrived last.",
+                "missing",
+            )
+        )
+    data = by_rank.with_columns(
+        (pl.col("late_skew_ns") / 1e6).alias("late_skew_ms"),
+        (pl.col("max_skew_ns") / 1e6).alias("max_skew_ms"),
+    )
+    chart = (
+        alt.Chart(alt.Data(values=fmt.records(data)))
+        .mark_bar(color="#e45756")
+        .encode(
+            x=alt.X("rank:O", title="rank that arrived last", axis=alt.Axis(labelOverlap=True)),
+            y=alt.Y("late_skew_ms:Q", title="skew others waited for it (ms, total)"),
+            tooltip=[
+                alt.Tooltip("rank:O"),
+                alt.Tooltip("late_count:Q", format=",", title="times last"),
+                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms"),
+                alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
+            ],
+        )
+        .properties(width=760, height=220, title="Who arrives late")
+    )
+    sec.add(
+        Chart(
+            "late_ranks",
+            chart,
+            "Skew = last start minus first start of one collective "
+            "across its ranks (clock-aligned by tokenwire link).",
+        )
+    )
+    worst = by_rank.sort("late_skew_ns", descending=True).row(0, named=True)
+    sec.add(
+        Note(
+            f"Rank {worst['rank']} arrived last {worst['late_count']:,} times, making the "
+            f"others wait {fmt.duration(worst['late_skew_ns'])} in all.",
+            "text",
+        )
+    )
+    where = ctx.query("skew_by_where")
+    sec.add(
+        Table(
+            [
+                "dimension",
+                "op",
+                "phase",
+                "instances",
+                "median skew",
+                "p90 skew",
+                "max skew",
+                "usual late rank",
+            ],
+            [
+                [
+                    r["parallel_dim"],
+                    r["op"],
+                    r["phase"],
+                    r["instances"],
+                    fmt.duration(r["median_skew_ns"]),
+                    fmt.duration(r["p90_skew_ns"]),
+                    fmt.duration(r["max_skew_ns"]),
+                    r["usual_late_rank"],
+                ]
+                for r in where.head(20).iter_rows(named=True)
+            ],
+            caption="Where the skew is",
+            numeric=[False, False, False, True, True, True, True, True],
+        )
+    )
+    top = ctx.query("skew_top", limit=limit)
+    sec.add(
+        Table(
+            [
+                "comm",
+                "seq",
+                "op",
+                "step",
+                "phase",
+                "layer",
+                "dimension",
+                "ranks",
+                "skew",
+                "late rank",
+            ],
+            [
+                [
+                    r["comm"],
+                    r["seq"],
+                    r["op"],
+                    r["step"],
+                    r["phase"],
+                    r["layer"],
+                    r["parallel_dim"],
+                    r["ranks_seen"],
+                    fmt.duration(r["skew_ns"]),
+                    r["late_rank"],
+                ]
+                for r in top.iter_rows(named=True)
+            ],
+            caption=f"The {top.height} collectives with the largest skew",
+            numeric=[False, True, False, True, False, False, False, True, True, True],
+        )
+    )
+    return sec

@@ -1,0 +1,111 @@
+"""Section 8, NCCL topology: transports per channel, rings and trees (from NCCL debug logs)."""
+
+from __future__ import annotations
+
+import altair as alt
+
+from pipeline.report import fmt
+from pipeline.report.context import Context
+from pipeline.report.page import Chart, Note, Section, Table
+
+#: Above this many ranks the rank x channel grid is left out (the per-channel bars stay).
+MAX_GRID_RANKS = 128
+
+
+def section(ctx: Context) -> Section:
+    """NCCL topology."""
+    sec = Section("topology", "NCCL topology")
+    kinds = ctx.query("topo_kinds")
+    if kinds.height == 0:
+        return sec.add(
+            Note(
+                "No topology: it comes from NCCL debug logs (NCCL_DEBUG=INFO, "
+                "NCCL_DEBUG_SUBSYS=INIT,GRAPH,COLL) ingested with the traces.",
+                "missing",
+            )
+        )
+    sec.add(
+        Table(
+            ["kind", "rows", "ranks", "channels"],
+            [list(r) for r in kinds.iter_rows()],
+            caption="What the logs describe",
+            numeric=[False, True, True, True],
+        )
+    )
+    per_channel = ctx.query("topo_transport_channel")
+    if per_channel.height:
+        chart = (
+            alt.Chart(alt.Data(values=fmt.records(per_channel)))
+            .mark_bar()
+            .encode(
+                x=alt.X("channel:O"),
+                y=alt.Y("connections:Q", title="connections (all ranks)"),
+                color=alt.Color("transport:N"),
+                tooltip=[
+                    alt.Tooltip("channel:O"),
+                    alt.Tooltip("transport:N"),
+                    alt.Tooltip("connections:Q", format=","),
+                    alt.Tooltip("ranks:Q"),
+                ],
+            )
+            .properties(width=alt.Step(18), height=200, title="Transports per channel")
+        )
+        sec.add(
+            Chart(
+                "transports_per_channel",
+                chart,
+                "P2P and SHM stay inside a node; NET/* crosses the network.",
+            )
+        )
+        grid = ctx.query("topo_rank_channel")
+        ranks = grid["rank"].n_unique()
+        if ranks <= MAX_GRID_RANKS:
+            heat = (
+                alt.Chart(alt.Data(values=fmt.records(grid)))
+                .mark_rect()
+                .encode(
+                    x=alt.X("channel:O"),
+                    y=alt.Y("rank:O"),
+                    color=alt.Color("transport:N"),
+                    tooltip=[
+                        alt.Tooltip("rank:O"),
+                        alt.Tooltip("channel:O"),
+                        alt.Tooltip("transport:N"),
+                        alt.Tooltip("peers:N"),
+                        alt.Tooltip("connections:Q"),
+                    ],
+                )
+                .properties(
+                    width=alt.Step(18),
+                    height=alt.Step(14),
+                    title="Transport of each rank's connections per channel",
+                )
+            )
+            sec.add(Chart("transport_grid", heat))
+        else:
+            sec.add(
+                Note(
+                    f"{ranks} ranks: the rank x channel grid is left out; the bars above "
+                    "sum over ranks.",
+                    "text",
+                )
+            )
+    rings = ctx.query("topo_rings", limit=20)
+    if rings.height:
+        sec.add(
+            Table(
+                ["kind", "channels", "order", "ranks"],
+                [list(r) for r in rings.iter_rows()],
+                caption="Ring and tree orders as the logs print them",
+                numeric=[False, False, False, True],
+            )
+        )
+    if per_channel.height == 0 and rings.height == 0:
+        sec.add(
+            Note(
+                "The logs hold channel counts but no per-channel connection lines "
+                "(NCCL_DEBUG_SUBSYS=INIT prints them).",
+                "text",
+            )
+        )
+    return sec

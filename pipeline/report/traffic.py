@@ -1,0 +1,539 @@
+"""Sections 2 to 4: one token's journey, bytes per step observed vs predicted, traffic per layer.
+
+Observed bytes come from ``token_wire`` (tokenwire link), else straight from ``collectives``
+(one source per rank; dimensions from ``communicator_dims`` where known). Predicted bytes come
+from ``token_wire``'s predicted columns, else the ``predictions`` table, else the analytic
+model run here on the job.yaml given to the report, summed over the ranks that were traced.
+Bytes are message sizes M (docs/dataset.md) summed over ranks, per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import altair as alt
+import polars as pl
+
+from pipeline.errors import ConfigError
+from pipeline.model.config import DTYPE_BYTES
+from pipeline.model.predict import predictions_table
+from pipeline.report import fmt
+from pipeline.report.context import Context
+from pipeline.report.page import Chart, Note, Section, Table
+
+#: A ratio this close to 1 counts as a match.
+MATCH_TOLERANCE = 0.05
+_SIDES = ["observed", "predicted"]
+_SIDE_COLORS = ["#4c78a8", "#f58518"]
+
+
+@dataclass
+class Traffic:
+    """Per step bytes and calls by (parallel_dim, op, phase), observed and predicted."""
+
+    frame: pl.DataFrame  # parallel_dim, op, phase, calls, bytes, predicted_calls, predicted_bytes
+    observed_from: str  # token_wire, collectives, or '' when nothing was observed
+    predicted_from: str | None  # token_wire, predictions, job.yaml
+    steps: int
+    tokens: int | None
+    note: str | None = None  # why the prediction is missing, when it is
+
+
+def load(ctx: Context) -> Traffic:
+    """Observed and predicted traffic per step of the report's job."""
+    obs = ctx.query("observed_token_wire")
+    source = "token_wire"
+    if obs.height == 0:
+        obs, source = ctx.query("observed_raw"), "collectives"
+    if obs.height == 0:
+        source = ""
+    steps = max(obs["step"].drop_nulls().n_unique(), 1) if obs.height else 1
+    tokens = obs["tokens"].max() if obs.height else None
+    if tokens is None and ctx.config is not None:
+        tokens = ctx.config.tokens_per_step
+    keys = ["parallel_dim", "op", "phase"]
+    per_step = obs.group_by(keys).agg(
+        (pl.col("calls").sum() / steps).alias("calls"),
+        (pl.col("bytes").sum() / steps).alias("bytes"),
+        (pl.col("predicted_calls").sum() / steps).alias("predicted_calls"),
+        (pl.col("predicted_bytes").sum() / steps).alias("predicted_bytes"),
+        pl.col("predicted_bytes").is_not_null().any().alias("has_pred"),
+    )
+    predicted_from, note = None, None
+    if per_step.height and per_step["has_pred"].any():
+        predicted_from = "token_wire"
+        frame = per_step.drop("has_pred")
+    else:
+        pred, predicted_from, note = _predictions(ctx)
+        frame = per_step.drop("has_pred", "predicted_calls", "predicted_bytes")
+        if pred is not None:
+            frame = frame.join(pred, on=keys, how="full", coalesce=True)
+        else:
+            frame = frame.with_columns(
+                pl.lit(None, pl.Float64).alias("predicted_calls"),
+                pl.lit(None, pl.Float64).alias("predicted_bytes"),
+            )
+    frame = frame.with_columns(
+        pl.col("calls", "bytes", "predicted_calls", "predicted_bytes").cast(pl.Float64)
+    ).sort(keys)
+    return Traffic(frame, source, predicted_from, steps, tokens, note)
+
+
+def _predictions(ctx: Context) -> tuple[pl.DataFrame | None, str | None, str | None]:
+    stored = ctx.query("predictions_stored")
+    if stored.height:
+        return (
+            stored.with_columns(pl.col("predicted_calls", "predicted_bytes").cast(pl.Float64)),
+            "predictions",
+            None,
+        )
+    if ctx.config is None:
+        return None, None, "no job.yaml given"
+    ranks = ctx.query("observed_ranks")["rank"].to_list()
+    if not ranks:
+        return None, None, "no traced collectives to compare with"
+    try:
+        table = predictions_table(ctx.config, ranks, world_size=ctx.config.parallel.world_size)
+    except ConfigError as exc:
+        return None, None, f"the job.yaml does not fit the traced ranks: {exc}"
+    pred = (
+        pl.from_arrow(table)
+        .group_by("parallel_dim", "op", "phase")
+        .agg(
+            pl.col("calls").sum().cast(pl.Float64).alias("predicted_calls"),
+            pl.col("bytes").sum().cast(pl.Float64).alias("predicted_bytes"),
+        )
+    )
+    return pred, "job.yaml", None
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def compare(traffic: Traffic) -> pl.DataFrame:
+    """Observed vs predicted per (parallel_dim, op), with the ratio and a likely reason.
+
+    When no observed dimension is known (link has not run) the comparison is per op only.
+    """
+    frame = traffic.frame
+    observed_dims = frame.filter(pl.col("calls").is_not_null())["parallel_dim"]
+    by_dim = traffic.predicted_from is None or not (
+        observed_dims.len() and observed_dims.eq("unknown").all()
+    )
+    keys = ["parallel_dim", "op"] if by_dim else ["op"]
+    out = frame.group_by(keys).agg(
+        pl.col("calls").sum(),
+        pl.col("bytes").sum(),
+        pl.col("predicted_calls").sum(),
+        pl.col("predicted_bytes").sum(),
+        pl.col("calls").is_not_null().any().alias("has_obs"),
+        pl.col("predicted_calls").is_not_null().any().alias("has_pred"),
+    )
+    if not by_dim:
+        out = out.with_columns(pl.lit("all").alias("parallel_dim"))
+    out = out.with_columns(
+        pl.when(pl.col("has_obs")).then(pl.col("calls")).alias("calls"),
+        pl.when(pl.col("has_obs")).then(pl.col("bytes")).alias("bytes"),
+        pl.when(pl.col("has_pred")).then(pl.col("predicted_calls")).alias("predicted_calls"),
+        pl.when(pl.col("has_pred")).then(pl.col("predicted_bytes")).alias("predicted_bytes"),
+    ).with_columns(
+        pl.when(pl.col("predicted_bytes") > 0)
+        .then(pl.col("bytes") / pl.col("predicted_bytes"))
+        .alias("ratio")
+    )
+    reasons = [
+        likely_reason(r, traffic) for r in out.iter_rows(named=True)
+    ]  # one row per (dim, op): a handful
+    return (
+        out.with_columns(pl.Series("reason", reasons, pl.String))
+        .sort("parallel_dim", "op")
+        .drop("has_obs", "has_pred")
+    )
+
+
+def likely_reason(row: dict, traffic: Traffic) -> str:
+    """The likeliest cause of a difference, from the reference's check-list (§10)."""
+    dim = row["parallel_dim"]
+    obs, pred = row["bytes"], row["predicted_bytes"]
+    calls, pcalls = row["calls"], row["predicted_calls"]
+    if traffic.predicted_from is None:
+        return ""
+    if not row["has_obs"] or not calls:
+        return (
+            "not observed: the traces may cover fewer ranks or steps than the model, or "
+            "the collectives are coalesced into another op (all-to-all as grouped send/recv)"
+        )
+    if not row["has_pred"] or not pcalls:
+        if dim == "unknown":
+            return "parallel dimension unknown: run tokenwire link (with --config) to infer it"
+        return (
+            "not in the model: extra collectives (loss or metric reporting, barriers, "
+            "MoE dispatcher metadata, parameter broadcast at start-up)"
+        )
+    if obs is None or pred is None or not pred:
+        return "sizes unknown for some collectives (no size in the trace)"
+    r = obs / pred
+    cr = calls / pcalls
+    if abs(r - 1) <= MATCH_TOLERANCE and abs(cr - 1) <= MATCH_TOLERANCE:
+        return "matches the model"
+    size_r = r / cr  # ratio of the average message sizes
+    if abs(cr - 1) <= MATCH_TOLERANCE:
+        if abs(size_r - 2) < 0.1 or abs(size_r - 0.5) < 0.05:
+            what = (
+                "gradient reduce dtype (dtypes.grad_reduce: fp32 vs bf16)"
+                if dim == "dp"
+                else "element size (dtypes.activations / params)"
+            )
+            return f"same calls, messages {fmt.ratio(size_r)} the size: {what}"
+        if 1 < size_r < 1.1:
+            return (
+                "messages slightly larger than modelled: padding (DP buckets padded to a "
+                "multiple of the group size, vocabulary padding)"
+            )
+        if dim == "ep":
+            return "MoE routing imbalance (dropless) or capacity-factor padding"
+        return f"same calls, messages {fmt.ratio(size_r)} the modelled size"
+    if abs(size_r - 1) <= MATCH_TOLERANCE:
+        if dim == "dp":
+            return (
+                "same message size, different count: gradient bucket size (DDP "
+                "bucket_cap_mb, Megatron bucket_size) or steps with gradient accumulation"
+            )
+        if dim == "tp" and abs(cr - 1.5) < 0.1:
+            return "1.5x the calls: full activation recomputation (recompute: full)"
+        if dim == "tp" and abs(cr - 2.5) < 0.15:
+            return "2.5x the calls: sequence parallelism's backward re-gathers"
+        if dim == "pp":
+            return (
+                "different number of sends/recvs: interleaved stages (vpp), micro-batch "
+                "count, or warm-up/cool-down"
+            )
+        return (
+            f"{fmt.ratio(cr)} the calls at the modelled size: recomputation, "
+            "micro-batch count, or traces covering other steps"
+        )
+    if dim == "tp" and abs(r - 1.25) < 0.05:
+        return "1.25x the bytes: sequence parallelism's backward re-gathers"
+    return (
+        f"{fmt.ratio(cr)} the calls and {fmt.ratio(size_r)} the message size: check "
+        "the layout, micro-batches and dtypes in job.yaml"
+    )
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def journey_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Section:
+    """One token's journey: token, embedding vector, bytes per token per dimension."""
+    sec = Section("journey", "One token's journey")
+    if not traffic.observed_from:
+        return sec.add(
+            Note(
+                "No collectives in this job: nothing went on the wire that the traces show.",
+                "missing",
+            )
+        )
+    tokens = traffic.tokens
+    job = ctx.config
+    if not tokens:
+        return sec.add(
+            Note(
+                "Tokens per step are unknown: no job.yaml was given and tokenwire link has not "
+                "counted the embeddings' tokens. Give --config job.yaml (batch and seq_len) or run "
+                "tokenwire link first.",
+                "missing",
+            )
+        )
+    rows = []
+    if job is not None:
+        e_a = DTYPE_BYTES[job.dtypes.activations]
+        emb = job.model.hidden * e_a
+        sec.add(
+            Note(
+                f"1 token becomes an embedding vector of hidden {job.model.hidden} x "
+                f"{e_a} B ({job.dtypes.activations}) = {fmt.nbytes(emb)}. The job trains "
+                f"{tokens:,} tokens per step.",
+                "text",
+            )
+        )
+        rows.append({"stage": "embedding vector", "side": "model", "bytes_per_token": emb})
+    else:
+        sec.add(
+            Note(
+                f"The job trains {tokens:,} tokens per step (from the traces' embedding "
+                "inputs). Give --config job.yaml to see the embedding vector size and "
+                "the prediction.",
+                "text",
+            )
+        )
+    per_dim = (
+        table.group_by("parallel_dim")
+        .agg(pl.col("bytes").sum(), pl.col("predicted_bytes").sum())
+        .sort("parallel_dim")
+    )
+    sides = [("observed", "bytes")]
+    if traffic.predicted_from:
+        sides.append(("predicted", "predicted_bytes"))
+    for r in per_dim.iter_rows(named=True):
+        for side, col in sides:
+            if r[col] is not None:
+                rows.append(
+                    {
+                        "stage": f"on the wire: {r['parallel_dim']}",
+                        "side": side,
+                        "bytes_per_token": r[col] / tokens,
+                    }
+                )
+    total_obs = per_dim["bytes"].sum()
+    sec.add(
+        Note(
+            f"On the wire, all parallel dimensions together: {fmt.nbytes(total_obs / tokens)} of "
+            "collective messages per token observed (message sizes summed over all traced ranks)"
+            + (
+                f", {fmt.nbytes(per_dim['predicted_bytes'].sum() / tokens)} predicted."
+                if traffic.predicted_from
+                else "."
+            ),
+            "text",
+        )
+    )
+    data = alt.Data(values=rows)
+    chart = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            y=alt.Y("stage:N", title=None, sort=None),
+            yOffset=alt.YOffset("side:N"),
+            x=alt.X("bytes_per_token:Q", title="bytes per token"),
+            color=alt.Color(
+                "side:N",
+                title=None,
+                scale=alt.Scale(domain=["model", *_SIDES], range=["#54a24b", *_SIDE_COLORS]),
+            ),
+            tooltip=[
+                alt.Tooltip("stage:N"),
+                alt.Tooltip("side:N"),
+                alt.Tooltip("bytes_per_token:Q", format=",.1f", title="bytes per token"),
+            ],
+        )
+        .properties(width=560, height=alt.Step(16), title="Bytes per token")
+    )
+    return sec.add(
+        Chart(
+            "token_journey",
+            chart,
+            "Embedding vector = hidden x activation element size; on the wire = "
+            "collective message bytes per step over all traced ranks / tokens per "
+            "step.",
+        )
+    )
+
+
+def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Section:
+    """Bytes per step by parallel dimension and collective, observed vs predicted."""
+    sec = Section("bytes", "Bytes per step: observed vs predicted")
+    if not traffic.observed_from:
+        return sec.add(Note("No collectives in this job.", "missing"))
+    how = (
+        "from tokenwire link's token_wire table"
+        if traffic.observed_from == "token_wire"
+        else "from the raw collectives (tokenwire link has not run: parallel dimensions and "
+        "phases may be unknown)"
+    )
+    sec.add(
+        Note(
+            f"Observed {how}, averaged over {traffic.steps} step(s). Message bytes summed "
+            "over the traced ranks.",
+            "text",
+        )
+    )
+    if traffic.predicted_from is None:
+        sec.add(
+            Note(
+                f"No prediction ({traffic.note}). Add one with: tokenwire report DATASET --config "
+                "job.yaml -o report.html (the job.yaml format is in docs/job-yaml.md).",
+                "missing",
+            )
+        )
+    else:
+        sec.add(
+            Note(
+                f"Predicted from {traffic.predicted_from} (analytic model, docs/model.md), "
+                "summed over the traced ranks.",
+                "text",
+            )
+        )
+    rows = []
+    for r in table.iter_rows(named=True):
+        key = f"{r['parallel_dim']} · {r['op']}"
+        for side, b, c in (
+            ("observed", r["bytes"], r["calls"]),
+            ("predicted", r["predicted_bytes"], r["predicted_calls"]),
+        ):
+            if c is not None:
+                rows.append(
+                    {
+                        "collective": key,
+                        "side": side,
+                        "bytes": b,
+                        "calls": c,
+                        "ratio": r["ratio"],
+                        "reason": r["reason"],
+                    }
+                )
+    chart = (
+        alt.Chart(alt.Data(values=rows))
+        .mark_bar()
+        .encode(
+            y=alt.Y("collective:N", title="dimension · op"),
+            yOffset=alt.YOffset("side:N", sort=_SIDES),
+            x=alt.X("bytes:Q", title="bytes per step"),
+            color=alt.Color(
+                "side:N", title=None, scale=alt.Scale(domain=_SIDES, range=_SIDE_COLORS)
+            ),
+            tooltip=[
+                alt.Tooltip("collective:N"),
+                alt.Tooltip("side:N"),
+                alt.Tooltip("bytes:Q", format=",.0f", title="bytes per step"),
+                alt.Tooltip("calls:Q", format=",.1f", title="calls per step"),
+                alt.Tooltip("ratio:Q", format=".3f", title="observed / predicted"),
+                alt.Tooltip("reason:N", title="likely reason"),
+            ],
+        )
+        .properties(width=560, height=alt.Step(14), title="Bytes per step")
+    )
+    sec.add(Chart("bytes_per_step", chart))
+    sec.add(
+        Table(
+            [
+                "dimension",
+                "op",
+                "calls/step",
+                "bytes/step",
+                "predicted calls",
+                "predicted bytes",
+                "ratio",
+                "likely reason",
+            ],
+            [
+                [
+                    r["parallel_dim"],
+                    r["op"],
+                    r["calls"],
+                    fmt.nbytes(r["bytes"]),
+                    r["predicted_calls"],
+                    fmt.nbytes(r["predicted_bytes"]),
+                    fmt.ratio(r["ratio"]),
+                    r["reason"],
+                ]
+                for r in table.iter_rows(named=True)
+            ],
+            numeric=[False, False, True, True, True, True, True, False],
+        )
+    )
+    phases = traffic.frame.filter(pl.col("calls").is_not_null())
+    if phases.height and phases["phase"].n_unique() > 1:
+        by_phase = (
+            alt.Chart(
+                alt.Data(
+                    values=fmt.records(
+                        phases.select("parallel_dim", "op", "phase", "bytes", "calls")
+                    )
+                )
+            )
+            .mark_bar()
+            .encode(
+                y=alt.Y("parallel_dim:N", title="dimension"),
+                x=alt.X("sum(bytes):Q", title="observed bytes per step"),
+                color=alt.Color("phase:N"),
+                tooltip=[
+                    alt.Tooltip("parallel_dim:N"),
+                    alt.Tooltip("op:N"),
+                    alt.Tooltip("phase:N"),
+                    alt.Tooltip("sum(bytes):Q", format=",.0f", title="bytes per step"),
+                ],
+            )
+            .properties(width=560, height=alt.Step(22), title="Observed bytes per step by phase")
+        )
+        sec.add(Chart("bytes_by_phase", by_phase))
+    return sec
+
+
+def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
+    """Traffic per layer, from collective_links."""
+    sec = Section("layers", "Traffic per layer")
+    if not traffic.observed_from:
+        return sec.add(Note("No collectives in this job.", "missing"))
+    data = ctx.query("layer_traffic")
+    if data.height == 0:
+        return sec.add(
+            Note(
+                "Needs tokenwire link: the collective_links table ties every collective to the "
+                "layer (module path or NVTX range) that issued it.",
+                "missing",
+            )
+        )
+    totals = data.group_by("layer").agg(
+        pl.col("bytes_per_step").sum().alias("t"), pl.col("layer_index").min().alias("i")
+    )
+    keep = totals.sort("t", descending=True).head(top)["layer"]
+    rest = data.filter(~pl.col("layer").is_in(keep.to_list()))
+    shown = data.filter(pl.col("layer").is_in(keep.to_list()))
+    if rest.height:
+        n = rest["layer"].n_unique()
+        shown = pl.concat(
+            [
+                shown,
+                rest.group_by("phase")
+                .agg(
+                    pl.lit(f"({n} other layers)").alias("layer"),
+                    pl.lit(None, pl.Int64).alias("layer_index"),
+                    pl.lit("other").alias("layer_kind"),
+                    pl.col("calls_per_step").sum(),
+                    pl.col("bytes_per_step").sum(),
+                )
+                .select(shown.columns),
+            ],
+            how="vertical_relaxed",
+        )
+    order = (
+        shown.group_by("layer")
+        .agg(pl.col("layer_index").min())
+        .sort("layer_index", "layer", nulls_last=True)["layer"]
+        .to_list()
+    )
+    chart = (
+        alt.Chart(alt.Data(values=fmt.records(shown)))
+        .mark_bar()
+        .encode(
+            y=alt.Y("layer:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
+            x=alt.X("sum(bytes_per_step):Q", title="bytes per step (all traced ranks)"),
+            color=alt.Color("phase:N"),
+            tooltip=[
+                alt.Tooltip("layer:N"),
+                alt.Tooltip("layer_kind:N"),
+                alt.Tooltip("phase:N"),
+                alt.Tooltip("sum(bytes_per_step):Q", format=",.0f", title="bytes per step"),
+                alt.Tooltip("sum(calls_per_step):Q", format=",.1f", title="calls per step"),
+            ],
+        )
+        .properties(width=560, height=alt.Step(16), title="Bytes per step by layer and phase")
+    )
+    unattributed = data.filter(pl.col("layer") == "(unattributed)")["calls_per_step"].sum()
+    sec.add(
+        Chart(
+            "traffic_per_layer",
+            chart,
+            f"Top {min(top, totals.height)} of {totals.height} layers by bytes, in layer "
+            "order; '(unattributed)' holds collectives no evidence tied to a layer.",
+        )
+    )
+    if unattributed:
+        sec.add(
+            Note(
+                f"{unattributed:,.1f} collectives per step could not be tied to a layer "
+                "(shown as '(unattributed)').",
+                "text",
+            )
+        )
+    return sec

@@ -1,0 +1,148 @@
+"""The report in a real browser: headless Chromium opens it from a file URL with the network
+emulated offline; no console error, every chart drawn (an SVG in each chart's container), no
+request but the page itself, no dialog. One browser for the whole module."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.ingest.run import ingest
+from pipeline.model.config import load_job
+from pipeline.report import build_report
+from tests.conftest import REPO_ROOT, real_traces_dir
+from tests.report.cdp import Browser, chromium_path
+from tests.report.fixtures import add_table, fake_link, large_job
+
+SAMPLE = REPO_ROOT / "sample_traces"
+JOB_YAML = SAMPLE / "job.yaml"
+EVIL = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip(
+            "Chromium is not installed and could not be: `make browser` installs the Debian "
+            "packages chromium and chromium-driver (as root)"
+        )
+    b = Browser(binary)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> Path:
+    path = real_traces_dir()
+    if path is None:
+        pytest.skip("../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)")
+    return path
+
+
+def check_page(browser: Browser, page: Path, shot: Path | None = None):
+    """Open ``page`` and assert it rendered cleanly and offline; the load result."""
+    res = browser.open(page)
+    assert res.console_errors == []
+    assert res.exceptions == []
+    assert res.dialogs == []
+    assert res.requests == [res.url], "the page asked for something beside itself"
+    assert res.charts, "no chart container on the page"
+    assert [c["name"] for c in res.charts if not c["drawn"]] == []
+    if shot is not None:
+        browser.screenshot(shot)
+        assert shot.read_bytes().startswith(b"\x89PNG")
+    return res
+
+
+def test_sample_job_linked_with_prediction(browser, tmp_path):
+    ds = tmp_path / "ds"
+    ingest([SAMPLE], ds)
+    fake_link(ds, "sample_traces", config=JOB_YAML, tokens=load_job(JOB_YAML).tokens_per_step)
+    out = tmp_path / "report.html"
+    result = build_report(ds, config=JOB_YAML, output=out)
+    res = check_page(browser, out, tmp_path / "report.png")
+    assert {c["name"] for c in res.charts} == set(result.charts)
+    text = browser.text()
+    assert "Bytes per step" in text and "Who arrives late" in text
+    # the rank picker is a live input bound to the time chart
+    assert browser.evaluate("document.querySelectorAll('.vega-bind input').length") >= 1
+
+
+def test_sample_job_raw_without_job_yaml(browser, tmp_path):
+    ds = tmp_path / "ds"
+    ingest([SAMPLE], ds)
+    out = tmp_path / "report.html"
+    build_report(ds, output=out)
+    check_page(browser, out)
+    assert "No job.yaml given" in browser.text()
+
+
+def test_kernel_named_script_renders_as_text(browser, tmp_path):
+    ds = tmp_path / "ds"
+    ingest([SAMPLE], ds)
+    kernel = pl.DataFrame({
+        "rank": [0], "kernel_id": [10**9], "name": [EVIL], "kind": ["gemm"],
+        "start_ns": [0], "end_ns": [10**12], "dur_ns": [10**12],
+    })  # fmt: skip
+    add_table(ds, "kernels", kernel, job="sample_traces")
+    out = tmp_path / "report.html"
+    build_report(ds, output=out)
+    check_page(browser, out)  # no dialog, no error
+    text = browser.text()
+    assert text.count(EVIL) >= 2  # the table cell and the chart's axis label
+    # no element came from the name
+    assert browser.evaluate("document.querySelectorAll('main script').length") == 0
+
+
+def test_real_kineto_only(browser, real, tmp_path):
+    ds = tmp_path / "ds"
+    ingest([real / "kineto" / "dlrm_v100_8ranks"], ds, job="dlrm")
+    out = tmp_path / "report.html"
+    build_report(ds, output=out)
+    check_page(browser, out, tmp_path / "dlrm.png")
+
+
+def test_real_nccl_logs_only(browser, real, tmp_path):
+    """Every NCCL log (and nccl-tests output) is its own job; the reports of the ones with
+    topology, collectives and bandwidth tables open cleanly and say why time is missing."""
+    ds = tmp_path / "ds"
+    logs = sorted((real / "nccl_logs").glob("*.log")) + sorted((real / "nccl_tests").glob("*.txt"))
+    for log in logs:
+        ingest([log], ds, job=log.stem)
+    for job in ("nccl-tests-issue-166", "nccl-issue-147", "nccl-issue-1530"):
+        out = tmp_path / f"{job}.html"
+        build_report(ds, output=out, job=job)
+        check_page(browser, out)
+        assert "carry no timings" in browser.text()
+
+
+def test_real_nsight_only(browser, real, tmp_path):
+    ds = tmp_path / "ds"
+    ingest([real / "nsys" / "a100_vector_add"], ds, job="a100")
+    ingest([real / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"], ds,
+           job="nvtx")  # fmt: skip
+    for job in ("a100", "nvtx"):
+        out = tmp_path / f"{job}.html"
+        build_report(ds, output=out, job=job)
+        check_page(browser, out)
+
+
+def test_thousand_ranks_small_page_that_opens_fast(browser, tmp_path):
+    ds = tmp_path / "big"
+    large_job(ds, ranks=1000)
+    out = tmp_path / "big.html"
+    start = time.monotonic()
+    result = build_report(ds, output=out)
+    build_s = time.monotonic() - start
+    assert result.size_bytes < 10_000_000
+    res = check_page(browser, out, tmp_path / "big.png")
+    print(
+        f"1,000 ranks: page {result.size_bytes / 1e6:.2f} MB, built in {build_s:.1f} s, "
+        f"rendered in {res.load_s:.2f} s"
+    )
+    assert res.load_s < 5.0  # about 1 s here; the bound leaves room for a loaded machine
+    assert "time_per_rank" in result.charts and "late_ranks" in result.charts

@@ -1,0 +1,159 @@
+"""The report without a browser: what each section says for the data there is, the escaping of
+trace names, the chart specs (validated against Vega-Lite's schema), PNG/SVG export, the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import cli
+from pipeline.dataset.views import connect
+from pipeline.ingest.run import ingest
+from pipeline.model.config import load_job
+from pipeline.report import build_report
+from pipeline.report.context import open_context
+from pipeline.report.traffic import compare, load
+from tests.conftest import REPO_ROOT
+from tests.report.fixtures import add_table, fake_link
+
+SAMPLE = REPO_ROOT / "sample_traces"
+JOB_YAML = SAMPLE / "job.yaml"
+EVIL = "<script>alert(1)</script>"
+
+
+def specs(page: str) -> list[dict]:
+    """The chart specs embedded in a report page."""
+    found = re.findall(r'<script type="application/json" class="tw-spec"[^>]*>(.*?)</script>', page)
+    return [json.loads(s) for s in found]
+
+
+@pytest.fixture(scope="module")
+def sample_raw(tmp_path_factory) -> Path:
+    """The sample job ingested, not linked."""
+    ds = tmp_path_factory.mktemp("raw") / "ds"
+    ingest([SAMPLE], ds)
+    return ds
+
+
+@pytest.fixture(scope="module")
+def sample_linked(tmp_path_factory) -> Path:
+    """The sample job ingested and given derived tables by the test stand-in for link."""
+    ds = tmp_path_factory.mktemp("linked") / "ds"
+    ingest([SAMPLE], ds)
+    fake_link(ds, "sample_traces", config=JOB_YAML, tokens=load_job(JOB_YAML).tokens_per_step)
+    return ds
+
+
+def test_raw_sample_compares_per_op_with_the_model(sample_raw):
+    """Before link, observed bytes come from collectives and are compared per op."""
+    ctx = open_context(sample_raw, config=load_job(JOB_YAML))
+    traffic = load(ctx)
+    table = compare(traffic)
+    assert traffic.observed_from == "collectives"
+    assert traffic.predicted_from == "job.yaml"
+    assert set(table["parallel_dim"]) == {"all"}
+    # observed bytes per step equal a plain sum over the raw rows / steps
+    con = connect(sample_raw)
+    obs = con.execute(
+        "SELECT op, sum(bytes) / count(DISTINCT step) FROM collectives GROUP BY op"
+    ).fetchall()
+    got = {r["op"]: r["bytes"] for r in table.iter_rows(named=True)}
+    for op, per_step in obs:
+        assert got[op] == pytest.approx(float(per_step))
+
+
+def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
+    out = tmp_path / "r.html"
+    result = build_report(sample_linked, config=JOB_YAML, output=out)
+    page = out.read_text()
+    assert result.sections == [
+        "glance", "journey", "bytes", "layers", "time", "bandwidth", "skew", "topology", "quality",
+    ]  # fmt: skip
+    for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
+                 "busbw_vs_size", "late_ranks", "top_kernels"):  # fmt: skip
+        assert name in result.charts
+    assert len(specs(page)) == len(result.charts)
+    assert "Needs tokenwire link" not in page
+    assert "512 B" in page  # embedding vector: hidden 256 x bf16
+    assert "job.yaml intra-node" in page  # network peak from the job.yaml
+
+
+def test_every_chart_spec_is_valid_vega_lite(sample_linked):
+    """The report skips Altair's validation for speed; here every chart is validated."""
+    from pipeline.report import _sections
+    from pipeline.report.page import chart_spec
+
+    ctx = open_context(sample_linked, config=load_job(JOB_YAML))
+    charts = [c for s in _sections(ctx) for c in s.charts()]
+    assert len(charts) >= 8
+    for c in charts:
+        chart_spec(c.chart, validate=True)
+
+
+def test_without_job_yaml_shows_how_to_add_a_prediction(sample_raw, tmp_path):
+    out = tmp_path / "r.html"
+    build_report(sample_raw, output=out)
+    page = out.read_text()
+    assert "No job.yaml given" in page
+    assert "--config job.yaml" in page
+    assert "Needs tokenwire link" in page  # layers, time breakdown, skew
+
+
+def test_trace_names_are_escaped(sample_raw, tmp_path):
+    ds = tmp_path / "ds"
+    ingest([SAMPLE], ds)
+    kernel = pl.DataFrame({
+        "rank": [0], "kernel_id": [10**9], "name": [EVIL], "kind": ["gemm"],
+        "start_ns": [0], "end_ns": [10**12], "dur_ns": [10**12],
+    })  # fmt: skip
+    add_table(ds, "kernels", kernel, job="sample_traces")
+    out = tmp_path / "r.html"
+    build_report(ds, output=out)
+    page = out.read_text()
+    assert EVIL not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the table cell
+    assert any(EVIL in json.dumps(s) for s in specs(page))  # data in the chart spec
+
+
+def test_png_and_svg_export(sample_linked, tmp_path):
+    result = build_report(
+        sample_linked, config=JOB_YAML, output=tmp_path / "r.html", png_dir=tmp_path / "img"
+    )
+    names = {p.name for p in result.images}
+    for chart in result.charts:
+        assert f"{chart}.png" in names and f"{chart}.svg" in names
+    png = (tmp_path / "img" / "bytes_per_step.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    assert "<svg" in (tmp_path / "img" / "bytes_per_step.svg").read_text()
+
+
+def test_cli_report(sample_raw, tmp_path):
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["report", str(sample_raw), "--config", str(JOB_YAML),
+                                   "-o", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    bad = CliRunner().invoke(cli, ["report", str(tmp_path / "none"), "-o", str(out)])
+    assert bad.exit_code == 1
+    assert "not a tokenwire dataset" in bad.output
+
+
+def test_several_jobs_need_job_option(tmp_path):
+    ds = tmp_path / "ds"
+    ingest([SAMPLE], ds, job="a")
+    # the same trace, uncompressed: other bytes, so not skipped as already ingested
+    plain = tmp_path / "rank0.pt.trace.json"
+    plain.write_bytes(
+        gzip.decompress((SAMPLE / "rank0.1764547204000000000.pt.trace.json.gz").read_bytes())
+    )
+    ingest([plain], ds, job="b")
+    res = CliRunner().invoke(cli, ["report", str(ds), "-o", str(tmp_path / "r.html")])
+    assert res.exit_code == 1 and "choose one with --job" in res.output
+    res = CliRunner().invoke(cli, ["report", str(ds), "--job", "b", "-o", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
