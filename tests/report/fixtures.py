@@ -1,12 +1,5 @@
-"""Test data for the report: tables added to a dataset, a stand-in for ``tokenwire link``, and a
-generated 1,000-rank job.
-
-``fake_link`` fills the derived tables from the raw ones with plain SQL so the report's
-derived-table paths can be exercised before (and independently of) the real linker. Its
-rules are crude on purpose (dimension from the process group's description, phase from the
-sequence number's parity); the tests check the report draws what the tables hold, not that
-these rules are right.
-"""
+"""Test data for the report: tables added to a dataset, and a generated 1,000-rank job that
+``tokenwire link`` then links like any other."""
 
 from __future__ import annotations
 
@@ -17,9 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.dataset.schema import conform, table_schema
-from pipeline.dataset.store import part_path, read_manifest, split_by_rank, write_manifest
-from pipeline.dataset.views import connect
-from pipeline.model.predict import predictions_table
+from pipeline.dataset.store import (
+    FileEntry,
+    part_path,
+    read_manifest,
+    split_by_rank,
+    write_manifest,
+)
+from pipeline.link.runner import link
 
 
 def add_table(
@@ -43,7 +41,13 @@ def add_table(
         name, table.drop_columns([c for c in ("job",) if c in table.column_names]), **consts
     )
     manifest = read_manifest(dataset)
-    parts = manifest.derived.setdefault(name, [])
+    if table_schema(name).derived:
+        parts = manifest.derived.setdefault(name, [])
+    else:
+        entry = manifest.files.setdefault(
+            file_id, FileEntry(file_id, file_id, f"test/{file_id}", job, "kineto", [])
+        )
+        parts = entry.parts.setdefault(name, [])
     for rank, rows in split_by_rank(name, table):
         rel = part_path(name, job, rank, file_id)
         # plain writes: the store's fsync per part makes a 1,000-rank fixture slow
@@ -53,123 +57,6 @@ def add_table(
             parts.append(rel)
     write_manifest(dataset, manifest)
     return table
-
-
-class _Linker:
-    """One DuckDB connection over the dataset; each derived table, once computed, is written
-    to the dataset and replaces its (empty) view, so the next query sees it."""
-
-    def __init__(self, dataset: Path, job: str) -> None:
-        self.dataset, self.job = dataset, job
-        self.con = connect(dataset)
-
-    def sql(self, sql: str) -> pl.DataFrame:
-        return pl.from_arrow(self.con.sql(sql, params={"job": self.job}).to_arrow_table())
-
-    def put(self, name: str, frame: pl.DataFrame | pa.Table) -> None:
-        table = add_table(self.dataset, name, frame, job=self.job)
-        self.con.execute(f"DROP VIEW {name}")
-        self.con.register(name, table)
-
-
-_DIMS = """
-SELECT job, comm, any_value(nranks) AS nranks, any_value(ranks) AS ranks,
-  CASE WHEN any_value(pg_desc) ILIKE '%TENSOR%' OR comm LIKE 'tp%' THEN 'tp'
-       WHEN any_value(pg_desc) ILIKE '%PIPELINE%' OR comm LIKE 'pp%' THEN 'pp'
-       WHEN any_value(pg_desc) ILIKE 'DATA%' OR comm LIKE 'dp%' THEN 'dp'
-       WHEN any_value(pg_desc) = 'default_pg' THEN 'world' ELSE 'unknown' END AS parallel_dim,
-  'rank_sets' AS dim_source
-FROM communicators WHERE job = $job GROUP BY job, comm
-"""
-
-_LINKS = """
-SELECT c.rank, c.source, c.file_id, c.collective_id, c.step,
-  CASE WHEN d.parallel_dim = 'dp' THEN 'backward'
-       WHEN c.seq % 2 = 0 THEN 'forward' ELSE 'backward' END AS phase,
-  CASE WHEN d.parallel_dim = 'tp' THEN 'model/layers.' || (c.seq // 2 % 4) || '/' || c.op_name
-       WHEN d.parallel_dim = 'pp' THEN 'model/boundary' END AS layer,
-  CASE WHEN d.parallel_dim = 'tp' THEN c.seq // 2 % 4 END AS layer_index,
-  CASE WHEN d.parallel_dim = 'tp' THEN 'transformer' END AS layer_kind,
-  coalesce(d.parallel_dim, 'unknown') AS parallel_dim,
-  CASE WHEN d.parallel_dim IN ('tp', 'pp') THEN 'module_scope' ELSE 'none' END AS attributed_by
-FROM collectives c LEFT JOIN communicator_dims d ON d.job = c.job AND d.comm = c.comm
-WHERE c.job = $job AND c.source <> 'flight_recorder'
-"""
-
-_INSTANCES = """
-SELECT any_value(c.source) AS source, c.comm, c.seq, mode(c.op) AS op, max(c.bytes) AS bytes,
-  max(c.group_size) AS group_size, count(*) AS ranks_seen,
-  count(DISTINCT c.op) = 1 AND count(DISTINCT c.bytes) <= 1 AS consistent,
-  min(c.start_ns) AS first_start_ns, max(c.start_ns) AS last_start_ns,
-  max(c.start_ns) - min(c.start_ns) AS skew_ns, arg_max(c.rank, c.start_ns) AS late_rank,
-  min(c.dur_ns) AS min_dur_ns, max(c.dur_ns) AS max_dur_ns,
-  max(c.bytes) / min(c.dur_ns) AS algbw_gbps,
-  max(c.bytes) / min(c.dur_ns) * CASE WHEN mode(c.op) = 'all_reduce'
-      THEN 2.0 * (max(c.group_size) - 1) / max(c.group_size) ELSE 1.0 END AS busbw_gbps,
-  min(l.step) AS step, any_value(l.phase) AS phase, any_value(l.layer) AS layer,
-  any_value(l.layer_kind) AS layer_kind, any_value(l.parallel_dim) AS parallel_dim
-FROM collectives c JOIN collective_links l USING (job, rank, file_id, collective_id)
-WHERE c.job = $job AND c.op NOT IN ('send', 'recv') AND c.seq IS NOT NULL
-GROUP BY c.comm, c.seq
-"""
-
-_TIME = """
-WITH comm AS (
-  SELECT c.rank, c.step, sum(c.dur_ns) AS comm_ns FROM collectives c
-  WHERE c.job = $job AND c.step IS NOT NULL AND c.source <> 'flight_recorder' GROUP BY ALL),
-comp AS (
-  SELECT rank, step, sum(dur_ns) AS comp_ns FROM kernels
-  WHERE job = $job AND kind <> 'comm' AND step IS NOT NULL GROUP BY ALL)
-SELECT s.rank, s.step, 'gpu' AS timeline, s.dur_ns AS window_ns,
-  CAST(coalesce(comp_ns, 0) * 0.8 AS BIGINT) AS compute_ns,
-  CAST(least(coalesce(comp_ns, 0) * 0.2, coalesce(comm_ns, 0)) AS BIGINT) AS overlapped_comm_ns,
-  CAST(greatest(coalesce(comm_ns, 0) - coalesce(comp_ns, 0) * 0.2, 0) AS BIGINT)
-      AS exposed_comm_ns,
-  CAST(greatest(s.dur_ns - coalesce(comp_ns, 0) - coalesce(comm_ns, 0), 0) AS BIGINT) AS idle_ns
-FROM steps s LEFT JOIN comm USING (rank, step) LEFT JOIN comp USING (rank, step)
-WHERE s.job = $job
-"""
-
-_TOKEN_WIRE = """
-WITH pred AS (
-  SELECT parallel_dim, op, phase, sum(calls) AS pc, sum(bytes) AS pb FROM predictions
-  WHERE job = $job GROUP BY ALL)
-SELECT o.*, pred.pc AS predicted_calls, pred.pb AS predicted_bytes,
-  o.bytes / pred.pb AS ratio
-FROM (
-  SELECT l.step, l.parallel_dim, c.op, l.phase, count(*) AS calls, sum(c.bytes) AS bytes,
-    $tokens AS tokens, sum(c.bytes) / $tokens AS bytes_per_token
-  FROM collectives c JOIN collective_links l USING (job, rank, file_id, collective_id)
-  WHERE c.job = $job GROUP BY ALL) o
-LEFT JOIN pred USING (parallel_dim, op, phase)
-"""
-
-
-def fake_link(
-    dataset: Path,
-    job: str,
-    *,
-    config: Path | None = None,
-    tokens: int | None = None,
-    token_wire: bool = True,
-) -> None:
-    """Fill the derived tables of ``job`` from its raw tables (test stand-in for link)."""
-    link = _Linker(dataset, job)
-    try:
-        link.put("communicator_dims", link.sql(_DIMS))
-        link.put("collective_links", link.sql(_LINKS))
-        link.put("collective_instances", link.sql(_INSTANCES))
-        link.put("time_breakdown", link.sql(_TIME))
-        if config is not None:
-            ranks = link.sql("SELECT DISTINCT rank FROM ranks WHERE job = $job")
-            link.put(
-                "predictions", predictions_table(config, ranks["rank"].to_list(), world_size=8)
-            )
-        if token_wire:
-            sql = _TOKEN_WIRE.replace("$tokens", str(int(tokens or 1)))
-            link.put("token_wire", link.sql(sql))
-    finally:
-        link.con.close()
 
 
 def large_job(dataset: Path, *, ranks: int = 1000, steps: int = 3, job: str = "big") -> None:
@@ -275,4 +162,4 @@ def large_job(dataset: Path, *, ranks: int = 1000, steps: int = 3, job: str = "b
         transport=pl.when(pl.col("rank") % 8 == 7).then(pl.lit("NET/IB")).otherwise(pl.lit("P2P")),
     )
     add_table(dataset, "topology", topo, job=job)
-    fake_link(dataset, job, tokens=4096 * ranks // 8)
+    link(dataset)

@@ -11,11 +11,11 @@ import polars as pl
 import pytest
 
 from pipeline.ingest.run import ingest
-from pipeline.model.config import load_job
+from pipeline.link.runner import link
 from pipeline.report import build_report
 from tests.conftest import REPO_ROOT, real_traces_dir
 from tests.report.cdp import Browser, chromium_path
-from tests.report.fixtures import add_table, fake_link, large_job
+from tests.report.fixtures import add_table, large_job
 
 SAMPLE = REPO_ROOT / "sample_traces"
 JOB_YAML = SAMPLE / "job.yaml"
@@ -61,7 +61,7 @@ def check_page(browser: Browser, page: Path, shot: Path | None = None):
 def test_sample_job_linked_with_prediction(browser, tmp_path):
     ds = tmp_path / "ds"
     ingest([SAMPLE], ds)
-    fake_link(ds, "sample_traces", config=JOB_YAML, tokens=load_job(JOB_YAML).tokens_per_step)
+    link(ds, config=JOB_YAML)
     out = tmp_path / "report.html"
     result = build_report(ds, config=JOB_YAML, output=out)
     res = check_page(browser, out, tmp_path / "report.png")

@@ -15,12 +15,13 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 from pipeline.dataset.views import connect
 from pipeline.ingest.run import ingest
+from pipeline.link.runner import link
 from pipeline.model.config import load_job
 from pipeline.report import build_report
 from pipeline.report.context import open_context
 from pipeline.report.traffic import compare, load
 from tests.conftest import REPO_ROOT
-from tests.report.fixtures import add_table, fake_link
+from tests.report.fixtures import add_table
 
 SAMPLE = REPO_ROOT / "sample_traces"
 JOB_YAML = SAMPLE / "job.yaml"
@@ -43,10 +44,10 @@ def sample_raw(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def sample_linked(tmp_path_factory) -> Path:
-    """The sample job ingested and given derived tables by the test stand-in for link."""
+    """The sample job ingested and linked with its job.yaml."""
     ds = tmp_path_factory.mktemp("linked") / "ds"
     ingest([SAMPLE], ds)
-    fake_link(ds, "sample_traces", config=JOB_YAML, tokens=load_job(JOB_YAML).tokens_per_step)
+    link(ds, config=JOB_YAML)
     return ds
 
 
