@@ -26,8 +26,14 @@ _DUCKDB_TYPES = {
 }
 
 
-def connect(dataset: Path | str) -> duckdb.DuckDBPyConnection:
+def connect(dataset: Path | str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view per table of ``dataset``.
+
+    With ``read_only``, DuckDB itself is locked down once the views exist: file access only
+    to the parts the manifest lists (``allowed_paths``), no other file, extension or
+    database (``enable_external_access = false``), and no way to undo that
+    (``lock_configuration``). Statements that write are refused by the caller
+    (:func:`pipeline.dataset.query.run_query`).
 
     Raises
     ------
@@ -39,8 +45,14 @@ def connect(dataset: Path | str) -> duckdb.DuckDBPyConnection:
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
     manifest = read_manifest(dataset)
     con = duckdb.connect()
+    parts: list[str] = []
     for schema in load_schemas().values():
         con.execute(view_sql(dataset, manifest, schema))
+        parts.extend(str(dataset / p) for p in manifest.parts(schema.name))
+    if read_only:
+        con.execute("SET allowed_paths = ?", [parts])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
     return con
 
 
