@@ -12,9 +12,7 @@ hosts did.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
+from pipeline.ingest.gz import GZIP_MAGIC, gunzip
 from pipeline.ingest.kineto_comms import (
     collectives_table,
     communicators_table,
@@ -200,13 +199,9 @@ def parse(path: Path) -> ParseResult:
 def _read(path: Path) -> bytes:
     try:
         data = path.read_bytes()
-        if data.startswith(b"\x1f\x8b"):
-            data = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno:
-            raise TraceFormatError(path, f"cannot read file: {exc.strerror}") from exc
-        raise TraceFormatError(path, f"broken gzip data: {exc}") from exc
-    return data
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
+    return gunzip(path, data) if data.startswith(GZIP_MAGIC) else data
 
 
 def _decode(path: Path, data: bytes) -> Trace:

@@ -26,6 +26,8 @@ from pipeline.ingest.result import ParseResult
 FORMAT = "nsys"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _MARKERS = tuple(t.encode() for t in nsys_sqlite.NSIGHT_TABLES)
+#: Longest line of a json export read (the first line holds every string of the report).
+MAX_LINE_BYTES = 256 * 1024 * 1024
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -97,11 +99,21 @@ def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
 
 
 def _lines(path: Path) -> Iterator[bytes]:
+    """The export's lines; one longer than :data:`MAX_LINE_BYTES` is a format error, so a
+    huge file without newlines is refused instead of read into memory whole."""
+    lineno = 0
     try:
         with open(path, "rb") as raw_fh:
             magic = raw_fh.read(2)
         opener = gzip.open if magic == b"\x1f\x8b" else open
         with opener(path, "rb") as fh:
-            yield from fh
+            while line := fh.readline(MAX_LINE_BYTES + 1):
+                lineno += 1
+                if len(line) > MAX_LINE_BYTES:
+                    raise TraceFormatError(
+                        path, f"line longer than {MAX_LINE_BYTES} bytes", line=lineno
+                    )
+                yield line
     except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(path, f"cannot read json export: {exc}") from None
+        what = "truncated gzip data" if isinstance(exc, EOFError) else "cannot read json export"
+        raise TraceFormatError(path, f"{what}: {exc}", line=lineno + 1) from None
