@@ -40,8 +40,12 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
         raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
     if not raw.startswith(GZIP_MAGIC):
         return raw[:size]
-    # Only the first bytes are read here, so a truncated tail or a bad CRC shows up in parse.
-    return gunzip(path, raw, limit=size)
+    head = gunzip(path, raw, limit=size)
+    if len(head) < size and len(raw) < 4 * size:
+        # The whole (small) file is in ``raw``: a cut-off or damaged stream is reported here,
+        # where a partial head could otherwise pass for "not a trace".
+        gunzip(path, raw)
+    return head
 
 
 def module_for(name: str) -> ModuleType:
@@ -53,7 +57,7 @@ def detect(path: Path) -> str | None:
     """The format of ``path``, or None when no parser recognises its content."""
     head = read_head(path)
     if not head:
-        raise TraceFormatError(path, "file is empty")
+        raise TraceFormatError(path, "file is empty", offset=0)
     for name in FORMATS:
         if module_for(name).sniff(path, head):
             return name

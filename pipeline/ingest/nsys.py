@@ -14,6 +14,7 @@ writer) raises one :class:`TraceFormatError` naming the file.
 from __future__ import annotations
 
 import gzip
+import os
 import sqlite3
 import zlib
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest import nsys_json, nsys_sqlite, nsys_tables
+from pipeline.ingest.nsys_raw import BadValue
 from pipeline.ingest.result import ParseResult
 
 FORMAT = "nsys"
@@ -56,14 +58,17 @@ def parse(path: Path) -> ParseResult:
     path = Path(path)
     head = _head(path)
     result = ParseResult(format=FORMAT)
-    if head.startswith(SQLITE_MAGIC):
-        raw = _read_sqlite(path)
-    elif head.startswith(b"\x1f\x8b") or head.lstrip().startswith(b"{"):
-        raw = nsys_json.read(path, _lines(path))
-    else:
-        raise TraceFormatError(
-            path, "not an Nsight Systems export (neither SQLite nor json)", offset=0
-        )
+    try:
+        if head.startswith(SQLITE_MAGIC):
+            raw = _read_sqlite(path)
+        elif head.startswith(b"\x1f\x8b") or head.lstrip().startswith(b"{"):
+            raw = nsys_json.read(path, _lines(path))
+        else:
+            raise TraceFormatError(
+                path, "not an Nsight Systems export (neither SQLite nor json)", offset=0
+            )
+    except BadValue as exc:
+        raise TraceFormatError(path, str(exc)) from None
     tables, rank_source = nsys_tables.build(raw, path, result.warnings)
     result.tables = tables
     result.format_version = raw.format_version
@@ -80,6 +85,7 @@ def _head(path: Path) -> bytes:
 
 
 def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
+    _check_sqlite_size(path)
     con = None
     try:
         con = nsys_sqlite.connect(path)
@@ -96,6 +102,28 @@ def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
     finally:
         if con is not None:
             con.close()
+
+
+def _check_sqlite_size(path: Path) -> None:
+    """A database shorter than its header says is a cut-off copy: say where it ends."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open: {exc.strerror or exc}") from None
+    if len(header) < 100:
+        raise TraceFormatError(path, "truncated SQLite header", offset=len(header))
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The page count is only valid when bytes 92..95 match the change counter (24..27).
+    if pages and header[24:28] == header[92:96] and size < pages * page_size:
+        raise TraceFormatError(
+            path,
+            f"truncated SQLite database: the header says {pages * page_size} bytes",
+            offset=size,
+        )
 
 
 def _lines(path: Path) -> Iterator[bytes]:

@@ -265,7 +265,8 @@ def parse_file(path: Path, job: str, explicit: bool, sha256: str, dataset: Path)
     except TokenwireError as exc:
         out.error = f"{path}: {exc}"
     except Exception as exc:  # a parser bug must not take the other files down with it
-        out.error = f"{path}: internal error: {type(exc).__name__}: {exc}"
+        first = (str(exc).splitlines() or [""])[0]
+        out.error = f"{path}: internal error: {type(exc).__name__}: {first}"
         out.internal = True
     if out.status == "failed":
         _remove_parts(dataset, out)
