@@ -168,6 +168,7 @@ def _load_pickle(path: Path, data: bytes) -> Any:
         IndexError,
         AttributeError,
         MemoryError,
+        OverflowError,
         RecursionError,
         UnicodeDecodeError,
     ) as exc:
