@@ -43,6 +43,10 @@ def sniff(path: Path, head: bytes) -> bool:
         if any(m in head for m in _MARKERS):
             return True
         try:
+            _check_sqlite_size(Path(path))
+        except TraceFormatError:
+            return True  # a cut-off SQLite file in a trace folder: parse says where it ends
+        try:
             con = nsys_sqlite.connect(Path(path), timeout_s=0.1)
             try:
                 return bool(nsys_sqlite.table_names(con) & set(nsys_sqlite.NSIGHT_TABLES))

@@ -229,14 +229,22 @@ def _suffix(path: Path) -> str:
 
 
 def truncations(seeds: list[Path], out: Path, n: int = 10) -> list[Case]:
-    """Every seed cut at ``n`` points; each must be refused, naming a byte or a line."""
+    """Every seed cut at ``n`` points; each must be refused, naming a byte or a line.
+
+    A cut whose bytes another cut already has (two gzip headers) is left out: ingest skips
+    repeated content by its sha256 without reading it again.
+    """
     cases = []
+    seen: set[bytes] = set()
     out.mkdir(parents=True, exist_ok=True)
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
         data = seed.read_bytes()
         stem = seed.name[: -len(_suffix(seed))] if _suffix(seed) else seed.name
         for cut in cut_points(len(data), n):
-            path = out / f"{stem}.cut{cut}{_suffix(seed)}"
+            if data[:cut] in seen:
+                continue
+            seen.add(data[:cut])
+            path = out / f"{i:02d}_{stem}.cut{cut}{_suffix(seed)}"
             path.write_bytes(data[:cut])
             cases.append(Case(f"{seed.name} cut at {cut}", path, f"({BYTE}|{LINE})"))
     return cases
@@ -247,11 +255,11 @@ def gzip_flips(seeds: list[Path], out: Path, per_file: int = 2, seed: int = 7) -
     rng = random.Random(seed)
     cases = []
     out.mkdir(parents=True, exist_ok=True)
-    for src in seeds:
+    for i, src in enumerate(seeds):
         if not src.read_bytes().startswith(b"\x1f\x8b"):
             continue
         for k in range(per_file):
-            path = out / f"{src.name[: -len(_suffix(src))]}.flip{k}{_suffix(src)}"
+            path = out / f"{i:02d}_{src.name[: -len(_suffix(src))]}.flip{k}{_suffix(src)}"
             path.write_bytes(flip_in_gzip(src.read_bytes(), rng))
             cases.append(Case(f"{src.name} bits flipped #{k}", path, f"({BYTE}|{LINE})"))
     return cases
