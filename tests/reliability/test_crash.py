@@ -1,0 +1,128 @@
+"""``tokenwire ingest`` killed with SIGKILL at random points, then run again.
+
+After each kill the dataset must read (every part the manifest lists is whole, the views
+work) and a rerun must finish it with exactly the rows of a clean ingest: nothing lost,
+nothing twice. The killed process's lock file is left behind with its dead pid; the rerun
+takes it over.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from pipeline.dataset.schema import load_schemas
+from pipeline.dataset.store import LOCK, read_manifest
+from pipeline.dataset.views import connect
+from pipeline.ingest.run import ingest
+from tests.conftest import REPO_ROOT
+from tests.reliability.corpus import kineto_doc
+
+RANKS = 6
+
+
+def make_job(folder: Path, events: int = 8_000) -> Path:
+    """Six Kineto ranks big enough that parsing and writing them takes a second or so."""
+    folder.mkdir(parents=True)
+    for rank in range(RANKS):
+        (folder / f"rank{rank}.pt.trace.json").write_text(
+            json.dumps(kineto_doc(rank, events=events))
+        )
+    return folder
+
+
+def start_ingest(src: Path, dataset: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pipeline", "ingest", str(src), "-o", str(dataset), *extra]
+    return subprocess.Popen(
+        cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> float:
+    """Poll until ``path`` holds ``proc``'s pid (``proc`` holds the lock) or ``proc`` ends;
+    the time that happened."""
+    end = time.monotonic() + timeout
+    while proc.poll() is None and _holder(path) != proc.pid:
+        assert time.monotonic() < end, f"{path} never named pid {proc.pid}"
+        time.sleep(0.002)
+    return time.monotonic()
+
+
+def _holder(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def rows(dataset: Path) -> dict[str, int]:
+    con = connect(dataset)
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in load_schemas()}
+
+
+def assert_reads_cleanly(dataset: Path) -> None:
+    if not (dataset / "manifest.json").exists():
+        return  # killed before the first commit: nothing to read yet, nothing lost
+    manifest = read_manifest(dataset)
+    for table in load_schemas():
+        for rel in manifest.parts(table):
+            pq.read_table(dataset / rel)  # whole, or this raises
+    rows(dataset)
+
+
+def test_sigkill_at_random_points_then_rerun(tmp_path: Path) -> None:
+    src = make_job(tmp_path / "job")
+    ref = tmp_path / "ref"
+    proc = start_ingest(src, ref)
+    locked = wait_for(ref / LOCK, proc)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    busy = time.monotonic() - locked  # how long the lock is held: where kills must land
+    expected = rows(ref)
+    assert expected["files"] == RANKS
+
+    # Three kills in a row on one dataset (each run recovering what the last one left),
+    # then a run that finishes.
+    rng = random.Random(20261130)
+    dataset = tmp_path / "ds"
+    stale_locks = 0
+    for _ in range(3):
+        proc = start_ingest(src, dataset)
+        wait_for(dataset / LOCK, proc)
+        time.sleep(rng.uniform(0.05, 0.9) * busy)
+        proc.kill()
+        proc.communicate(timeout=30)
+        if (dataset / LOCK).exists():
+            stale_locks += 1
+            assert int((dataset / LOCK).read_text().split()[0]) == proc.pid
+        assert_reads_cleanly(dataset)
+    assert stale_locks >= 2, "the kills should mostly land while the lock is held"
+    rerun = start_ingest(src, dataset)
+    _, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err
+    assert "Traceback" not in err
+    assert rows(dataset) == expected
+    assert not (dataset / LOCK).exists()
+    assert not [p for p in dataset.rglob("*") if ".tmp-" in p.name]
+    listed = {p for t in load_schemas() for p in read_manifest(dataset).parts(t)}
+    on_disk = {p.relative_to(dataset).as_posix() for p in dataset.rglob("*.parquet")}
+    assert on_disk == listed  # no half-written or orphaned part left
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
+    src = make_job(tmp_path / "job", events=3)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    (dataset / LOCK).write_text(f"{dead.pid} 0\n")
+    summary = ingest([src], dataset)
+    assert summary.count("ingested") == RANKS
+    assert rows(dataset)["files"] == RANKS
+    assert not (dataset / LOCK).exists()
