@@ -2,12 +2,14 @@
 
 tokenwire does not wait for the lock (an ingest can take minutes; a second one started by
 mistake should say so now, not hang): it exits 1 with ``another tokenwire process (pid N)
-is writing this dataset``. The first one finishes as if alone; nothing interleaves.
+is writing this dataset``. The other one finishes as if alone; nothing interleaves.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -16,27 +18,42 @@ import pytest
 from pipeline.dataset.store import LOCK, writer_lock
 from pipeline.errors import DatasetError
 from pipeline.ingest.run import ingest
-from tests.reliability.procs import RANKS, make_job, rows, start_ingest, wait_for
+from tests.conftest import REPO_ROOT
+from tests.reliability.procs import RANKS, make_job, rows, start_ingest
+
+HOLD = (
+    "import sys; from pathlib import Path; from pipeline.dataset.store import writer_lock\n"
+    "with writer_lock(Path(sys.argv[1])):\n"
+    "    print('held', flush=True); sys.stdin.read()\n"
+)
 
 
 def test_second_ingest_stops_naming_the_holder(tmp_path: Path) -> None:
-    src = make_job(tmp_path / "job")
-    other = make_job(tmp_path / "other", events=5)
+    """Another process holds the lock (as a running ingest does, for as long as it runs)."""
     dataset = tmp_path / "ds"
-    first = start_ingest(src, dataset)
-    wait_for(dataset / LOCK, first)
-    assert first.poll() is None, "the first ingest ended before the second one started"
-    second = start_ingest(other, dataset)
-    _, err2 = second.communicate(timeout=120)
-    _, err1 = first.communicate(timeout=120)
-    assert first.returncode == 0, err1
-    assert second.returncode == 1, err2
-    error = [line for line in err2.splitlines() if line.startswith("Error:")]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(dataset)],
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        second = start_ingest(make_job(tmp_path / "job", events=5), dataset)
+        _, err = second.communicate(timeout=120)
+    finally:
+        holder.communicate("", timeout=30)  # closes stdin: the holder releases and exits
+    assert second.returncode == 1, err
+    error = [line for line in err.splitlines() if line.startswith("Error:")]
     assert error == [
-        f"Error: {dataset}: another tokenwire process (pid {first.pid}) is writing this "
+        f"Error: {dataset}: another tokenwire process (pid {holder.pid}) is writing this "
         "dataset; run again when it has finished"
     ]
-    assert rows(dataset)["files"] == RANKS  # only the first run's files, all of them
+    assert not (dataset / "manifest.json").exists()  # it wrote nothing
+    again = start_ingest(tmp_path / "job", dataset)
+    assert again.communicate(timeout=120) and again.returncode == 0
+    assert rows(dataset)["files"] == RANKS
 
 
 def test_two_ingests_started_together_never_interleave(tmp_path: Path) -> None:

@@ -48,17 +48,18 @@ def test_sigkill_at_random_points_then_rerun(tmp_path: Path) -> None:
     rng = random.Random(20261130)
     dataset = tmp_path / "ds"
     stale_locks = 0
-    for _ in range(3):
+    # The first kill lands just after the lock is taken, so that a stale lock is certain.
+    for delay in (0.0, rng.uniform(0.05, 0.9), rng.uniform(0.05, 0.9)):
         proc = start_ingest(src, dataset)
         wait_for(dataset / LOCK, proc)
-        time.sleep(rng.uniform(0.05, 0.9) * busy)
+        time.sleep(delay * busy)
         proc.kill()
         proc.communicate(timeout=30)
         if (dataset / LOCK).exists():
             stale_locks += 1
             assert int((dataset / LOCK).read_text().split()[0]) == proc.pid
         assert_reads_cleanly(dataset)
-    assert stale_locks >= 2, "the kills should mostly land while the lock is held"
+    assert stale_locks >= 1
     rerun = start_ingest(src, dataset)
     _, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err
