@@ -142,9 +142,15 @@ def test_truncated_inline_files(tmp_path: Path) -> None:
     check_run(folder, cases, tmp_path)
 
 
+#: Formats whose files say where they end (a closing bracket, a gzip trailer, a SQLite page
+#: count): a cut is detectable. A text log cut at a line end is a valid, shorter log.
+CUT_DETECTABLE = ("kineto", "flight_recorder", "nsys")
+
+
 def test_truncated_real_files(real_traces: Path, tmp_path: Path) -> None:
     """Every real trace file cut at 10 points, in one run beside one good real file."""
-    seeds = [p for ps in corpus.real_seeds(real_traces, max_bytes=None).values() for p in ps]
+    found = corpus.real_seeds(real_traces, max_bytes=None)
+    seeds = [p for fmt in CUT_DETECTABLE for p in found.get(fmt, [])]
     assert len(seeds) >= 10
     folder = tmp_path / "job"
     cases = corpus.truncations(seeds, folder)
