@@ -87,6 +87,9 @@ def ingest(paths: tuple[Path, ...], dataset: Path, job: str | None, workers: int
             )
     except TokenwireError as exc:
         _fail(str(exc))
+    except Exception as exc:  # a bug: one line and exit 3, never a traceback
+        first = (str(exc).splitlines() or [""])[0]
+        _fail(f"internal error: {type(exc).__name__}: {first}", EXIT_INTERNAL)
     _print_summary(summary)
     errors = summary.errors
     for out in errors:
@@ -172,14 +175,23 @@ def tables(dataset: Path) -> None:
     type=click.Path(path_type=Path),
     help="Write to this file (required for --format parquet).",
 )
-def sql(dataset: Path, query: str | None, fmt: str, output: Path | None) -> None:
+@click.option(
+    "--allow-writes",
+    is_flag=True,
+    help="Let statements write or reach other files (COPY ... TO, ATTACH, CREATE TABLE...).",
+)
+def sql(
+    dataset: Path, query: str | None, fmt: str, output: Path | None, allow_writes: bool
+) -> None:
     """Run SQL over the dataset's tables (one DuckDB view per table).
 
     \b
     Example:
       tokenwire sql run42.tw "SELECT op, sum(bytes) FROM collectives GROUP BY op"
 
-    Without QUERY, statements are read from stdin.
+    Without QUERY, statements are read from stdin. The dataset is opened read-only: DuckDB
+    may read only its parts, and statements that write (COPY, INSERT, DELETE, CREATE,
+    ATTACH, EXPORT, INSTALL/LOAD) are refused unless --allow-writes is given.
     """
     from pipeline.dataset.query import run_query, write_result
 
@@ -187,7 +199,7 @@ def sql(dataset: Path, query: str | None, fmt: str, output: Path | None) -> None
         raise click.UsageError("--format parquet needs -o FILE")
     text = query if query is not None else sys.stdin.read()
     try:
-        frame = run_query(dataset, text)
+        frame = run_query(dataset, text, allow_writes=allow_writes)
         if output is not None:
             write_result(frame, output, fmt)
         else:

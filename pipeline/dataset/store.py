@@ -10,6 +10,8 @@ write to a temporary name in the same folder, fsync, then ``os.replace``.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import re
@@ -109,15 +111,33 @@ def write_manifest(dataset: Path, manifest: Manifest) -> None:
     atomic_write_bytes(dataset / MANIFEST, json.dumps(doc, indent=1).encode())
 
 
+class DatasetWriteError(DatasetError):
+    """The dataset's disk refused a write (full, quota, read-only): no part of it is committed."""
+
+
+@contextlib.contextmanager
+def _write_errors(dataset: Path, rel: str) -> Iterator[None]:
+    """Turn an OSError while writing ``rel`` into one line that names the dataset."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = "disk full" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+            raise DatasetWriteError(f"{dataset}: {what} while writing {rel}") from exc
+        reason = exc.strerror or str(exc).splitlines()[0]
+        raise DatasetWriteError(f"{dataset}: cannot write {rel}: {reason}") from exc
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with _write_errors(path.parent, path.name):
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -150,13 +170,14 @@ def part_path(table: str, job: str, rank: int | None, file_id: str) -> str:
 def write_part(dataset: Path, rel: str, table: pa.Table) -> None:
     """Write one Parquet part atomically (temporary name in the same folder, then rename)."""
     path = dataset / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        pq.write_table(table, tmp, compression="zstd")
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with _write_errors(dataset, rel):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, tmp, compression="zstd")
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -175,50 +196,79 @@ def split_by_rank(name: str, table: pa.Table) -> Iterator[tuple[int | None, pa.T
         yield rank, rows.select(keep)
 
 
+_PART_NAME = re.compile(r"\.?part-[0-9a-f]+\.parquet(\.tmp-\d+)?")
+
+
+def remove_unlisted(dataset: Path, manifest: Manifest) -> None:
+    """Delete parts and temporary files the manifest does not list (left by a crash or a
+    failed write). Call only while holding the writer lock; other files are never touched."""
+    listed = {p for e in manifest.files.values() for ps in e.parts.values() for p in ps} | {
+        p for ps in manifest.derived.values() for p in ps
+    }
+    for path in dataset.glob(".manifest.json.tmp-*"):
+        path.unlink(missing_ok=True)
+    for path in dataset.glob("*/**/*part-*"):
+        rel = path.relative_to(dataset).as_posix()
+        if path.is_file() and _PART_NAME.fullmatch(path.name) and rel not in listed:
+            path.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def writer_lock(dataset: Path) -> Iterator[None]:
     """Hold the dataset's writer lock: one ingest at a time, a clear error for the second.
 
-    The lock file holds the holder's pid; a lock whose process is gone is taken over.
+    The lock is an ``flock`` on ``.lock``, which holds the holder's pid. The kernel drops the
+    flock when its process dies, so a lock file left by a killed ingest (its pid dead) is
+    simply taken over; a live holder makes the second writer stop at once, naming its pid.
     """
     dataset.mkdir(parents=True, exist_ok=True)
     path = dataset / LOCK
-    for _ in range(2):
+    for _ in range(10):
+        with _write_errors(dataset, LOCK):
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             holder = _lock_holder(path)
-            if holder is not None and _pid_alive(holder):
-                raise DatasetError(
-                    f"{dataset}: another tokenwire process (pid {holder}) is writing this dataset"
-                ) from None
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{os.getpid()} {time.time():.0f}\n")
-        break
+            who = f"pid {holder}" if holder is not None else "pid unknown"
+            raise DatasetError(
+                f"{dataset}: another tokenwire process ({who}) is writing this dataset; "
+                "run again when it has finished"
+            ) from None
+        # The previous holder may have unlinked the file between our open and our flock.
+        if _same_file(fd, path):
+            break
+        os.close(fd)
     else:
         raise DatasetError(f"{dataset}: could not take the writer lock {path}")
     try:
+        with contextlib.suppress(OSError):  # a full disk: the lock holds, its pid is unknown
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {time.time():.0f}\n".encode(), 0)
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _lock_holder(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    # The holder writes its pid just after taking the flock: give it a moment.
+    for _ in range(20):
+        try:
+            return int(path.read_text().split()[0])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, IndexError):
+            time.sleep(0.01)
+    return None

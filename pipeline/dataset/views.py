@@ -27,10 +27,17 @@ _DUCKDB_TYPES = {
 }
 
 
-def connect(dataset: Path | str, *, derived: bool = True) -> duckdb.DuckDBPyConnection:
+def connect(
+    dataset: Path | str, *, derived: bool = True, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view per table of ``dataset``.
 
     With ``derived=False`` only the raw tables get views (``tokenwire link`` makes the rest).
+    With ``read_only``, DuckDB itself is locked down once the views exist: file access only
+    to the parts the manifest lists (``allowed_paths``), no other file, extension or
+    database (``enable_external_access = false``), and no way to undo that
+    (``lock_configuration``). Statements that write are refused by the caller
+    (:func:`pipeline.dataset.query.run_query`).
 
     Raises
     ------
@@ -44,11 +51,17 @@ def connect(dataset: Path | str, *, derived: bool = True) -> duckdb.DuckDBPyConn
     # Progress bars would go to stdout, among the data.
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    parts: list[str] = []
     for schema in load_schemas().values():
         if derived or not schema.derived:
             con.execute(view_sql(con, dataset, manifest, schema))
+            parts.extend(str(dataset / p) for p in manifest.parts(schema.name))
     if derived:
         con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
+    if read_only:
+        con.execute("SET allowed_paths = ?", [parts])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
     return con
 
 

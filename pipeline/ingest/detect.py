@@ -6,13 +6,12 @@ Each format module offers ``sniff(path, head) -> bool`` over the first 64 KiB of
 
 from __future__ import annotations
 
-import gzip
 import importlib
-import zlib
 from pathlib import Path
 from types import ModuleType
 
 from pipeline.errors import TraceFormatError
+from pipeline.ingest.gz import gunzip
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -38,17 +37,18 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read(size)
-            if not raw.startswith(GZIP_MAGIC):
-                return raw
-            f.seek(0)
-            with gzip.GzipFile(fileobj=f) as gz:
-                return gz.read(size)
-    except (OSError, EOFError, zlib.error) as exc:
-        # Only the first bytes are read here, so a truncated tail or a bad CRC shows up in parse.
-        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno:
-            raise TraceFormatError(path, f"cannot read file: {exc.strerror}") from exc
-        raise TraceFormatError(path, f"broken gzip data: {exc}") from exc
+            # Compressed data is never much larger than what it holds: 4x the head is plenty.
+            raw = f.read(4 * size)
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
+    if not raw.startswith(GZIP_MAGIC):
+        return raw[:size]
+    head = gunzip(path, raw, limit=size)
+    if len(head) < size and len(raw) < 4 * size:
+        # The whole (small) file is in ``raw``: a cut-off or damaged stream is reported here,
+        # where a partial head could otherwise pass for "not a trace".
+        gunzip(path, raw)
+    return head
 
 
 def module_for(name: str) -> ModuleType:
@@ -60,7 +60,7 @@ def detect(path: Path) -> str | None:
     """The format of ``path``, or None when no parser recognises its content."""
     head = read_head(path)
     if not head:
-        raise TraceFormatError(path, "file is empty")
+        raise TraceFormatError(path, "file is empty", offset=0)
     for name in FORMATS:
         if module_for(name).sniff(path, head):
             return name

@@ -27,12 +27,10 @@ and every entry has to be checked for its types anyway so that bad input names t
 
 from __future__ import annotations
 
-import gzip
 import io
 import math
 import pickle
 import re
-import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -42,6 +40,7 @@ import orjson
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
+from pipeline.ingest.gz import gunzip
 from pipeline.ingest.result import ParseResult, Warnings
 
 FORMAT = "flight_recorder"
@@ -133,12 +132,7 @@ def _read_bytes(path: Path) -> bytes:
         raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
     if not raw.startswith(_GZIP_MAGIC):
         return raw
-    try:
-        return gzip.decompress(raw)
-    except EOFError as exc:
-        raise TraceFormatError(path, "truncated gzip stream", offset=len(raw)) from exc
-    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise TraceFormatError(path, f"corrupt gzip stream: {exc}", offset=0) from exc
+    return gunzip(path, raw)
 
 
 def _load(path: Path, data: bytes) -> Any:
@@ -174,6 +168,7 @@ def _load_pickle(path: Path, data: bytes) -> Any:
         IndexError,
         AttributeError,
         MemoryError,
+        OverflowError,
         RecursionError,
         UnicodeDecodeError,
     ) as exc:

@@ -12,9 +12,7 @@ hosts did.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
+from pipeline.ingest.gz import GZIP_MAGIC, gunzip
 from pipeline.ingest.kineto_comms import (
     COLLECTIVE_ARGS,
     collectives_table,
@@ -85,6 +84,9 @@ OPS_COLUMNS = [
     "fwd_tid",
 ]
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)|_(\d+)\.", re.IGNORECASE)
+#: Largest |ts| or |dur| read, in microseconds (about 95 years): start + dur + the base time
+#: then stay inside int64 nanoseconds.
+MAX_ABS_US = 3 * 10**15
 
 
 #: A raw field the event did not have (msgspec cannot make a Raw field optional).
@@ -182,7 +184,7 @@ def parse(path: Path) -> ParseResult:
     trace = _decode(path, _read(path))
     warnings = Warnings()
     rank, rank_source = _rank(path, trace, warnings)
-    events = _events_frame(trace, warnings)
+    events = _events_frame(path, trace, warnings)
     steps = _steps(events)
     ops = _ops(events, steps)
     kernels = _kernels(events, ops, steps)
@@ -209,13 +211,9 @@ def parse(path: Path) -> ParseResult:
 def _read(path: Path) -> bytes:
     try:
         data = path.read_bytes()
-        if data.startswith(b"\x1f\x8b"):
-            data = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno:
-            raise TraceFormatError(path, f"cannot read file: {exc.strerror}") from exc
-        raise TraceFormatError(path, f"broken gzip data: {exc}") from exc
-    return data
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
+    return gunzip(path, data) if data.startswith(GZIP_MAGIC) else data
 
 
 def _decode(path: Path, data: bytes) -> Trace:
@@ -225,11 +223,20 @@ def _decode(path: Path, data: bytes) -> Trace:
         raise TraceFormatError(path, f"not a Kineto trace: {exc}") from exc
     except msgspec.DecodeError as exc:
         found = re.search(r"byte (\d+)", str(exc))
-        offset = int(found.group(1)) if found else None
+        offset = int(found.group(1)) if found else _bad_utf8_at(data)
         if "truncated" in str(exc).lower():
             offset = len(data)
             raise TraceFormatError(path, "JSON ends early (truncated file)", offset=offset) from exc
         raise TraceFormatError(path, f"malformed JSON: {exc}", offset=offset) from exc
+
+
+def _bad_utf8_at(data: bytes) -> int | None:
+    """Where ``data`` stops being UTF-8 (msgspec does not say), else None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return None
 
 
 def _rank(path: Path, trace: Trace, warnings: Warnings) -> tuple[int, str]:
@@ -255,7 +262,7 @@ def _rank_from_name(name: str) -> int | None:
     return int(found.group(1) or found.group(2))
 
 
-def _events_frame(trace: Trace, warnings: Warnings) -> pl.DataFrame:
+def _events_frame(path: Path, trace: Trace, warnings: Warnings) -> pl.DataFrame:
     """Complete (``ph: X``) events of the categories tokenwire reads, times in ns."""
     wanted = set(HOST_KINDS) | set(GPU_KINDS)
     evs = [e for e in trace.traceEvents if e.ph == "X" and e.cat in wanted]
@@ -288,6 +295,9 @@ def _events_frame(trace: Trace, warnings: Warnings) -> pl.DataFrame:
         ]
     )
     base = trace.baseTimeNanoseconds or 0
+    if abs(base) > MAX_ABS_US * 1000:
+        raise TraceFormatError(path, f"$.baseTimeNanoseconds: {base} is out of range")
+    _check_times(path, frame, trace, evs)
     start = us_text_to_ns(pl.col("ts").cast(pl.String)) + base
     dur = us_text_to_ns(pl.col("dur").cast(pl.String)).clip(lower_bound=0)
     return (
@@ -312,8 +322,24 @@ def us_text_to_ns(text: pl.Expr) -> pl.Expr:
     exact = whole.cast(pl.Int64, strict=False) * 1000 + pl.when(negative).then(-1).otherwise(
         1
     ) * frac.cast(pl.Int64, strict=False)
-    approx = (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64)
+    approx = (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
     return pl.when(text.str.contains("[eE]")).then(approx).otherwise(exact)
+
+
+def _check_times(path: Path, frame: pl.DataFrame, trace: Trace, evs: list[Event]) -> None:
+    """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`."""
+    for col in ("ts", "dur"):
+        us = pl.col(col).cast(pl.String).cast(pl.Float64, strict=False)
+        bad = frame.select(pl.arg_where(~(us.abs() <= MAX_ABS_US).fill_null(False))).to_series()
+        if len(bad):
+            event = evs[bad[0]]
+            index = next(i for i, e in enumerate(trace.traceEvents) if e is event)
+            text = bytes(getattr(event, col)).decode("utf-8", "replace")
+            raise TraceFormatError(
+                path,
+                f"$.traceEvents[{index}].{col}: {text} is not a time in microseconds "
+                f"(a number within +-{MAX_ABS_US:.0e})",
+            )
 
 
 def _steps(events: pl.DataFrame) -> pl.DataFrame:

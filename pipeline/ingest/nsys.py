@@ -14,6 +14,7 @@ writer) raises one :class:`TraceFormatError` naming the file.
 from __future__ import annotations
 
 import gzip
+import os
 import sqlite3
 import zlib
 from collections.abc import Iterator
@@ -21,11 +22,14 @@ from pathlib import Path
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest import nsys_json, nsys_sqlite, nsys_tables
+from pipeline.ingest.nsys_raw import BadValue
 from pipeline.ingest.result import ParseResult
 
 FORMAT = "nsys"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _MARKERS = tuple(t.encode() for t in nsys_sqlite.NSIGHT_TABLES)
+#: Longest line of a json export read (the first line holds every string of the report).
+MAX_LINE_BYTES = 256 * 1024 * 1024
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -38,6 +42,10 @@ def sniff(path: Path, head: bytes) -> bool:
     if head.startswith(SQLITE_MAGIC):
         if any(m in head for m in _MARKERS):
             return True
+        try:
+            _check_sqlite_size(Path(path))
+        except TraceFormatError:
+            return True  # a cut-off SQLite file in a trace folder: parse says where it ends
         try:
             con = nsys_sqlite.connect(Path(path), timeout_s=0.1)
             try:
@@ -54,14 +62,17 @@ def parse(path: Path) -> ParseResult:
     path = Path(path)
     head = _head(path)
     result = ParseResult(format=FORMAT)
-    if head.startswith(SQLITE_MAGIC):
-        raw = _read_sqlite(path)
-    elif head.startswith(b"\x1f\x8b") or head.lstrip().startswith(b"{"):
-        raw = nsys_json.read(path, _lines(path))
-    else:
-        raise TraceFormatError(
-            path, "not an Nsight Systems export (neither SQLite nor json)", offset=0
-        )
+    try:
+        if head.startswith(SQLITE_MAGIC):
+            raw = _read_sqlite(path)
+        elif head.startswith(b"\x1f\x8b") or head.lstrip().startswith(b"{"):
+            raw = nsys_json.read(path, _lines(path))
+        else:
+            raise TraceFormatError(
+                path, "not an Nsight Systems export (neither SQLite nor json)", offset=0
+            )
+    except BadValue as exc:
+        raise TraceFormatError(path, str(exc)) from None
     tables, rank_source = nsys_tables.build(raw, path, result.warnings)
     result.tables = tables
     result.format_version = raw.format_version
@@ -78,6 +89,7 @@ def _head(path: Path) -> bytes:
 
 
 def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
+    _check_sqlite_size(path)
     con = None
     try:
         con = nsys_sqlite.connect(path)
@@ -96,12 +108,44 @@ def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
             con.close()
 
 
+def _check_sqlite_size(path: Path) -> None:
+    """A database shorter than its header says is a cut-off copy: say where it ends."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open: {exc.strerror or exc}") from None
+    if len(header) < 100:
+        raise TraceFormatError(path, "truncated SQLite header", offset=len(header))
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The page count is only valid when bytes 92..95 match the change counter (24..27).
+    if pages and header[24:28] == header[92:96] and size < pages * page_size:
+        raise TraceFormatError(
+            path,
+            f"truncated SQLite database: the header says {pages * page_size} bytes",
+            offset=size,
+        )
+
+
 def _lines(path: Path) -> Iterator[bytes]:
+    """The export's lines; one longer than :data:`MAX_LINE_BYTES` is a format error, so a
+    huge file without newlines is refused instead of read into memory whole."""
+    lineno = 0
     try:
         with open(path, "rb") as raw_fh:
             magic = raw_fh.read(2)
         opener = gzip.open if magic == b"\x1f\x8b" else open
         with opener(path, "rb") as fh:
-            yield from fh
+            while line := fh.readline(MAX_LINE_BYTES + 1):
+                lineno += 1
+                if len(line) > MAX_LINE_BYTES:
+                    raise TraceFormatError(
+                        path, f"line longer than {MAX_LINE_BYTES} bytes", line=lineno
+                    )
+                yield line
     except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(path, f"cannot read json export: {exc}") from None
+        what = "truncated gzip data" if isinstance(exc, EOFError) else "cannot read json export"
+        raise TraceFormatError(path, f"{what}: {exc}", line=lineno + 1) from None

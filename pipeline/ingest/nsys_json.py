@@ -39,8 +39,16 @@ from pipeline.ingest.nsys_raw import (
 _RUNTIME_CLASSES = {0, 1}  # ENUM_NSYS_EVENT_CLASS: CUDA runtime, CUDA driver
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _int(v: object) -> int | None:
-    return None if v is None else int(v)  # type: ignore[arg-type]
+    if v is None:
+        return None
+    out = int(v)  # type: ignore[arg-type]
+    if not _INT64[0] <= out <= _INT64[1]:
+        raise ValueError(f"{v!r} is outside 64-bit integers")
+    return out
 
 
 def read(path: Path, lines: Iterable[bytes]) -> NsysRaw:
@@ -74,7 +82,7 @@ def read(path: Path, lines: Iterable[bytes]) -> NsysRaw:
                     kernels.append(row)
             elif "CommEvent" in rec:
                 _process(rec["CommEvent"], strings, processes)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             raise TraceFormatError(path, f"unexpected event shape: {exc!r}", line=lineno) from None
     if not strings:
         raise TraceFormatError(path, "not an Nsight Systems json export: no string table", line=1)

@@ -67,11 +67,23 @@ def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-def frame(rows: list[tuple], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """Rows (tuples in ``schema`` order) into a frame; one bulk conversion, no per-row work."""
+class BadValue(ValueError):
+    """A value of the wrong type or range in a table of the export (the message names it)."""
+
+
+def frame(rows: list[tuple], schema: dict[str, pl.DataType], what: str = "") -> pl.DataFrame:
+    """Rows (tuples in ``schema`` order) into a frame; one bulk conversion, no per-row work.
+
+    Raises :class:`BadValue`, naming ``what`` (the table), when a value does not fit its
+    column (text in an integer column, an integer beyond int64).
+    """
     if not rows:
         return empty(schema)
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    try:
+        return pl.DataFrame(rows, schema=schema, orient="row")
+    except (pl.exceptions.PolarsError, TypeError, OverflowError, ValueError) as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise BadValue(f"{what or 'table'}: a value does not fit its column: {first}") from None
 
 
 @dataclass

@@ -44,7 +44,10 @@ _ENV_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$')
 def connect(path: Path, timeout_s: float = 1.0) -> sqlite3.Connection:
     """Open ``path`` read-only; a locked database fails after ``timeout_s`` (no ``immutable``)."""
     uri = f"file:{quote(path.resolve().as_posix())}?mode=ro"
-    return sqlite3.connect(uri, uri=True, timeout=timeout_s)
+    con = sqlite3.connect(uri, uri=True, timeout=timeout_s)
+    # A string that is not UTF-8 (a hostile or damaged name) stays text, marked with U+FFFD.
+    con.text_factory = lambda b: b.decode("utf-8", "replace")
+    return con
 
 
 def table_names(con: sqlite3.Connection) -> set[str]:
@@ -82,7 +85,7 @@ def _strings(con: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
     if "StringIds" not in tables:
         return pl.DataFrame(schema={"id": pl.Int64, "value": pl.Utf8})
     rows = con.execute("SELECT id, value FROM StringIds").fetchall()
-    return frame(rows, {"id": pl.Int64, "value": pl.Utf8})
+    return frame(rows, {"id": pl.Int64, "value": pl.Utf8}, "StringIds")
 
 
 def _resolve(df: pl.DataFrame, strings: pl.DataFrame, id_col: str, out: str) -> pl.DataFrame:
@@ -119,7 +122,7 @@ def _gpu_activity(
         }
         schema |= {"name_id": pl.Int64, "short_id": pl.Int64}
         schema |= {alias: pl.Int64 for _, alias in dims}
-        df = frame(rows, schema)
+        df = frame(rows, schema, "CUPTI_ACTIVITY_KIND_KERNEL")
         df = _resolve(_resolve(df, strings, "name_id", "name"), strings, "short_id", "short_name")
         df = df.with_columns(
             pl.coalesce("name", "short_name").alias("name"), pl.lit("kernel").alias("activity")
@@ -144,7 +147,11 @@ def _gpu_activity(
                 "copy_kind",
             )
         }
-        parts.append(frame(rows, schema).with_columns(pl.lit("memcpy").alias("activity")))
+        parts.append(
+            frame(rows, schema, "CUPTI_ACTIVITY_KIND_MEMCPY").with_columns(
+                pl.lit("memcpy").alias("activity")
+            )
+        )
     if "CUPTI_ACTIVITY_KIND_MEMSET" in cols:
         select = _pick(cols["CUPTI_ACTIVITY_KIND_MEMSET"], common + [("bytes", "bytes")])
         rows = con.execute(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchall()
@@ -152,7 +159,11 @@ def _gpu_activity(
             k: KERNEL_SCHEMA[k]
             for k in ("start", "end", "device", "stream", "correlation", "global_pid", "bytes")
         }
-        parts.append(frame(rows, schema).with_columns(pl.lit("memset").alias("activity")))
+        parts.append(
+            frame(rows, schema, "CUPTI_ACTIVITY_KIND_MEMSET").with_columns(
+                pl.lit("memset").alias("activity")
+            )
+        )
     if not parts:
         return empty(KERNEL_SCHEMA)
     full = [
@@ -182,7 +193,7 @@ def _runtime(
     )
     rows = con.execute(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchall()
     schema = {k: v for k, v in RUNTIME_SCHEMA.items() if k != "name"} | {"name_id": pl.Int64}
-    df = _resolve(frame(rows, schema), strings, "name_id", "name")
+    df = _resolve(frame(rows, schema, "CUPTI_ACTIVITY_KIND_RUNTIME"), strings, "name_id", "name")
     # 2020.x exports have no eventClass: every row there is a CUDA runtime call.
     return df.with_columns(pl.col("event_class").fill_null(0)).select(list(RUNTIME_SCHEMA))
 
@@ -220,7 +231,7 @@ def _nvtx(
         "domain_id": pl.Int64,
         "range_id": pl.Int64,
     }
-    df = _resolve(frame(rows, schema), strings, "text_id", "registered_text")
+    df = _resolve(frame(rows, schema, "NVTX_EVENTS"), strings, "text_id", "registered_text")
     df = df.with_columns(
         pl.coalesce("inline_text", "registered_text").alias("text"),
         pl.col("domain_id").fill_null(0),

@@ -8,9 +8,11 @@ commits the manifest. A file whose bytes are already in the dataset is skipped.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -22,11 +24,13 @@ import pyarrow as pa
 
 from pipeline.dataset.schema import conform
 from pipeline.dataset.store import (
+    DatasetWriteError,
     FileEntry,
     check_job_name,
     job_name_from,
     part_path,
     read_manifest,
+    remove_unlisted,
     split_by_rank,
     write_manifest,
     write_part,
@@ -109,12 +113,13 @@ def find_inputs(paths: Iterable[Path], job: str | None) -> list[InputFile]:
         path = Path(raw)
         if path.is_dir():
             name = job or job_name_from(path.resolve().name)
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
+            # Everything but folders: a broken symlink, a loop or a FIFO is reported, not skipped.
+            files = sorted(p for p in path.rglob("*") if not p.is_dir() and not _hidden(p, path))
             if not files:
                 raise TraceFormatError(path, "no files in this folder")
             found.extend(InputFile(p, name, explicit=False) for p in files)
-        elif path.exists():
-            name = job or job_name_from(path.resolve().parent.name)
+        elif path.exists() or path.is_symlink():
+            name = job or job_name_from(_resolved(path).parent.name)
             found.append(InputFile(path, name, explicit=True))
         else:
             raise TraceFormatError(path, "no such file or folder")
@@ -157,12 +162,21 @@ def ingest(
         on_start(len(inputs))
     dataset = Path(dataset)
     created = not dataset.exists()
+    accepted: list[FileOutcome] = []
     with writer_lock(dataset):
         manifest = read_manifest(dataset)
+        remove_unlisted(dataset, manifest)  # what a killed ingest left behind
         todo, outcomes = _plan(inputs, manifest, on_file)
-        results = _parse_all(todo, dataset, jobs, on_file)
-        accepted = _check_ranks(results, manifest, dataset)
-        _commit(dataset, manifest, accepted)
+        try:
+            results = _parse_all(todo, dataset, jobs, on_file)
+            accepted = _check_ranks(results, manifest, dataset)
+            _commit(dataset, manifest, accepted)
+        except DatasetWriteError:
+            # The disk refused a write: drop every part not committed, keep what was.
+            remove_unlisted(dataset, read_manifest(dataset))
+            if created:
+                shutil.rmtree(dataset, ignore_errors=True)
+            raise
         outcomes.extend(results)
     if created and not accepted:
         shutil.rmtree(dataset, ignore_errors=True)
@@ -182,7 +196,11 @@ def _plan(
         try:
             sha = _sha256(inp.path)
         except OSError as exc:
-            out = FileOutcome(inp.path, inp.job, "failed", error=f"{inp.path}: {exc.strerror}")
+            reason = exc.strerror or str(exc)
+            if exc.errno == errno.ENOENT and inp.path.is_symlink():
+                reason += " (broken symbolic link)"
+            error = f"{inp.path}: cannot read file: {reason}"
+            out = FileOutcome(inp.path, inp.job, "failed", error=error)
             done.append(out)
             _notify(on_file, out)
             continue
@@ -208,9 +226,13 @@ def _parse_all(todo, dataset: Path, jobs: int | None, on_file) -> list[FileOutco
             _notify(on_file, results[-1])
         return results
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        for out in pool.map(parse_file, *zip(*args, strict=True)):
-            results.append(out)
-            _notify(on_file, out)
+        try:
+            for out in pool.map(parse_file, *zip(*args, strict=True)):
+                results.append(out)
+                _notify(on_file, out)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
     return results
 
 
@@ -235,12 +257,16 @@ def parse_file(path: Path, job: str, explicit: bool, sha256: str, dataset: Path)
         out.warning_count = result.warnings.total
         _write_tables(out, result.tables, dataset)
         out.status = "ingested"
+    except DatasetWriteError:
+        _remove_parts(dataset, out)
+        raise  # the disk, not this file: stop the whole run
     except TraceFormatError as exc:
         out.error = str(exc)
     except TokenwireError as exc:
         out.error = f"{path}: {exc}"
     except Exception as exc:  # a parser bug must not take the other files down with it
-        out.error = f"{path}: internal error: {type(exc).__name__}: {exc}"
+        first = (str(exc).splitlines() or [""])[0]
+        out.error = f"{path}: internal error: {type(exc).__name__}: {first}"
         out.internal = True
     if out.status == "failed":
         _remove_parts(dataset, out)
@@ -353,11 +379,26 @@ def _files_row(out: FileOutcome) -> pa.Table:
 
 
 def _sha256(path: Path) -> str:
+    """The file's sha256; OSError for anything but a readable regular file."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block forever in open()
+        raise OSError(f"not a regular file but {_kind(path)}")
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: the error comes when it is read
+        return path.absolute()
+
+
+def _kind(path: Path) -> str:
+    mode = os.stat(path).st_mode
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
 def _hidden(path: Path, root: Path) -> bool:

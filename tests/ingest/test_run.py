@@ -143,7 +143,7 @@ def test_gzip_with_broken_crc(dataset: Path, tmp_path: Path) -> None:
     bad.write_bytes(bytes(data))
     before = tree_digest(dataset)
     result = _ingest(str(bad), "-o", str(dataset))
-    _assert_refused(result, dataset, before, f"{bad}: broken gzip data")
+    _assert_refused(result, dataset, before, f"{bad}: byte {len(data) - 5}: broken gzip data")
 
 
 def test_json_that_is_not_a_trace(dataset: Path, tmp_path: Path) -> None:
