@@ -69,9 +69,20 @@ _DTYPES = {
 }
 
 
+#: A result row: size, count, then an nccl-tests type name.
+_ROW_SNIFF = re.compile(
+    r"(?m)^(?:\S*:)?\s*\d+\s+\d+\s+(?:float|half|bfloat16|double|u?int(?:8|32|64)|f8e\w+)\s"
+)
+
+
 def sniff(path: Path, head: bytes) -> bool:
-    """True when ``head`` holds an nccl-tests table header or its ``# nThread`` banner."""
-    return _SNIFF.search(head.decode("utf-8", errors="replace")) is not None
+    """True when ``head`` holds an nccl-tests table header or its ``# nThread`` banner, and
+    either a result row or no NCCL INFO lines (a debug log that quotes the banner but holds
+    no results is an NCCL log)."""
+    text = head.decode("utf-8", errors="replace")
+    if _SNIFF.search(text) is None:
+        return False
+    return _ROW_SNIFF.search(text) is not None or " NCCL INFO " not in text
 
 
 def parse(path: Path) -> ParseResult:

@@ -1,0 +1,33 @@
+"""Every real trace is detected as its own format, from content alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.ingest.detect import detect
+
+
+def _expected(rel: str) -> str | None:
+    if rel.startswith("nccl_logs/") and rel.endswith(".log"):
+        return "nccl_log"
+    if rel.startswith("nccl_tests/") and rel.endswith(".txt"):
+        return "nccl_tests"
+    if "flight_recorder" in rel:
+        return "flight_recorder"
+    if rel.endswith((".pt.trace.json.gz",)) or rel.startswith("kineto/"):
+        return "kineto"
+    if rel.startswith("nsys/") and rel.endswith((".sqlite", ".json.gz")):
+        return "nsys"
+    return None
+
+
+def test_every_real_file_is_detected_as_its_format(real_traces: Path) -> None:
+    checked = 0
+    for path in sorted(p for p in real_traces.rglob("*") if p.is_file()):
+        rel = path.relative_to(real_traces).as_posix()
+        expected = _expected(rel)
+        if expected is None:
+            continue
+        assert detect(path) == expected, rel
+        checked += 1
+    assert checked >= 50
