@@ -326,23 +326,17 @@ def test_real_nsys_profile_of_a_cpu_program(tmp_path: Path) -> None:
     prog = tmp_path / "prog.py"
     prog.write_text(_NVTX_PROGRAM)
     run = {"cwd": tmp_path, "capture_output": True, "timeout": 300, "check": True}
-    subprocess.run(
-        [
-            "nsys",
-            "profile",
-            "-t",
-            "nvtx,osrt",
-            "--sample=none",
-            "--cpuctxsw=none",
-            "-o",
-            "rep",
-            "--force-overwrite=true",
-            sys.executable,
-            str(prog),
-        ],
-        env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
-        **run,
-    )
+    profile = [
+        "nsys", "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", "-o", "rep",
+        "--force-overwrite=true", sys.executable, str(prog),
+    ]  # fmt: skip
+    try:
+        subprocess.run(profile, env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"}, **run)
+    except subprocess.CalledProcessError as exc:
+        # The tool itself failing here (another session holding its daemon, a missing
+        # component) says nothing about tokenwire's parser.
+        last = (exc.stderr or exc.stdout or b"").decode(errors="replace").strip().splitlines()
+        pytest.skip(f"nsys profile failed on this machine: {last[-1] if last else exc}")
     if not (tmp_path / "rep.nsys-rep").exists() and not (tmp_path / "rep.qdrep").exists():
         pytest.skip("nsys wrote no report (QdstrmImporter missing: run scripts/install-nsys.sh)")
     report = next(tmp_path.glob("rep.*rep"))
