@@ -243,13 +243,15 @@ def format_frame(frame, fmt: str) -> str:
     show_default=True,
     help="Plain-text report or JSON.",
 )
-def hang(paths: tuple[Path, ...], fmt: str) -> None:
+@click.option("--job", help="With a dataset: the job to check (when it holds several).")
+def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     """Where a hung job's ranks stopped agreeing, from PyTorch flight recorder dumps.
 
-    PATH is a dump file (JSON or pickle, plain or gzipped) or a folder holding one dump per
-    rank. For each process group it prints the last collective every rank completed, the
-    first sequence id where ranks disagree, the ranks that never entered or are stuck in the
-    first unfinished collective, and ops, element counts or dtypes that differ between ranks.
+    PATH is a dump file (JSON or pickle, plain or gzipped), a folder holding one dump per
+    rank, or a dataset the dumps were ingested into. For each process group it prints the
+    last collective every rank completed, the first sequence id where ranks disagree, the
+    ranks that never entered or are stuck in the first unfinished collective, and ops,
+    element counts or dtypes that differ between ranks.
 
     Exit codes: 0 no hang or mismatch found; 4 a hang or mismatch was found; 1 unreadable
     input; 2 wrong invocation.
@@ -257,7 +259,10 @@ def hang(paths: tuple[Path, ...], fmt: str) -> None:
     from pipeline.analysis import hang as hang_analysis
 
     try:
-        report = hang_analysis.analyze_paths(list(paths))
+        if len(paths) == 1 and (paths[0] / "manifest.json").is_file():
+            report = hang_analysis.analyze_dataset(paths[0], job=job)
+        else:
+            report = hang_analysis.analyze_paths(list(paths))
     except TokenwireError as exc:
         _fail(str(exc))
     click.echo(report.to_json() if fmt == "json" else report.to_text())

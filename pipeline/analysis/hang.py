@@ -36,7 +36,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.dataset.schema import conform
-from pipeline.errors import TraceFormatError
+from pipeline.errors import DatasetError, TraceFormatError
 from pipeline.ingest import flight_recorder
 
 #: Exit code of ``tokenwire hang`` when a hang or a mismatch was found.
@@ -647,3 +647,44 @@ def analyze_paths(paths: Sequence[Path]) -> HangReport:
     report = analyze(loaded.collectives, loaded.communicators, dumped_ranks=loaded.ranks)
     report.warnings = loaded.warnings + report.warnings
     return report
+
+
+def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
+    """Hang report of one job of a dataset, from its ``flight_recorder`` rows.
+
+    Raises
+    ------
+    DatasetError
+        No flight recorder dumps in the dataset, or several jobs and no ``job`` to pick one.
+    """
+    from pipeline.dataset.views import connect
+
+    con = connect(dataset, read_only=True)
+    jobs = [
+        j
+        for (j,) in con.execute(
+            "SELECT DISTINCT job FROM files WHERE format = 'flight_recorder' ORDER BY 1"
+        ).fetchall()
+    ]
+    if not jobs:
+        raise DatasetError(f"{dataset}: no flight recorder dumps ingested")
+    if job is None and len(jobs) > 1:
+        raise DatasetError(
+            f"{dataset}: dumps of several jobs ({', '.join(jobs)}): pick one with --job"
+        )
+    job = job or jobs[0]
+    if job not in jobs:
+        raise DatasetError(f"{dataset}: job {job!r} has no flight recorder dumps")
+
+    def rows(table: str) -> pl.DataFrame:
+        query = f"SELECT * FROM {table} WHERE job = ? AND source = 'flight_recorder'"
+        return pl.from_arrow(con.sql(query, params=[job]).to_arrow_table())
+
+    dumped = [
+        r
+        for (r,) in con.execute(
+            "SELECT DISTINCT unnest(ranks) FROM files WHERE job = ? AND format = 'flight_recorder'",
+            [job],
+        ).fetchall()
+    ]
+    return analyze(rows("collectives"), rows("communicators"), dumped_ranks=dumped)

@@ -287,3 +287,24 @@ def test_broken_dump_file(tmp_path: Path) -> None:
     code, out = _run_cli(str(path))
     assert code == 1 and out.startswith("Error: ") and "invalid JSON" in out
     assert "Traceback" not in out
+
+
+def test_hang_from_an_ingested_dataset(real_traces: Path, tmp_path: Path) -> None:
+    """Dumps ingested next to the profiler traces give the same verdict as the dump files."""
+    from pipeline.ingest.run import ingest
+
+    healthy = tmp_path / "ds"
+    assert not ingest([real_traces / "kineto_cpu_gloo/ddp/ws2"], healthy, job="ddp").errors
+    assert _run_cli(str(healthy))[0] == 0
+    r0, r1 = _raw(real_traces, "ddp", 0), _raw(real_traces, "ddp", 1)
+    r0["entries"] = r0["entries"][:-2]
+    hung = tmp_path / "hung"
+    assert not ingest([_write(tmp_path / "dumps", {0: r0, 1: r1})], hung, job="hung").errors
+    code, out = _run_cli(str(hung), "--format", "json")
+    assert code == hang.EXIT_PROBLEM
+    group = json.loads(out)["groups"][0]
+    assert (group["first_disagreement"], group["never_entered"]) == (13, [0])
+    assert not ingest([real_traces / "kineto_cpu_gloo/moe/ws2"], hung, job="moe").errors
+    code, out = _run_cli(str(hung))
+    assert code == 1  # two jobs with dumps: --job picks one
+    assert _run_cli(str(hung), "--job", "moe")[0] == 0
