@@ -7,6 +7,7 @@ tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -74,6 +75,10 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
     dataset = Path(dataset)
     with writer_lock(dataset):
         con = connect(dataset, derived=False)
+        # Big jobs spill to disk beside the dataset instead of holding every row in memory.
+        spill = dataset / ".link-spill"
+        con.execute("SET preserve_insertion_order = false")
+        con.execute("SET temp_directory = ?", [str(spill)])
         jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
         if not jobs:
             raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
@@ -86,6 +91,7 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
         tables = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in DERIVED}
         tables["predictions"] = con.sql("SELECT * FROM predictions").to_arrow_table()
         con.close()
+        shutil.rmtree(spill, ignore_errors=True)
         rows = _materialize(dataset, tables)
     return LinkSummary(rows=rows, config=str(config) if config else None)
 
