@@ -68,12 +68,25 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     type=click.IntRange(min=1),
     help="Parallel worker processes (default: one per core for large inputs).",
 )
-def ingest(paths: tuple[Path, ...], dataset: Path, job: str | None, workers: int | None) -> None:
+@click.option(
+    "--scheduler",
+    metavar="ADDR",
+    help="Parse on a Dask cluster (e.g. tcp://host:8786) instead of local processes; "
+    "workers must see the files and the dataset at the same paths (needs tokenwire[dask]).",
+)
+def ingest(
+    paths: tuple[Path, ...],
+    dataset: Path,
+    job: str | None,
+    workers: int | None,
+    scheduler: str | None,
+) -> None:
     """Parse trace files and folders of a job into a Parquet dataset.
 
     \b
     Example:
       tokenwire ingest traces/ -o run42.tw --job run42
+      tokenwire ingest /shared/traces/ -o /shared/run42.tw --scheduler tcp://head:8786
 
     A file already in the dataset (same sha256) is skipped. Bad files are reported one line
     each on stderr and the exit code is 1; the good files of the run are kept.
@@ -83,7 +96,13 @@ def ingest(paths: tuple[Path, ...], dataset: Path, job: str | None, workers: int
     try:
         with _Progress() as bar:
             summary = run_ingest(
-                paths, dataset, job=job, jobs=workers, on_start=bar.start, on_file=bar.advance
+                paths,
+                dataset,
+                job=job,
+                jobs=workers,
+                scheduler=scheduler,
+                on_start=bar.start,
+                on_file=bar.advance,
             )
     except TokenwireError as exc:
         _fail(str(exc))

@@ -1,8 +1,11 @@
 """PyTorch profiler (Kineto) traces: ``.json`` / ``.json.gz`` into ops, kernels, steps and more.
 
-The file is decoded once with msgspec into typed structs (times kept as their JSON text so
-they become integer nanoseconds without passing through float); everything after that is
-columnar Polars. Collectives are extracted in :mod:`pipeline.ingest.kineto_comms`.
+The file is read once, as a stream (:mod:`pipeline.ingest.kineto_stream`): ``traceEvents`` is
+decoded with msgspec into typed structs one batch at a time (times kept as their JSON text so
+they become integer nanoseconds without passing through float), and each batch becomes a small
+Polars frame at once, so memory follows a batch and the columnar result, never the file.
+Everything after that is columnar Polars. Collectives are extracted in
+:mod:`pipeline.ingest.kineto_comms`.
 
 Times: ``ts``/``dur`` are microseconds with up to 3 decimals. PyTorch 2.x writes ``ts``
 relative to ``baseTimeNanoseconds``; older traces write unix-epoch microseconds. Both become
@@ -13,6 +16,7 @@ hosts did.
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +25,12 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest.gz import GZIP_MAGIC, gunzip
 from pipeline.ingest.kineto_comms import (
-    COLLECTIVE_ARGS,
     collectives_table,
     communicators_table,
-    int_list,
     json_value,
 )
+from pipeline.ingest.kineto_stream import BATCH_BYTES, EventStream
 from pipeline.ingest.nesting import add_nesting, add_scope_path
 from pipeline.ingest.result import ParseResult, Warnings
 from pipeline.ingest.vocab import kernel_kind_expr
@@ -83,10 +85,9 @@ OPS_COLUMNS = [
     "seq_nr",
     "fwd_tid",
 ]
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)|_(\d+)\.", re.IGNORECASE)
-#: Largest |ts| or |dur| read, in microseconds (about 95 years): start + dur + the base time
-#: then stay inside int64 nanoseconds.
+#: Times beyond this many microseconds (about 95 years from the epoch) are not times.
 MAX_ABS_US = 3 * 10**15
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)|_(\d+)\.", re.IGNORECASE)
 
 
 #: A raw field the event did not have (msgspec cannot make a Raw field optional).
@@ -120,8 +121,8 @@ class Args(
     correlation: Any = None
     device: Any = None
     stream: Any = None
-    grid: Any = None
-    block: Any = None
+    grid: msgspec.Raw = _NO_VALUE
+    block: msgspec.Raw = _NO_VALUE
     bytes: Any = None
     input_dims: msgspec.Raw = _NO_VALUE
     input_type: msgspec.Raw = _NO_VALUE
@@ -172,8 +173,11 @@ def sniff(path: Path, head: bytes) -> bool:
     return text.startswith(b"{") and any(key in text for key in keys)
 
 
-def parse(path: Path) -> ParseResult:
+def parse(path: Path, *, batch_bytes: int = BATCH_BYTES) -> ParseResult:
     """Parse one Kineto trace into the dataset's tables.
+
+    ``batch_bytes`` is how much JSON is decoded into Python objects at a time; it bounds the
+    parser's memory beyond the columnar result and does not change the tables.
 
     Raises
     ------
@@ -181,16 +185,25 @@ def parse(path: Path) -> ParseResult:
         Broken gzip, malformed or truncated JSON (with the byte offset), or JSON that is
         not a trace.
     """
-    trace = _decode(path, _read(path))
     warnings = Warnings()
+    stream = EventStream(path, Event, Trace, batch_bytes)
+    batches = _Batches()
+    for batch in stream:
+        batches.add(batch, warnings, path=path, first=stream.events_seen - len(batch))
+    trace: Trace = stream.header
+    base = trace.baseTimeNanoseconds or 0
+    if abs(base) > MAX_ABS_US * 1000:
+        raise TraceFormatError(path, f"$.baseTimeNanoseconds: {base} is out of range")
     rank, rank_source = _rank(path, trace, warnings)
-    events = _events_frame(path, trace, warnings)
-    steps = _steps(events)
-    ops = _ops(events, steps)
-    kernels = _kernels(events, ops, steps)
-    comms = collectives_table(trace, events, ops, kernels, warnings)
+    host, gpu, meta = batches.frames(trace.baseTimeNanoseconds or 0)
+    steps = _steps(host)
+    ops = _ops(host, steps)
+    del host
+    kernels = _kernels(gpu, ops, steps)
+    gpu = gpu.join(meta, on="event_id", how="left")
+    comms = collectives_table(trace, gpu, ops, meta, kernels, warnings)
     tables = {
-        "ranks": _ranks_table(trace, events, rank),
+        "ranks": _ranks_table(trace, ops, gpu, rank),
         "communicators": communicators_table(trace, rank, comms),
         "steps": _steps_table(steps, ops),
         "ops": ops.select(OPS_COLUMNS),
@@ -208,35 +221,20 @@ def parse(path: Path) -> ParseResult:
     )
 
 
-def _read(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
-    return gunzip(path, data) if data.startswith(GZIP_MAGIC) else data
-
-
-def _decode(path: Path, data: bytes) -> Trace:
-    try:
-        return msgspec.json.decode(data, type=Trace)
-    except msgspec.ValidationError as exc:
-        raise TraceFormatError(path, f"not a Kineto trace: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        found = re.search(r"byte (\d+)", str(exc))
-        offset = int(found.group(1)) if found else _bad_utf8_at(data)
-        if "truncated" in str(exc).lower():
-            offset = len(data)
-            raise TraceFormatError(path, "JSON ends early (truncated file)", offset=offset) from exc
-        raise TraceFormatError(path, f"malformed JSON: {exc}", offset=offset) from exc
-
-
-def _bad_utf8_at(data: bytes) -> int | None:
-    """Where ``data`` stops being UTF-8 (msgspec does not say), else None."""
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return exc.start
-    return None
+def _check_times(path: Path, frame: pl.DataFrame) -> None:
+    """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`."""
+    for col in ("ts", "dur"):
+        text = pl.col(col).cast(pl.String)
+        us = text.cast(pl.Float64, strict=False)
+        ok = (us.abs() <= MAX_ABS_US).fill_null(False) | (pl.col(col).bin.size() == 0)
+        bad = frame.filter(~ok)
+        if bad.height:
+            index, value = bad.select("_index", text).row(0)
+            raise TraceFormatError(
+                path,
+                f"$.traceEvents[{index}].{col}: {value} is not a time in microseconds "
+                f"(a number within +-{MAX_ABS_US:.0e})",
+            )
 
 
 def _rank(path: Path, trace: Trace, warnings: Warnings) -> tuple[int, str]:
@@ -262,51 +260,149 @@ def _rank_from_name(name: str) -> int | None:
     return int(found.group(1) or found.group(2))
 
 
-def _events_frame(path: Path, trace: Trace, warnings: Warnings) -> pl.DataFrame:
-    """Complete (``ph: X``) events of the categories tokenwire reads, times in ns."""
-    wanted = set(HOST_KINDS) | set(GPU_KINDS)
-    evs = [e for e in trace.traceEvents if e.ph == "X" and e.cat in wanted]
-    skipped = sum(1 for e in evs if not e.ts or isinstance(e.pid, str))
-    if skipped:
-        warnings.add("events without a time or with a non-numeric pid were skipped", skipped)
-        evs = [e for e in evs if e.ts and not isinstance(e.pid, str)]
+_HOST = frozenset(HOST_KINDS)
+_GPU = frozenset(GPU_KINDS)
+#: Categories as an enum: one small integer per event instead of a string.
+CAT = pl.Enum([*HOST_KINDS, *GPU_KINDS])
+#: Collective metadata: on a few events only, so kept apart, keyed by ``event_id``.
+_META_COLUMNS = (
+    "collective_name",
+    "in_nelems",
+    "out_nelems",
+    "group_size",
+    "dtype",
+    "in_split",
+    "out_split",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "seq",
+)
+_HOST_ARGS = ("external_id", "correlation", "seq_nr", "fwd_tid")
+_GPU_ARGS = ("external_id", "correlation", "device", "stream", "bytes")
+
+
+class _Batches:
+    """Columnar frames built batch by batch: host ranges, GPU activity, collective metadata.
+
+    Each event keeps ``event_id``, its index among the events read (file order), whichever
+    frame it lands in.
+    """
+
+    def __init__(self) -> None:
+        self.host: list[pl.DataFrame] = []
+        self.gpu: list[pl.DataFrame] = []
+        self.meta: list[pl.DataFrame] = []
+        self.count = 0
+
+    def add(self, batch: list[Event], warnings: Warnings, *, path: Path, first: int) -> None:
+        """Turn one batch of decoded events into frames; the structs can be freed after.
+
+        ``first`` is the index of the batch's first event in ``traceEvents``, for errors.
+        """
+        kept = [i for i, e in enumerate(batch) if e.ph == "X" and (e.cat in _HOST or e.cat in _GPU)]
+        evs = [batch[i] for i in kept]
+        if not evs:
+            return
+        frame = _batch_frame(evs, warnings, path, [first + i for i in kept]).with_columns(
+            (pl.int_range(pl.len(), dtype=pl.Int64) + self.count).alias("event_id")
+        )
+        self.count += frame.height
+        is_gpu = pl.col("cat").is_in(GPU_KINDS)
+        self.host.append(frame.filter(~is_gpu).select(_HOST_FRAME))
+        self.gpu.append(frame.filter(is_gpu).select(_GPU_FRAME))
+        has_meta = pl.any_horizontal(pl.col(c).is_not_null() for c in _META_COLUMNS)
+        self.meta.append(frame.filter(has_meta).select("event_id", *_META_COLUMNS))
+
+    def frames(self, base_ns: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """(host, gpu, meta), times made unix-epoch with ``base_ns`` and ``end_ns`` added."""
+
+        def whole(parts: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
+            frame = pl.concat(parts, how="vertical") if parts else _EMPTY_BATCH.select(columns)
+            parts.clear()
+            return frame
+
+        def timed(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame.with_columns(pl.col("start_ns") + base_ns).with_columns(
+                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
+            )
+
+        return (
+            timed(whole(self.host, _HOST_FRAME)),
+            timed(whole(self.gpu, _GPU_FRAME)),
+            whole(self.meta, ["event_id", *_META_COLUMNS]),
+        )
+
+
+def _batch_frame(
+    evs: list[Event], warnings: Warnings, path: Path, index: list[int]
+) -> pl.DataFrame:
+    """The events' columns, with ``start_ns`` still relative to ``baseTimeNanoseconds``
+    (which may come after the events in the file).
+
+    Each column is one ``map(attrgetter)`` over the structs (C loops, no Python frame per
+    event).
+    """
     none = Args()
     args = [e.args or none for e in evs]
-    columns = {
-        "cat": (pl.String, [e.cat for e in evs]),
-        "name": (pl.String, [e.name for e in evs]),
-        "pid": (pl.Int64, [e.pid for e in evs]),
-        "tid": (pl.Int64, [e.tid for e in evs]),
-        "ts": (pl.Binary, [bytes(e.ts) for e in evs]),
-        "dur": (pl.Binary, [bytes(e.dur) or b"0" for e in evs]),
-        "grid": (pl.List(pl.Int64), [int_list(a.grid) for a in args]),
-        "block": (pl.List(pl.Int64), [int_list(a.block) for a in args]),
-        "input_dims": (pl.String, [_raw_text(a.input_dims) for a in args]),
-        "input_types": (pl.String, [_raw_text(a.input_type) for a in args]),
-        "concrete_inputs": (pl.String, [_raw_text(a.concrete_inputs) for a in args]),
-    }
+
+    def column(objs: list, field: str) -> list:
+        return list(map(attrgetter(field), objs))
+
+    columns = [
+        pl.Series("cat", column(evs, "cat"), dtype=CAT),
+        pl.Series("name", column(evs, "name"), dtype=pl.String),
+        # strict=False turns a value of another type (a string where an int belongs) into null.
+        pl.Series("pid", column(evs, "pid"), dtype=pl.Int64, strict=False),
+        pl.Series("tid", column(evs, "tid"), dtype=pl.Int64, strict=False),
+        pl.Series("ts", list(map(bytes, column(evs, "ts"))), dtype=pl.Binary),
+        pl.Series("dur", list(map(bytes, column(evs, "dur"))), dtype=pl.Binary),
+    ]
+    for field in ("grid", "block", "input_dims", "input_type", "concrete_inputs"):
+        columns.append(pl.Series(field, list(map(bytes, column(args, field))), dtype=pl.Binary))
     for field, dtype in _ARG_COLUMNS.items():
-        columns[field] = (dtype, [getattr(a, field) for a in args])
-    # strict=False turns a value of another type (a string where an int belongs) into null.
-    frame = pl.DataFrame(
-        [
-            pl.Series(name, values, dtype=dtype, strict=False)
-            for name, (dtype, values) in columns.items()
-        ]
+        columns.append(pl.Series(field, column(args, field), dtype=dtype, strict=False))
+    columns.append(pl.Series("_index", index, dtype=pl.Int64))
+    frame = pl.DataFrame(columns)
+    # pid: an int where the trace has one (null marks a string pid, never a default)
+    bad = pl.col("pid").is_null() | (pl.col("ts").bin.size() == 0)
+    skipped = frame.select(bad.sum()).item()
+    if skipped:
+        warnings.add("events without a time or with a non-numeric pid were skipped", skipped)
+        frame = frame.filter(~bad)
+    _check_times(path, frame)
+    start = us_text_to_ns(pl.col("ts").cast(pl.String))
+    dur_text = pl.when(pl.col("dur").bin.size() == 0).then(pl.lit(b"0")).otherwise(pl.col("dur"))
+    dur = us_text_to_ns(dur_text.cast(pl.String)).clip(lower_bound=0)
+    return frame.select(
+        "cat",
+        "name",
+        "pid",
+        "tid",
+        _int_list(pl.col("grid")).alias("grid"),
+        _int_list(pl.col("block")).alias("block"),
+        _raw_text(pl.col("input_dims")).alias("input_dims"),
+        _raw_text(pl.col("input_type")).alias("input_types"),
+        _raw_text(pl.col("concrete_inputs")).alias("concrete_inputs"),
+        *_ARG_COLUMNS,
+        start.alias("start_ns"),
+        dur.alias("dur_ns"),
     )
-    base = trace.baseTimeNanoseconds or 0
-    if abs(base) > MAX_ABS_US * 1000:
-        raise TraceFormatError(path, f"$.baseTimeNanoseconds: {base} is out of range")
-    _check_times(path, frame, trace, evs)
-    start = us_text_to_ns(pl.col("ts").cast(pl.String)) + base
-    dur = us_text_to_ns(pl.col("dur").cast(pl.String)).clip(lower_bound=0)
-    return (
-        frame.with_columns(start.alias("start_ns"), dur.alias("dur_ns"))
-        .with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-        .drop("ts", "dur")
-        .with_row_index("event_id")
-        .with_columns(pl.col("event_id").cast(pl.Int64))
-    )
+
+
+#: A JSON list of integers, nothing else (what :func:`int_list` accepts).
+_INT_LIST = r"^\[\s*(-?\d+(\s*,\s*-?\d+)*)?\s*\]$"
+
+
+def _int_list(raw: pl.Expr) -> pl.Expr:
+    """Raw JSON -> list of int64 when it is a list of integers, else null."""
+    text = raw.cast(pl.String)
+    return pl.when(text.str.contains(_INT_LIST)).then(text.str.json_decode(pl.List(pl.Int64)))
+
+
+def _raw_text(raw: pl.Expr) -> pl.Expr:
+    """Raw JSON bytes -> text; an absent value (empty) -> null."""
+    return pl.when(raw.bin.size() > 0).then(raw.cast(pl.String))
 
 
 def us_text_to_ns(text: pl.Expr) -> pl.Expr:
@@ -322,24 +418,8 @@ def us_text_to_ns(text: pl.Expr) -> pl.Expr:
     exact = whole.cast(pl.Int64, strict=False) * 1000 + pl.when(negative).then(-1).otherwise(
         1
     ) * frac.cast(pl.Int64, strict=False)
-    approx = (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
+    approx = (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64)
     return pl.when(text.str.contains("[eE]")).then(approx).otherwise(exact)
-
-
-def _check_times(path: Path, frame: pl.DataFrame, trace: Trace, evs: list[Event]) -> None:
-    """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`."""
-    for col in ("ts", "dur"):
-        us = pl.col(col).cast(pl.String).cast(pl.Float64, strict=False)
-        bad = frame.select(pl.arg_where(~(us.abs() <= MAX_ABS_US).fill_null(False))).to_series()
-        if len(bad):
-            event = evs[bad[0]]
-            index = next(i for i, e in enumerate(trace.traceEvents) if e is event)
-            text = bytes(getattr(event, col)).decode("utf-8", "replace")
-            raise TraceFormatError(
-                path,
-                f"$.traceEvents[{index}].{col}: {text} is not a time in microseconds "
-                f"(a number within +-{MAX_ABS_US:.0e})",
-            )
 
 
 def _steps(events: pl.DataFrame) -> pl.DataFrame:
@@ -370,25 +450,57 @@ def step_of(frame: pl.DataFrame, steps: pl.DataFrame, at: str = "start_ns") -> p
     ).drop("_s", "_e")
 
 
-def _ops(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Host ranges with nesting, module path and step."""
+def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Host ranges with nesting, module path and step.
+
+    Nesting, scopes and steps are worked out on a narrow frame (ids, thread, times) and put
+    back beside the wide one in ``op_id`` order, so the wide columns are never copied.
+    """
     is_module = (pl.col("cat") == "python_function") & pl.col("name").str.starts_with("nn.Module: ")
-    ops = events.filter(pl.col("cat").is_in(HOST_KINDS)).with_columns(
-        pl.col("event_id").alias("op_id"),
-        is_module.alias("is_module"),
-        pl.when(is_module).then(pl.lit("module")).otherwise(pl.col("cat")).alias("kind"),
-    )
-    ops = add_nesting(ops)
-    ops = add_scope_path(
-        ops,
+    narrow = host.select(
+        pl.col("event_id").alias("op_id"), "pid", "tid", "start_ns", "end_ns", "name", "cat"
+    ).with_columns(is_module.alias("is_module"))
+    narrow = add_nesting(narrow)
+    narrow = add_scope_path(
+        narrow,
         scope=pl.col("is_module"),
         label=pl.col("name").str.strip_prefix("nn.Module: "),
         out="module_path",
     )
-    ops = step_of(ops, steps)
-    # Beside the ops table's columns, what the collective extraction reads from host ops.
-    comm_args = ["concrete_inputs", "in_split", "out_split", *COLLECTIVE_ARGS]
-    return ops.select(*OPS_COLUMNS, "is_module", *comm_args).sort("op_id")
+    narrow = step_of(narrow.drop("name", "cat"), steps).sort("op_id")
+    ops = host.rename({"event_id": "op_id"}).with_columns(
+        pl.when(narrow.get_column("is_module"))
+        .then(pl.lit("module"))
+        .otherwise(pl.col("cat").cast(pl.String))
+        .alias("kind"),
+        narrow.get_column("depth"),
+        narrow.get_column("parent_id"),
+        narrow.get_column("module_path"),
+        narrow.get_column("step"),
+        narrow.get_column("is_module"),
+    )
+    return ops.select(
+        "op_id",
+        "pid",
+        "tid",
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "depth",
+        "parent_id",
+        "module_path",
+        "input_dims",
+        "input_types",
+        "external_id",
+        "correlation",
+        "step",
+        "is_module",
+        "concrete_inputs",
+        "seq_nr",
+        "fwd_tid",
+    )
 
 
 def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
@@ -402,9 +514,8 @@ def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
     )
 
 
-def _kernels(events: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def _kernels(gpu: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """GPU activity, each with the step of the runtime call that launched it."""
-    gpu = events.filter(pl.col("cat").is_in(GPU_KINDS))
     launches = (
         ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
         .select("correlation", pl.col("step").alias("launch_step"))
@@ -475,11 +586,11 @@ def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
+def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) -> pl.DataFrame:
     info = trace.distributedInfo or {}
-    host_ops = events.filter(pl.col("cat") == "cpu_op")
+    host_ops = ops.filter(pl.col("kind") == "cpu_op")
     pid = host_ops.get_column("pid").mode().min() if not host_ops.is_empty() else None
-    devices = events.filter(pl.col("cat") == "kernel").get_column("device").drop_nulls()
+    devices = gpu.filter(pl.col("cat") == "kernel").get_column("device").drop_nulls()
     device = int(devices.mode().min()) if len(devices) else None
     gpu_name = None
     for props in trace.deviceProperties or []:
@@ -493,8 +604,6 @@ def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
             "host": [trace.host_name],
             "pid": [pid],
             "device": [f"cuda:{device}" if device is not None else "cpu"],
-            # One process per GPU is the norm, so the GPU index is the rank within the host.
-            "local_rank": [device],
             "gpu_name": [gpu_name],
             "backend": [_str(info.get("backend"))],
             "comm_lib_version": [_str(info.get("nccl_version"))],
@@ -505,7 +614,6 @@ def _ranks_table(trace: Trace, events: pl.DataFrame, rank: int) -> pl.DataFrame:
             "host": pl.String,
             "pid": pl.Int64,
             "device": pl.String,
-            "local_rank": pl.Int64,
             "gpu_name": pl.String,
             "backend": pl.String,
             "comm_lib_version": pl.String,
@@ -523,5 +631,36 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _raw_text(value: msgspec.Raw) -> str | None:
-    return bytes(value).decode("utf-8", "replace") if value else None
+_EMPTY_BATCH = pl.DataFrame(
+    schema={
+        "event_id": pl.Int64,
+        "cat": CAT,
+        "name": pl.String,
+        "pid": pl.Int64,
+        "tid": pl.Int64,
+        "grid": pl.List(pl.Int64),
+        "block": pl.List(pl.Int64),
+        "input_dims": pl.String,
+        "input_types": pl.String,
+        "concrete_inputs": pl.String,
+        **_ARG_COLUMNS,
+        "start_ns": pl.Int64,
+        "dur_ns": pl.Int64,
+    }
+)
+
+_HOST_FRAME = [
+    "event_id",
+    "cat",
+    "name",
+    "pid",
+    "tid",
+    "start_ns",
+    "dur_ns",
+    "input_dims",
+    "input_types",
+    "concrete_inputs",
+    *_HOST_ARGS,
+]
+_GPU_FRAME = ["event_id", "cat", "name", "pid", "tid", "start_ns", "dur_ns", "grid", "block"]
+_GPU_FRAME += _GPU_ARGS

@@ -65,13 +65,18 @@ def collectives_table(
     trace: Trace,
     events: pl.DataFrame,
     ops: pl.DataFrame,
+    meta: pl.DataFrame,
     kernels: pl.DataFrame,
     warnings: Warnings,
 ) -> pl.DataFrame:
     """One row per collective this rank executed (NCCL kernel or gloo work), schema columns
-    plus ``_pg_desc`` and ``_pg_ranks`` for :func:`communicators_table`."""
+    plus ``_pg_desc`` and ``_pg_ranks`` for :func:`communicators_table`.
+
+    ``events`` is the GPU activity with its collective metadata; ``meta`` the collective
+    metadata of every event that has some, by ``event_id`` (for ``record_param_comms``).
+    """
     groups = _pg_config(trace)
-    gpu = _nccl_kernel_collectives(events, ops, kernels)
+    gpu = _nccl_kernel_collectives(events, ops, meta, kernels)
     cpu = _gloo_collectives(ops, warnings)
     frame = pl.concat([gpu, cpu], how="diagonal_relaxed") if not cpu.is_empty() else gpu
     if frame.is_empty():
@@ -170,7 +175,7 @@ def _enclosing(inner: pl.DataFrame, outer: pl.DataFrame, prefix: str) -> pl.Data
 
 
 def _nccl_kernel_collectives(
-    events: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame
+    events: pl.DataFrame, ops: pl.DataFrame, meta: pl.DataFrame, kernels: pl.DataFrame
 ) -> pl.DataFrame:
     comm_ids = kernels.filter(pl.col("kind") == "comm").select("kernel_id", "step")
     if comm_ids.is_empty():
@@ -208,8 +213,11 @@ def _nccl_kernel_collectives(
         pl.col("launch_start_ns").alias("start_ns"),
         pl.col("launch_end_ns").alias("end_ns"),
     ).filter(pl.col("start_ns").is_not_null())
-    rpc = ops.filter(
-        (pl.col("name") == "record_param_comms") & pl.col("collective_name").is_not_null()
+    rpc = (
+        ops.filter(pl.col("name") == "record_param_comms")
+        .join(meta.rename({"event_id": "op_id"}), on="op_id", how="inner")
+        .filter(pl.col("collective_name").is_not_null())
+        .sort("op_id")
     )
     by_ext = rpc.select(
         "external_id",

@@ -2,12 +2,16 @@
 
 Profilers record ranges (ops, annotations, NVTX pushes) as start/end pairs per thread. Which
 range encloses which is not written down; it follows from the times. This module derives it
-with sorts, cumulative sums and as-of joins instead of a Python stack walk per event.
+with sorts, cumulative sums and binary searches instead of a Python stack walk per event.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
+
+#: Bits of a boundary's position in the packed (thread, depth, position) sort key.
+_POS_BITS = 34
 
 
 def add_nesting(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -17,58 +21,62 @@ def add_nesting(ranges: pl.DataFrame) -> pl.DataFrame:
     times a range that ends closes before one that starts opens, and a longer range opens
     before a shorter one, so back-to-back and same-start ranges nest the way they were
     recorded. Ranges that overlap without nesting (rare, async) get a best-effort parent.
+
+    Worked on plain numpy arrays (one sort of the boundaries, a running sum, one binary
+    search): a few arrays of the ranges' length, where the same steps as frame sorts and an
+    as-of join cost several times the memory.
     """
     if ranges.is_empty():
         return ranges.with_columns(
             pl.lit(None, pl.Int64).alias("depth"), pl.lit(None, pl.Int64).alias("parent_id")
         )
-    zero = pl.col("end_ns") == pl.col("start_ns")
-    # One row per boundary. kind orders ties at one instant: closes of non-empty ranges (0),
-    # then opens (1), then closes of empty ranges (2), which must follow their own open.
-    opens = ranges.select(
-        "op_id",
-        "pid",
-        "tid",
-        pl.col("start_ns").alias("t"),
-        pl.lit(1, pl.Int8).alias("kind"),
-        (-pl.col("end_ns")).alias("tie"),
-        pl.lit(1, pl.Int64).alias("delta"),
-    )
-    closes = ranges.select(
-        "op_id",
-        "pid",
-        "tid",
-        pl.col("end_ns").alias("t"),
-        pl.when(zero).then(pl.lit(2, pl.Int8)).otherwise(pl.lit(0, pl.Int8)).alias("kind"),
-        (-pl.col("start_ns")).alias("tie"),
-        pl.lit(-1, pl.Int64).alias("delta"),
-    )
-    bounds = (
-        pl.concat([opens, closes])
-        .sort("pid", "tid", "t", "kind", "tie", "op_id")
-        .with_columns(
-            pl.int_range(pl.len(), dtype=pl.Int64).alias("pos"),
-            (pl.col("delta").cum_sum().over("pid", "tid") - pl.col("delta")).alias("open_before"),
+    n = ranges.height
+    thread = ranges.select(pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).to_series()
+    thread = thread.to_numpy()
+    start = ranges.get_column("start_ns").to_numpy()
+    end = ranges.get_column("end_ns").to_numpy()
+    op_id = ranges.get_column("op_id").to_numpy()
+    # One boundary per open and per close. kind orders ties at one instant: closes of
+    # non-empty ranges (0), then opens (1), then closes of empty ranges (2), which must follow
+    # their own open; then longer ranges open first (tie), then op_id.
+    kind = np.concatenate([np.ones(n, np.int8), np.where(end == start, 2, 0).astype(np.int8)])
+    order = np.lexsort(
+        (
+            np.concatenate([op_id, op_id]),
+            np.concatenate([-end, -start]),
+            kind,
+            np.concatenate([start, end]),
+            np.concatenate([thread, thread]),
         )
-        .filter(pl.col("kind") == 1)
-        .select("op_id", "pid", "tid", "pos", pl.col("open_before").alias("depth"))
     )
-    candidates = bounds.select(
-        "pid",
-        "tid",
-        "pos",
-        (pl.col("depth") + 1).alias("depth"),
-        pl.col("op_id").alias("parent_id"),
-    ).sort("pos")
-    linked = bounds.sort("pos").join_asof(
-        candidates,
-        on="pos",
-        by=["pid", "tid", "depth"],
-        strategy="backward",
-        allow_exact_matches=False,
-        check_sortedness=False,
+    kind = kind[order]
+    delta = np.where(kind == 1, 1, -1).astype(np.int32)
+    # Every range opens and closes on its own thread, so the running sum is back to 0 at the
+    # end of each thread: one cumulative sum counts the ranges open on each thread.
+    open_before = np.cumsum(delta, dtype=np.int64) - delta
+    pos = np.flatnonzero(kind == 1)  # opens, in boundary order
+    row = order[pos]
+    depth = open_before[pos]
+    del kind, delta, open_before, order
+    # The parent is the last open before this one on the same thread one level up: search
+    # for it in the opens sorted by (thread, depth, position), packed into one integer.
+    key = thread[row] * (int(depth.max()) + 2) + depth
+    packed = (key << _POS_BITS) | pos
+    by_key = np.argsort(packed, kind="stable")
+    packed = packed[by_key]
+    j = np.searchsorted(packed, ((key - 1) << _POS_BITS) | pos, side="left") - 1
+    j_safe = np.clip(j, 0, None)
+    found = (j >= 0) & ((packed[j_safe] >> _POS_BITS) == key - 1) & (depth > 0)
+    out_depth = np.empty(n, np.int64)
+    out_depth[row] = depth
+    out_parent = np.empty(n, np.int64)
+    out_parent[row] = np.where(found, op_id[row[by_key[j_safe]]], 0)
+    has_parent = np.empty(n, bool)
+    has_parent[row] = found
+    return ranges.with_columns(
+        pl.Series("depth", out_depth),
+        pl.when(pl.Series(has_parent)).then(pl.Series(out_parent)).alias("parent_id"),
     )
-    return ranges.join(linked.select("op_id", "depth", "parent_id"), on="op_id", how="left")
 
 
 def add_scope_path(

@@ -15,7 +15,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -132,6 +132,7 @@ def ingest(
     *,
     job: str | None = None,
     jobs: int | None = None,
+    scheduler: str | None = None,
     on_start: Callable[[int], None] | None = None,
     on_file: Callable[[FileOutcome], None] | None = None,
 ) -> IngestSummary:
@@ -147,6 +148,8 @@ def ingest(
         Job name for every file; default: the folder name (see :func:`find_inputs`).
     jobs
         Worker processes; default: one per core when the input is large, else in-process.
+    scheduler
+        Address of a Dask scheduler: parse there instead (see :mod:`pipeline.ingest.distributed`).
     on_start
         Called once with the number of input files, for progress display.
     on_file
@@ -168,7 +171,7 @@ def ingest(
         remove_unlisted(dataset, manifest)  # what a killed ingest left behind
         todo, outcomes = _plan(inputs, manifest, on_file)
         try:
-            results = _parse_all(todo, dataset, jobs, on_file)
+            results = _parse_all(todo, dataset, jobs, on_file, scheduler)
             accepted = _check_ranks(results, manifest, dataset)
             _commit(dataset, manifest, accepted)
         except DatasetWriteError:
@@ -192,12 +195,13 @@ def _plan(
     todo: list[tuple[InputFile, str]] = []
     done: list[FileOutcome] = []
     seen: set[str] = set()
-    for inp in inputs:
-        try:
-            sha = _sha256(inp.path)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            if exc.errno == errno.ENOENT and inp.path.is_symlink():
+    # hashlib releases the GIL on large buffers: a few threads hash as fast as the disk reads
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as hashers:
+        hashes = list(hashers.map(_sha256_or_error, [inp.path for inp in inputs]))
+    for inp, sha in zip(inputs, hashes, strict=True):
+        if isinstance(sha, OSError):
+            reason = sha.strerror or str(sha)
+            if sha.errno == errno.ENOENT and inp.path.is_symlink():
                 reason += " (broken symbolic link)"
             error = f"{inp.path}: cannot read file: {reason}"
             out = FileOutcome(inp.path, inp.job, "failed", error=error)
@@ -214,26 +218,38 @@ def _plan(
     return todo, done
 
 
-def _parse_all(todo, dataset: Path, jobs: int | None, on_file) -> list[FileOutcome]:
-    total = sum(inp.path.stat().st_size for inp, _ in todo)
+def _parse_all(
+    todo, dataset: Path, jobs: int | None, on_file, scheduler: str | None = None
+) -> list[FileOutcome]:
+    """Parse every file (in order of ``todo``), in-process, in a local pool or on Dask."""
+    sizes = [inp.path.stat().st_size for inp, _ in todo]
     if jobs is None:
-        jobs = min(os.cpu_count() or 1, len(todo)) if total >= POOL_MIN_BYTES else 1
+        jobs = min(os.cpu_count() or 1, len(todo)) if sum(sizes) >= POOL_MIN_BYTES else 1
     args = [(inp.path, inp.job, inp.explicit, sha, dataset) for inp, sha in todo]
+    if scheduler is not None and todo:
+        from pipeline.ingest.distributed import parse_on_cluster
+
+        return parse_on_cluster(parse_file, args, scheduler, lambda o: _notify(on_file, o))
     results: list[FileOutcome] = []
     if jobs <= 1 or len(todo) <= 1:
         for a in args:
             results.append(parse_file(*a))
             _notify(on_file, results[-1])
         return results
+    # Largest files first so that no worker is left with a big one at the end; results are
+    # put back in input order (the rank checks keep the first file that claims a rank).
+    order = sorted(range(len(args)), key=lambda i: -sizes[i])
+    slots: list[FileOutcome | None] = [None] * len(args)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(parse_file, *args[i]): i for i in order}
         try:
-            for out in pool.map(parse_file, *zip(*args, strict=True)):
-                results.append(out)
+            for future in as_completed(futures):
+                slots[futures[future]] = out = future.result()
                 _notify(on_file, out)
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
-    return results
+    return [out for out in slots if out is not None]
 
 
 def parse_file(path: Path, job: str, explicit: bool, sha256: str, dataset: Path) -> FileOutcome:
@@ -378,13 +394,20 @@ def _files_row(out: FileOutcome) -> pa.Table:
     return table.drop_columns(["job"])
 
 
+def _sha256_or_error(path: Path) -> str | OSError:
+    try:
+        return _sha256(path)
+    except OSError as exc:
+        return exc
+
+
 def _sha256(path: Path) -> str:
     """The file's sha256; OSError for anything but a readable regular file."""
     if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block forever in open()
         raise OSError(f"not a regular file but {_kind(path)}")
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+        while chunk := f.read(4 << 20):
             h.update(chunk)
     return h.hexdigest()
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from pipeline.synth.job import JobSpec
+from pipeline.synth.scale import write_scaled_job
 from pipeline.synth.writer import write_job
 
 
@@ -17,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
     d = JobSpec()
     p = argparse.ArgumentParser(
         prog="python -m pipeline.synth",
-        description="Write Kineto traces of a synthetic Megatron-style GPT job, one per rank.",
+        description="Write Kineto traces of a synthetic Megatron-style GPT job, one per rank "
+        "(and, with --formats, NCCL debug logs and an Nsight Systems export of the same job).",
     )
     p.add_argument("out", nargs="?", type=Path, help="output folder (or use --out)")
     p.add_argument("--out", dest="out_opt", type=Path, help="output folder")
@@ -47,6 +49,22 @@ def _parser() -> argparse.ArgumentParser:
         help="rank whose forward attention kernels run slow (-1: none)",
     )
     p.add_argument("--gzip", action="store_true", help="write .pt.trace.json.gz")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        help="write the simulated steps this many times over (fast; see pipeline.synth.scale)",
+    )
+    p.add_argument(
+        "--target-mb",
+        type=float,
+        help="repeat the steps until the Kineto traces hold about this many MB (10^6 B)",
+    )
+    p.add_argument(
+        "--formats",
+        default=None,
+        help="comma list of kineto, nccl (NCCL_DEBUG=INFO log per rank), nsys (one SQLite "
+        "export); implies the scaled writer (default: kineto)",
+    )
     return p
 
 
@@ -77,9 +95,27 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    paths = write_job(spec, out, use_gzip=args.gzip)
-    total = sum(p.stat().st_size for p in paths)
-    print(f"wrote {len(paths)} traces, {total / 1e6:.2f} MB, to {out}")
+    if args.repeats is None and args.target_mb is None and args.formats is None:
+        paths = write_job(spec, out, use_gzip=args.gzip)
+        total = sum(p.stat().st_size for p in paths)
+        print(f"wrote {len(paths)} traces, {total / 1e6:.2f} MB, to {out}")
+        return 0
+    formats = (args.formats or "kineto").split(",")
+    try:
+        written = write_scaled_job(
+            spec,
+            out,
+            repeats=args.repeats,
+            target_bytes=int(args.target_mb * 1e6) if args.target_mb else None,
+            formats=formats,
+            use_gzip=args.gzip,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for fmt, paths in written.items():
+        total = sum(p.stat().st_size for p in paths)
+        print(f"wrote {len(paths)} {fmt} files, {total / 1e6:.2f} MB, to {out}")
     return 0
 
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.synth.kineto import KinetoTrace, render_trace
+from pipeline.synth.kineto import Event, KinetoTrace, render_trace
 
 COMPUTE_STREAM = 7
 NCCL_VERSION = "2.26.2"
@@ -195,6 +195,21 @@ def dp_buckets(spec: JobSpec, pp_rank: int) -> list[int]:
 
 
 # -- simulation ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommCall:
+    """One NCCL call a rank made, for writers of other formats (NCCL log, Nsight)."""
+
+    group: Group
+    op: str  # all_reduce, broadcast, send, recv
+    dtype: str  # torch dtype key of DTYPE
+    count: int  # elements
+    peer: int | None  # group-local peer of send/recv
+    root: int | None  # group-local root of broadcast
+    stream: int
+    start_ns: int  # kernel start
+    end_ns: int
+
+
 @dataclass
 class CommRequest:
     """A rank enqueues one collective (or one side of a send/recv)."""
@@ -429,6 +444,7 @@ class Rank:
     autograd_tid: int
     streams: dict[int, int] = field(default_factory=dict)  # stream -> busy until (ns)
     seq: dict[str, int] = field(default_factory=dict)  # per-group collective counter
+    calls: list[CommCall] = field(default_factory=list)  # every NCCL call, in issue order
     tid: int = 0
     autograd_seq: int = 0
 
@@ -646,6 +662,9 @@ class Rank:
                     self.trace.gpu_annotation(
                         title, stream, arrival - 1_000, end - arrival + 1_500, ann_ext
                     )
+                    self.calls.append(
+                        CommCall(g, op, dtype, nelems, peer, root, stream, arrival, end)
+                    )
                     self.cpu_ns += call + 1_000
                 self.streams[stream] = end
         if blocking:
@@ -659,6 +678,15 @@ def rank_trace_name(spec: JobSpec, rank: int) -> str:
 
 def job_traces(spec: JobSpec) -> dict[str, str]:
     """Simulate the whole job; return {file name: trace JSON text} for every rank."""
+    groups, ranks, starts = simulate_job(spec)
+    out: dict[str, str] = {}
+    for r, state in ranks.items():
+        out[rank_trace_name(spec, r)] = _render(spec, state, groups, starts[r])
+    return out
+
+
+def simulate_job(spec: JobSpec) -> tuple[list[Group], dict[int, Rank], dict[int, int]]:
+    """Run every rank's program on one clock: (groups, rank states, first CPU time per rank)."""
     groups = process_groups(spec)
     ranks: dict[int, Rank] = {}
     for r in range(spec.world):
@@ -671,22 +699,33 @@ def job_traces(spec: JobSpec) -> dict[str, str]:
 
     starts = {r: ranks[r].cpu_ns for r in ranks}
     simulate({r: rank_program(ranks[r]) for r in ranks})
-    out: dict[str, str] = {}
-    for r, state in ranks.items():
-        out[rank_trace_name(spec, r)] = _render(spec, state, groups, starts[r])
-    return out
+    return groups, ranks, starts
+
+
+def trace_window(state: Rank, start_ns: int) -> tuple[int, int]:
+    """(begin, end) of the profiler's window around a rank's events."""
+    return start_ns - 150_000, max(state.cpu_ns, max(state.streams.values())) + 80_000
+
+
+def metadata_events(spec: JobSpec, state: Rank, begin: int) -> list[Event]:
+    """The ``ph: M`` events naming the rank's process, threads and streams."""
+    threads = {state.main_tid: "pt_main_thread", state.autograd_tid: "pt_autograd_0"}
+    streams = [COMPUTE_STREAM] + sorted(set(state.stream_of.values()))
+    return state.trace.metadata_events(begin + 3_000, threads, streams, min(spec.world, 8))
 
 
 def _render(spec: JobSpec, state: Rank, groups: list[Group], start_ns: int) -> str:
     tr = state.trace
-    begin = start_ns - 150_000
-    end = max(state.cpu_ns, max(state.streams.values())) + 80_000
-    threads = {state.main_tid: "pt_main_thread", state.autograd_tid: "pt_autograd_0"}
-    streams = [COMPUTE_STREAM] + sorted(set(state.stream_of.values()))
-    events = tr.metadata_events(begin + 3_000, threads, streams, min(spec.world, 8))
+    begin, end = trace_window(state, start_ns)
+    events = metadata_events(spec, state, begin)
     events += sorted(tr.events, key=lambda e: e.head["ts"].ns) + tr.span_events(begin, end)
+    return render_trace(trace_top(spec, state, groups), events, rank_trace_name(spec, state.rank))
+
+
+def trace_top(spec: JobSpec, state: Rank, groups: list[Group]) -> dict[str, Any]:
+    """The top-level keys of a rank's trace, in PyTorch's order."""
     mine = [g for g in groups if state.rank in g.ranks]
-    top = {
+    return {
         "schemaVersion": 1,
         "deviceProperties": [{"id": i, **_props()} for i in range(min(spec.world, 8))],
         "cupti_version": 24,
@@ -716,7 +755,6 @@ def _render(spec: JobSpec, state: Rank, groups: list[Group], start_ns: int) -> s
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": BASE_TIME_NS,
     }
-    return render_trace(top, events, rank_trace_name(spec, state.rank))
 
 
 def _props() -> dict[str, Any]:

@@ -70,7 +70,23 @@ class _Micro:
         self.ns = ns
 
 
+class Slot:
+    """A number left open in a rendered template (see :mod:`pipeline.synth.scale`): renders as
+    ``@@<index>@@``, followed by ``suffix`` (the fixed decimals of a time)."""
+
+    __slots__ = ("index", "suffix")
+
+    def __init__(self, index: int, suffix: str = "") -> None:
+        self.index = index
+        self.suffix = suffix
+
+    def __str__(self) -> str:
+        return f"@@{self.index}@@{self.suffix}"
+
+
 def _val(v: Any) -> str:
+    if isinstance(v, Slot):
+        return str(v)
     if isinstance(v, _Micro):
         return fmt_us(v.ns)
     if isinstance(v, float):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import sqlite3
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,36 @@ class Layout:
     allreduce_ns: int = 50_000
 
 
+@dataclass(frozen=True)
+class JobKernel:
+    """One kernel of a synthetic job (:mod:`pipeline.synth.scale`), with its launch call and,
+    for NCCL kernels, the NCCL API call (``ncclAllReduce``...) that NCCL's NVTX range names."""
+
+    name: str
+    stream: int
+    start_ns: int
+    dur_ns: int
+    launch_ns: int
+    launch_dur_ns: int
+    nccl_call: str | None = None
+    grid: tuple[int, int, int] = (1, 1, 1)
+    block: tuple[int, int, int] = (1, 1, 1)
+
+    def shifted(self, ns: int) -> JobKernel:
+        """The same kernel ``ns`` later."""
+        return JobKernel(
+            self.name,
+            self.stream,
+            self.start_ns + ns,
+            self.dur_ns,
+            self.launch_ns + ns,
+            self.launch_dur_ns,
+            self.nccl_call,
+            self.grid,
+            self.block,
+        )
+
+
 class _Strings:
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
@@ -65,8 +95,13 @@ def write_export(
     payloads: bool = False,
     hostname: str = "node-0",
     gpu_name: str = "NVIDIA H100 80GB HBM3",
+    kernels: Mapping[int, Sequence[JobKernel]] | None = None,
 ) -> Path:
-    """Write the export to ``path`` (replaced if present) and return ``path``."""
+    """Write the export to ``path`` (replaced if present) and return ``path``.
+
+    With ``kernels`` (rank -> that rank's kernels, times relative to the session start), each
+    rank's kernels, launches and NCCL ranges are those instead of ``layout``'s.
+    """
     path = Path(path)
     path.unlink(missing_ok=True)
     world = world_size or max(ranks) + 1
@@ -78,7 +113,10 @@ def write_export(
                 con.execute("ALTER TABLE NVTX_EVENTS ADD COLUMN binaryData TEXT")
         strings = _Strings()
         for rank in ranks:
-            _write_rank(con, rank, world, layout, strings, payloads)
+            if kernels is not None:
+                _write_job_rank(con, rank, kernels.get(rank, []), strings)
+            else:
+                _write_rank(con, rank, world, layout, strings, payloads)
         _write_facts(con, ranks, strings, session_start_ns, hostname, gpu_name)
         con.executemany(
             "INSERT INTO StringIds VALUES (?, ?)", ((i, s) for s, i in strings.ids.items())
@@ -111,6 +149,44 @@ def _write_rank(
     con.executemany(
         f"INSERT INTO NVTX_EVENTS VALUES ({marks})",
         (r if payloads else r[:NVTX_COLUMNS] for r in nvtx),
+    )
+    con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, pid, "python"))
+    con.execute("INSERT INTO ThreadNames VALUES (?, ?, ?)", (strings("python"), 20, gtid))
+
+
+def _write_job_rank(
+    con: sqlite3.Connection, rank: int, kernels: Sequence[JobKernel], strings: _Strings
+) -> None:
+    """One rank's given kernels, their ``cudaLaunchKernel`` calls and NCCL's NVTX ranges."""
+    pid = 1000 + rank
+    gpid, gtid, device = VM | pid << 24, VM | pid << 24 | pid, rank % 8
+    launch = strings("cudaLaunchKernel_v7000")
+    rows, calls = [], []
+    nvtx: list[tuple] = [_nvtx(1_000, None, 75, "NCCL", gtid, 1)]
+    for corr, k in enumerate(kernels, start=1):
+        name = strings(k.name)
+        short = strings(k.name.split("(")[0])
+        end = k.start_ns + k.dur_ns
+        rows.append(
+            (k.start_ns, end, device, 1, None, k.stream, corr, gpid, name, short, None, 1, 0, 128)
+            + k.grid
+            + k.block
+            + (0, 0, 0, 0, corr, None, None, 0)
+        )
+        calls.append((k.launch_ns, k.launch_ns + k.launch_dur_ns, 0, gtid, corr, launch, 0, None))
+        if k.nccl_call is not None:
+            text = strings(k.nccl_call)
+            start = k.launch_ns - 200
+            nvtx.append(_nvtx(start, k.launch_ns + k.launch_dur_ns + 200, 59, None, gtid, 1, text))
+    con.executemany(
+        f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * KERNEL_COLUMNS)})", rows
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)", calls
+    )
+    con.executemany(
+        f"INSERT INTO NVTX_EVENTS VALUES ({', '.join('?' * NVTX_COLUMNS)})",
+        (r[:NVTX_COLUMNS] for r in nvtx),
     )
     con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, pid, "python"))
     con.execute("INSERT INTO ThreadNames VALUES (?, ?, ?)", (strings("python"), 20, gtid))

@@ -1,0 +1,376 @@
+"""Large synthetic jobs, fast: one simulated window repeated as bytes, in three formats.
+
+The simulator (:mod:`pipeline.synth.job`) builds Python objects per event, which is fine
+for the bundled sample but far too slow for a 1 GB job. Here the job is simulated once
+(``spec.steps`` steps), each rank's events are rendered once into a *template* whose
+changing numbers are left open, and the template is written ``repeats`` times with those
+numbers moved on: times by one period (the same for every rank, so ranks stay aligned),
+ids (External id, correlation, Ev Idx, Python id, autograd sequence numbers) by their count
+in one window, ``ProfilerStep#N`` by ``spec.steps``. Writing a copy is a ``str.join``.
+
+Besides Kineto it writes, from the same simulated calls:
+
+- ``nccl``: an ``NCCL_DEBUG=INFO`` log per rank (``NCCL_DEBUG_SUBSYS=INIT,COLL,GRAPH``):
+  the version banner, per communicator ``Init START``/``COMPLETE`` with the same commId on
+  every member, ring/tree and channel connection lines, then one COLL line per call, in
+  the 2.26 shapes of ``shared/reference/formats-nccl-nsys.md`` §1;
+- ``nsys``: one Nsight Systems SQLite export of the job (:mod:`pipeline.synth.nsys`) whose
+  kernels, launches and NCCL ranges are the job's own.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from pipeline.synth import job as J
+from pipeline.synth.kineto import Event, Slot, _Micro, render_trace
+
+FORMATS = ("kineto", "nccl", "nsys")
+_MARK = re.compile(r"@@(\d+)@@")
+#: args holding per-rank counters that must stay unique across copies, by counter
+_ID_ARGS = {
+    "External id": "ext",
+    "correlation": "corr",
+    "Ev Idx": "ev_idx",
+    "Python id": "py_id",
+    "Python parent id": "py_id",
+    "Sequence number": "seq_nr",
+}
+
+
+@dataclass
+class _Template:
+    """A rank's window of events as text pieces with open numbers."""
+
+    static: list[str]  # text between the numbers (one more than numbers)
+    base: np.ndarray  # value of each number in the first copy
+    delta: np.ndarray  # its change per copy
+
+    def copy(self, k: int) -> str:
+        values = (self.base + k * self.delta).tolist()
+        out = [""] * (2 * len(values) + 1)
+        out[0::2] = self.static
+        out[1::2] = map(str, values)
+        return "".join(out)
+
+
+def simulated_job(spec: J.JobSpec) -> tuple[list[J.Group], dict[int, J.Rank], dict[int, int]]:
+    """The job simulated once (see :func:`pipeline.synth.job.simulate_job`)."""
+    return J.simulate_job(spec)
+
+
+def period_ns(ranks: dict[int, J.Rank], starts: dict[int, int]) -> int:
+    """One window's length, the same for all ranks, in whole microseconds."""
+    first = min(J.trace_window(ranks[r], starts[r])[0] for r in ranks)
+    last = max(J.trace_window(ranks[r], starts[r])[1] for r in ranks)
+    return -(-(last - first + 50_000) // 1_000) * 1_000
+
+
+def _template(spec: J.JobSpec, state: J.Rank, period: int) -> _Template:
+    tr = state.trace
+    counters = {
+        "ext": tr._ext,
+        "corr": tr._corr,
+        "ev_idx": tr._ev_idx,
+        "py_id": tr._py_id,
+        "seq_nr": state.autograd_seq,
+    }
+    base: list[int] = []
+    delta: list[int] = []
+
+    def slot(value: int, step: int, suffix: str = "") -> Slot:
+        base.append(value)
+        delta.append(step)
+        return Slot(len(base) - 1, suffix)
+
+    texts = []
+    for ev in sorted(tr.events, key=lambda e: e.head["ts"].ns):
+        head = dict(ev.head)
+        ts: _Micro = head["ts"]
+        head["ts"] = slot(ts.ns // 1_000, period // 1_000, f".{ts.ns % 1_000:03d}")
+        name = head.get("name", "")
+        if isinstance(name, str) and name.startswith("ProfilerStep#"):
+            head["name"] = f"ProfilerStep#{slot(int(name[13:]), spec.steps)}"
+        if head.get("ph") in ("s", "f"):
+            head["id"] = slot(head["id"], counters["corr"])
+        args = dict(ev.args) if ev.args is not None else None
+        for key, counter in _ID_ARGS.items():
+            if args is not None and type(args.get(key)) is int:
+                args[key] = slot(args[key], counters[counter])
+        texts.append(Event(head, args).render())
+    parts = _MARK.split(",\n".join(texts))
+    index = np.array(parts[1::2], dtype=np.int64)
+    return _Template(
+        static=parts[0::2],
+        base=np.array(base, dtype=np.int64)[index],
+        delta=np.array(delta, dtype=np.int64)[index],
+    )
+
+
+def _open(path: Path, use_gzip: bool) -> IO[str]:
+    if use_gzip:
+        # mtime=0: the bytes depend on the content only
+        raw = open(path, "wb")  # noqa: SIM115 - closed with the gzip stream
+        return _GzipText(raw)
+    return open(path, "w", encoding="utf-8")  # noqa: SIM115
+
+
+class _GzipText:
+    """A text writer onto a deterministic gzip stream (level 1: fast, for large jobs)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1, mtime=0)
+
+    def write(self, text: str) -> int:
+        return self._gz.write(text.encode())
+
+    def __enter__(self) -> _GzipText:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._gz.close()
+        self._raw.close()
+
+
+def write_kineto(
+    spec: J.JobSpec,
+    sim: tuple[list[J.Group], dict[int, J.Rank], dict[int, int]],
+    out_dir: Path,
+    repeats: int,
+    use_gzip: bool = False,
+) -> list[Path]:
+    """One trace per rank holding ``repeats`` copies of the simulated window."""
+    groups, ranks, starts = sim
+    period = period_ns(ranks, starts)
+    paths = []
+    for r, state in ranks.items():
+        begin, end = J.trace_window(state, starts[r])
+        meta = J.metadata_events(spec, state, begin)
+        spans = state.trace.span_events(begin, end + (repeats - 1) * period)
+        name = J.rank_trace_name(spec, r)
+        text = render_trace(J.trace_top(spec, state, groups), meta + spans, name)
+        cut = text.index(spans[0].render())
+        template = _template(spec, state, period)
+        path = out_dir / (name + (".gz" if use_gzip else ""))
+        with _open(path, use_gzip) as f:
+            f.write(text[:cut])
+            for k in range(repeats):
+                f.write(template.copy(k))
+                f.write(",\n")
+            f.write(text[cut:])
+        paths.append(path)
+    return paths
+
+
+# -- NCCL debug log ---------------------------------------------------------------------------
+NCCL_OPS = {
+    "all_reduce": "AllReduce",
+    "broadcast": "Broadcast",
+    "send": "Send",
+    "recv": "Recv",
+    "all_gather": "AllGather",
+    "reduce_scatter": "ReduceScatter",
+}
+#: torch dtype key of job.DTYPE -> ncclDataType_t
+NCCL_DTYPES = {"bf16": 9, "fp32": 7, "fp16": 6, "int64": 4, "int32": 2}
+
+
+def _comm_ptr(rank: int, group: J.Group) -> str:
+    return f"0x55{rank:04x}{int(group.name):04x}a0"
+
+
+def _comm_id(group: J.Group) -> str:
+    return f"0x{(0x9E3779B97F4A7C15 * (int(group.name) + 1)) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def _nccl_prefix(rank: int, pid: int, tid: int) -> str:
+    return f"node{rank // 8}:{pid}:{tid} [{rank % 8}] NCCL INFO "
+
+
+def _nccl_header(state: J.Rank) -> str:
+    r, pid = state.rank, state.main_tid
+    init = _nccl_prefix(r, pid, pid + 50)
+    lines = [f"{_nccl_prefix(r, pid, pid)}NCCL version {J.NCCL_VERSION}+cuda12.6"] if r == 0 else []
+    mine = [g for g in state.groups if r in g.ranks]
+    for g in mine:
+        me, n = g.ranks.index(r), len(g.ranks)
+        ids = (
+            f"comm {_comm_ptr(r, g)} rank {me} nranks {n} cudaDev {r % 8} nvmlDev {r % 8} "
+            f"busId {(r % 8) * 0x10 + 0x18:x}000 commId {_comm_id(g)}"
+        )
+        lines.append(f"{init}ncclCommInitRankConfig {ids} - Init START")
+        prev, nxt = (me - 1) % n, (me + 1) % n
+        for c in range(2):
+            lines.append(f"{init}Ring {c:02d} : {prev} -> {me} -> {nxt}")
+        down = nxt if me + 1 < n else -1
+        up = me - 1 if me > 0 else -1
+        lines.append(f"{init}Trees [0] {down}/-1/-1->{me}->{up} [1] {down}/-1/-1->{me}->{up}")
+        if n > 1:
+            for c in range(2):
+                lines.append(
+                    f"{init}Channel {c:02d}/0 : {me}[{r % 8}] -> {nxt}[{g.ranks[nxt] % 8}] "
+                    "via P2P/CUMEM/read"
+                )
+        lines.append(f"{init}ncclCommInitRankConfig {ids} - Init COMPLETE")
+    return "\n".join(lines) + "\n"
+
+
+def _nccl_calls(state: J.Rank, counters: dict[str, int]) -> str:
+    r, pid = state.rank, state.main_tid
+    prefix = _nccl_prefix(r, pid, pid)
+    lines = []
+    for i, c in enumerate(state.calls):
+        g = c.group
+        op_count = counters.get(g.name, 0)
+        counters[g.name] = op_count + 1
+        root = c.peer if c.peer is not None else (c.root or 0)
+        # 2.12+: send and recv print their one buffer as recvbuff
+        p2p = c.op in ("send", "recv")
+        send = "(nil)" if p2p else f"0x7f3a{(i % 4096):04x}0000"
+        recv = f"0x7f3b{(i % 4096):04x}0000"
+        lines.append(
+            f"{prefix}{NCCL_OPS[c.op]}: opCount {op_count:x} sendbuff {send} recvbuff {recv} "
+            f"count {c.count} datatype {NCCL_DTYPES[c.dtype]} op 0 root {root} "
+            f"comm {_comm_ptr(r, g)} [nranks={len(g.ranks)}] stream 0x55d1e2{c.stream:06x}"
+        )
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def nccl_log_name(rank: int) -> str:
+    """File name of a rank's NCCL log (``NCCL_DEBUG_FILE=%h.%p``-like)."""
+    return f"rank{rank}.nccl.log"
+
+
+def write_nccl_logs(
+    sim: tuple[list[J.Group], dict[int, J.Rank], dict[int, int]], out_dir: Path, repeats: int
+) -> list[Path]:
+    """One ``NCCL_DEBUG=INFO`` log per rank with the COLL line of every call of every copy."""
+    _, ranks, _ = sim
+    paths = []
+    for r, state in ranks.items():
+        path = out_dir / nccl_log_name(r)
+        counters: dict[str, int] = {}
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_nccl_header(state))
+            for _ in range(repeats):
+                f.write(_nccl_calls(state, counters))
+        paths.append(path)
+    return paths
+
+
+# -- Nsight Systems ---------------------------------------------------------------------------
+def job_kernels(
+    sim: tuple[list[J.Group], dict[int, J.Rank], dict[int, int]], repeats: int
+) -> dict[int, list]:
+    """Per rank, the job's kernels for :func:`pipeline.synth.nsys.write_export`."""
+    from pipeline.synth.nsys import JobKernel
+
+    _, ranks, starts = sim
+    period = period_ns(ranks, starts)
+    out: dict[int, list[JobKernel]] = {}
+    for r, state in ranks.items():
+        one = _rank_kernels(state)
+        out[r] = [k.shifted(i * period) for i in range(repeats) for k in one]
+    return out
+
+
+def _rank_kernels(state: J.Rank) -> list:
+    from pipeline.synth.nsys import JobKernel
+
+    events = state.trace.events
+    launches = {
+        e.args["correlation"]: e
+        for e in events
+        if e.head.get("cat") in ("cuda_runtime", "cuda_driver") and e.args
+    }
+    nccl_names = {c.start_ns: c for c in state.calls}
+    kernels = []
+    for e in sorted(events, key=lambda e: e.head["ts"].ns):
+        if e.head.get("cat") != "kernel" or not e.args:
+            continue
+        launch = launches.get(e.args["correlation"])
+        start = e.head["ts"].ns
+        call = nccl_names.get(start)
+        kernels.append(
+            JobKernel(
+                name=e.head["name"],
+                stream=e.args["stream"],
+                start_ns=start,
+                dur_ns=e.head["dur"].ns,
+                launch_ns=launch.head["ts"].ns if launch else start - 5_000,
+                launch_dur_ns=launch.head["dur"].ns if launch else 3_000,
+                nccl_call=f"nccl{NCCL_OPS[call.op]}" if call else None,
+                grid=tuple(e.args["grid"]),
+                block=tuple(e.args["block"]),
+            )
+        )
+    return kernels
+
+
+def write_nsys(
+    spec: J.JobSpec,
+    sim: tuple[list[J.Group], dict[int, J.Rank], dict[int, int]],
+    out_dir: Path,
+    repeats: int,
+) -> list[Path]:
+    """One SQLite export of the whole job (every rank a process)."""
+    from pipeline.synth.nsys import write_export
+
+    path = out_dir / "job.nsys.sqlite"
+    write_export(
+        path,
+        ranks=sorted(sim[1]),
+        world_size=spec.world,
+        kernels=job_kernels(sim, repeats),
+        session_start_ns=J.BASE_TIME_NS,
+    )
+    return [path]
+
+
+# -- everything -------------------------------------------------------------------------------
+def repeats_for(spec: J.JobSpec, sim, target_bytes: int) -> int:
+    """Copies of the window that make the Kineto traces about ``target_bytes`` in all."""
+    _, ranks, starts = sim
+    period = period_ns(ranks, starts)
+    one = sum(sum(map(len, _template(spec, s, period).static)) for s in ranks.values())
+    return max(1, -(-target_bytes // max(1, int(one * 1.1))))
+
+
+def write_scaled_job(
+    spec: J.JobSpec,
+    out_dir: Path,
+    *,
+    repeats: int | None = None,
+    target_bytes: int | None = None,
+    formats: Iterable[str] = ("kineto",),
+    use_gzip: bool = False,
+) -> dict[str, list[Path]]:
+    """Write the job in ``formats`` (see :data:`FORMATS`); returns the paths by format.
+
+    ``repeats`` copies of the simulated window, or as many as make ``target_bytes`` of
+    Kineto JSON (one copy when neither is given).
+    """
+    formats = list(formats)
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise ValueError(f"unknown formats {unknown}; choose from {list(FORMATS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sim = simulated_job(spec)
+    if repeats is None:
+        repeats = repeats_for(spec, sim, target_bytes) if target_bytes else 1
+    written: dict[str, list[Path]] = {}
+    if "kineto" in formats:
+        written["kineto"] = write_kineto(spec, sim, out_dir, repeats, use_gzip)
+    if "nccl" in formats:
+        written["nccl"] = write_nccl_logs(sim, out_dir, repeats)
+    if "nsys" in formats:
+        written["nsys"] = write_nsys(spec, sim, out_dir, repeats)
+    return written

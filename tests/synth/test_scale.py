@@ -1,0 +1,106 @@
+"""Scaled synthetic jobs: Kineto copies, NCCL debug logs and the Nsight export, parsed back."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.ingest import kineto, nccl_log, nsys
+from pipeline.ingest.detect import detect
+from pipeline.synth import JobSpec, write_job
+from pipeline.synth.scale import write_scaled_job
+
+SPEC = JobSpec()  # the bundled sample: TP2 x PP2 x DP2, 2 steps
+REPEATS = 3
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    out = tmp_path_factory.mktemp("scaled")
+    return write_scaled_job(SPEC, out, repeats=REPEATS, formats=["kineto", "nccl", "nsys"])
+
+
+def _raw_events(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["traceEvents"]
+
+
+def _nccl_kernels(events: list[dict]) -> list[dict]:
+    return [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+
+
+def test_one_copy_is_the_plain_generator_byte_for_byte(tmp_path: Path) -> None:
+    plain = write_job(SPEC, tmp_path / "plain")
+    scaled = write_scaled_job(SPEC, tmp_path / "scaled", repeats=1)["kineto"]
+    assert [p.name for p in plain] == [p.name for p in scaled]
+    for a, b in zip(plain, scaled, strict=True):
+        assert filecmp.cmp(a, b, shallow=False)
+
+
+def test_copies_repeat_steps_with_fresh_ids(job: dict[str, list[Path]], tmp_path: Path) -> None:
+    one = {p.name: p for p in write_job(SPEC, tmp_path / "one")}
+    for path in job["kineto"]:
+        events = _raw_events(path)
+        base = _raw_events(one[path.name])
+        x = Counter(e["cat"] for e in events if e.get("ph") == "X" and e.get("cat") != "Trace")
+        x1 = Counter(e["cat"] for e in base if e.get("ph") == "X" and e.get("cat") != "Trace")
+        assert x == Counter({k: REPEATS * n for k, n in x1.items()})
+        steps = [e["name"] for e in events if e["name"].startswith("ProfilerStep#")]
+        assert len(steps) == len(set(steps)) == REPEATS * SPEC.steps
+        corr = [e["args"]["correlation"] for e in events if e.get("cat") == "kernel"]
+        assert len(corr) == len(set(corr))
+        ext = [e["args"]["External id"] for e in events if e.get("cat") == "cpu_op"]
+        assert len(ext) == len(set(ext))
+        # parsed: every step whole, collectives numbered without repeats per communicator
+        result = kineto.parse(path)
+        assert result.tables["steps"].num_rows == REPEATS * SPEC.steps
+        comms = pl.from_arrow(result.tables["collectives"])
+        assert comms.height == len(_nccl_kernels(events))
+        assert comms.select(pl.struct("comm", "op", "seq").is_unique().all()).item()
+
+
+def test_nccl_logs_parse_back_with_the_same_calls(job: dict[str, list[Path]]) -> None:
+    traces = {int(re.match(r"rank(\d+)\.", p.name).group(1)): p for p in job["kineto"]}
+    assert len(job["nccl"]) == SPEC.world
+    for log in job["nccl"]:
+        rank = int(re.match(r"rank(\d+)\.nccl\.log", log.name).group(1))
+        assert detect(log) == "nccl_log"
+        text = log.read_text()
+        coll_lines = re.findall(r" NCCL INFO (\w+): opCount ", text)
+        kernels = _nccl_kernels(_raw_events(traces[rank]))
+        assert len(coll_lines) == len(kernels)
+        result = nccl_log.parse(log)
+        assert result.warnings.messages() == []
+        rows = pl.from_arrow(result.tables["collectives"])
+        assert rows.height == len(coll_lines)
+        assert set(rows["rank"].to_list()) == {rank}
+        want = Counter(e["args"]["Collective name"] for e in kernels)
+        names = {
+            "allreduce": "all_reduce",
+            "send": "send",
+            "recv": "recv",
+            "broadcast": "broadcast",
+        }
+        assert dict(Counter(rows["op"].to_list())) == {names[k]: n for k, n in want.items()}
+        init = re.findall(r"- Init COMPLETE", text)
+        assert len(init) == result.tables["communicators"].num_rows
+
+
+def test_nsys_export_holds_the_jobs_kernels(job: dict[str, list[Path]]) -> None:
+    (export,) = job["nsys"]
+    assert detect(export) == "nsys"
+    result = nsys.parse(export)
+    kernels = pl.from_arrow(result.tables["kernels"])
+    collectives = pl.from_arrow(result.tables["collectives"])
+    by_rank = dict(kernels.group_by("rank").len().iter_rows())
+    comm_by_rank = dict(collectives.group_by("rank").len().iter_rows())
+    for path in job["kineto"]:
+        rank = int(re.match(r"rank(\d+)\.", path.name).group(1))
+        events = _raw_events(path)
+        assert by_rank[rank] == sum(e.get("cat") == "kernel" for e in events)
+        assert comm_by_rank[rank] == len(_nccl_kernels(events))
