@@ -37,8 +37,11 @@ browser:
 	  || echo "could not install chromium: the browser tests will be skipped" >&2; \
 	fi
 
+# ARGS=--quick for smaller inputs; installs the bench extra (HTA) on first use
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -c "import hta" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[bench]' \
+	  || echo "HTA could not be installed: the benchmark runs without it"
+	$(BIN)/python -m benchmarks.run $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline tests benchmarks

@@ -1,9 +1,21 @@
-"""Kineto ingest vs a plain ``json.load`` of the same files, on real and generated traces.
+"""Kineto ingest next to the tools people use today, on the same inputs, in one run.
 
-Inputs: every real Kineto trace under ``../shared/real_traces`` (when present) and a
-generated 8-rank job of at least 500 MB of JSON, made by repeating the events of the real
-A100 trace (or, without real traces, of the bundled sample) with shifted times. Each side runs
-in its own child process, so peak RSS is that side's alone.
+Inputs: the real Kineto traces in ``../shared/real_traces`` (when present; one job per source
+folder or file, since they come from unrelated jobs) and a generated 16-rank job (TP2 x PP2 x
+DP4, ``pipeline.synth.scale``) of at least 1 GB of JSON (``--quick``: 200 MB).
+
+Each side runs in its own child process (``benchmarks.measure``: wall time, peak RSS of the
+child's whole process tree):
+
+- ``json.load`` and ``orjson.loads`` of every file (read + gunzip + decode, nothing else);
+- ``tokenwire ingest`` (parse + Parquet), 1 worker;
+- HTA's ``TraceAnalysis(trace_dir=...)`` load, one per job folder (``holistictraceanalysis``,
+  the ``bench`` extra); when it is missing or fails, the benchmark says so and goes on;
+- on the generated job: 2 local workers, a Dask LocalCluster of 2 worker processes
+  (cluster start excluded: it stands for a running cluster), ``tokenwire link``, and a plain
+  DuckDB ``count(*)`` over all of the job's Parquet tables.
+
+Then the issue's targets, each with the measured ratio and met / not met.
 """
 
 from __future__ import annotations
@@ -13,116 +25,261 @@ import gzip
 import json
 import shutil
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.measure import measure, report
+from benchmarks.measure import REPO, Measurement, line, measure
 
-REPO = Path(__file__).resolve().parents[1]
-JSON_LOAD = """
-import gzip, json, sys
+_TIMED = """
+import os, sys, time
+from pathlib import Path
+def done(t0):
+    open(os.environ["TW_TIMING"], "w").write(str(time.perf_counter() - t0))
+"""
+JSON_LOAD = (
+    _TIMED
+    + """
+import gzip, json
+t0 = time.perf_counter()
 for p in sys.argv[1:]:
     data = open(p, 'rb').read()
     if data[:2] == b'\\x1f\\x8b':
         data = gzip.decompress(data)
     json.loads(data)
+    del data
+done(t0)
 """
-# Real traces come from unrelated jobs (several claim rank 0), so each file is its own job;
-# the generated job is one job, as a user would ingest it.
-INGEST = """
-import sys
-from pathlib import Path
+)
+ORJSON_LOAD = JSON_LOAD.replace("import gzip, json", "import gzip, orjson as json")
+INGEST = (
+    _TIMED
+    + """
 from pipeline.ingest.run import ingest
-dataset, mode, paths = Path(sys.argv[1]), sys.argv[2], [Path(p) for p in sys.argv[3:]]
-if mode == 'one-job':
-    errors = ingest(paths, dataset, job='bench', jobs=1).errors
-else:
-    errors = [e for i, p in enumerate(paths)
-              for e in ingest([p], dataset, job=f'f{i}', jobs=1).errors]
+dataset, jobs, folders = Path(sys.argv[1]), int(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
+t0 = time.perf_counter()
+errors = ingest(folders, dataset, jobs=jobs).errors
+done(t0)
 for e in errors:
     print(e.error, file=sys.stderr)
 sys.exit(1 if errors else 0)
 """
+)
+INGEST_DASK = (
+    _TIMED
+    + """
+from distributed import LocalCluster
+from pipeline.ingest.run import ingest
+dataset, folders = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
+with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                  dashboard_address=None) as cluster:
+    t0 = time.perf_counter()
+    errors = ingest(folders, dataset, scheduler=cluster.scheduler_address).errors
+    done(t0)
+for e in errors:
+    print(e.error, file=sys.stderr)
+sys.exit(1 if errors else 0)
+"""
+)
+HTA_LOAD = (
+    _TIMED
+    + """
+import logging
+logging.disable(logging.CRITICAL)
+try:
+    from hta.trace_analysis import TraceAnalysis
+except ImportError as exc:
+    sys.exit(f"holistictraceanalysis is not installed (pip install 'tokenwire[bench]'): {exc}")
+t0 = time.perf_counter()
+for folder in sys.argv[1:]:
+    TraceAnalysis(trace_dir=folder)
+done(t0)
+"""
+)
+LINK = (
+    _TIMED
+    + """
+from pipeline.link.runner import link
+t0 = time.perf_counter()
+link(Path(sys.argv[1]))
+done(t0)
+"""
+)
+COUNT = (
+    _TIMED
+    + """
+import duckdb
+dataset = Path(sys.argv[1])
+con = duckdb.connect()
+t0 = time.perf_counter()
+total = 0
+for table in sorted(p for p in dataset.iterdir() if p.is_dir()):
+    files = sorted(str(f) for f in table.rglob('*.parquet'))
+    total += con.execute('SELECT count(*) FROM read_parquet(?)', [files]).fetchall()[0][0]
+done(t0)
+print(total)
+"""
+)
 
 
 def json_mb(paths: list[Path]) -> float:
     """Uncompressed JSON size of ``paths`` in MB (10^6 bytes)."""
     total = 0
     for p in paths:
-        data = p.read_bytes()
-        total += len(gzip.decompress(data)) if data[:2] == b"\x1f\x8b" else len(data)
+        if p.suffix == ".gz":
+            with gzip.open(p, "rb") as f:
+                while chunk := f.read(1 << 24):
+                    total += len(chunk)
+        else:
+            total += p.stat().st_size
     return total / 1e6
 
 
-def generate_job(seed_trace: Path, out: Path, *, ranks: int, target_mb: float) -> list[Path]:
-    """Write ``ranks`` traces totalling about ``target_mb`` MB by repeating a real trace."""
-    out.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(
-        gzip.decompress(seed_trace.read_bytes())
-        if seed_trace.suffix == ".gz"
-        else seed_trace.read_bytes()
-    )
-    events = doc["traceEvents"]
-    span = max(e.get("ts", 0) + e.get("dur", 0) for e in events) - min(
-        e.get("ts", 0) for e in events if "ts" in e
-    )
-    one = len(json.dumps(events)) / 1e6
-    copies = max(1, round(target_mb / ranks / one))
-    paths = []
-    for r in range(ranks):
-        path = out / f"rank{r}.pt.trace.json"
-        with open(path, "w") as f:
-            head = {k: v for k, v in doc.items() if k != "traceEvents"}
-            head["distributedInfo"] = dict(
-                head.get("distributedInfo") or {}, rank=r, world_size=ranks
-            )
-            f.write(json.dumps(head)[:-1] + ', "traceEvents": [')
-            for c in range(copies):
-                shifted = [
-                    dict(e, ts=round(e["ts"] + c * span, 3)) if "ts" in e else e for e in events
-                ]
-                f.write(("," if c else "") + json.dumps(shifted)[1:-1])
-            f.write("]}")
-        paths.append(path)
-    return paths
-
-
-def real_inputs() -> list[Path]:
-    """Every real Kineto trace, when ../shared/real_traces is there."""
+def real_job_folders(into: Path) -> list[Path]:
+    """One folder per real job (links to its Kineto traces only), when the traces are there."""
     root = REPO.parent / "shared" / "real_traces"
     if not root.is_dir():
         return []
-    return sorted((root / "kineto").rglob("*.json.gz")) + sorted(
-        (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz")
-    )
+    sources = [root / "kineto" / "dlrm_v100_8ranks", *sorted((root / "kineto").glob("*.json.gz"))]
+    sources += sorted(p for p in (root / "kineto_cpu_gloo").glob("*/*") if p.is_dir())
+    folders = []
+    for i, src in enumerate(sources):
+        files = sorted(src.glob("*.pt.trace.json.gz")) if src.is_dir() else [src]
+        folder = into / f"real{i}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (folder / f.name).symlink_to(f)
+        folders.append(folder)
+    return folders
 
 
-def run_case(title: str, paths: list[Path], work: Path, mode: str) -> str:
-    """Measure json.load and tokenwire ingest on ``paths`` (``mode``: one-job or per-file)."""
-    mb = json_mb(paths)
-    base = measure("json.load", JSON_LOAD, *map(str, paths))
-    dataset = work / f"ds-{title.replace(' ', '_')}"
+def generated_job(into: Path, target_mb: float) -> Path:
+    """A 16-rank job (TP2 x PP2 x DP4) of about ``target_mb`` MB of Kineto JSON."""
+    from pipeline.synth.job import JobSpec
+    from pipeline.synth.scale import write_scaled_job
+
+    folder = into / "gen16"
+    write_scaled_job(JobSpec(tp=2, pp=2, dp=4), folder, target_bytes=int(target_mb * 1e6))
+    return folder
+
+
+def _files(folders: list[Path]) -> list[str]:
+    return [str(f) for d in folders for f in sorted(d.iterdir())]
+
+
+def _rate(m: Measurement) -> float:
+    return m.inner_seconds if m.inner_seconds is not None else m.seconds
+
+
+def compare_tools(title: str, folders: list[Path], work: Path) -> dict[str, Measurement]:
+    """json.load, orjson, tokenwire (1 worker) and HTA on the same job folders."""
+    files = _files(folders)
+    mb = json_mb([Path(f) for f in files])
+    print(f"== {title}: {len(files)} files, {mb:,.1f} MB of JSON", flush=True)
+    out: dict[str, Measurement] = {}
+    dataset = work / f"ds-{title.split()[0]}"
     shutil.rmtree(dataset, ignore_errors=True)
-    ours = measure("tokenwire ingest (1 worker)", INGEST, str(dataset), mode, *map(str, paths))
-    return report(title, mb, base, ours)
+    steps = [
+        ("json", "json.load", JSON_LOAD, files),
+        ("orjson", "orjson.loads", ORJSON_LOAD, files),
+        (
+            "tokenwire",
+            "tokenwire ingest (1 worker)",
+            INGEST,
+            [str(dataset), "1", *map(str, folders)],
+        ),
+        ("hta", "HTA TraceAnalysis load", HTA_LOAD, [str(f) for f in folders]),
+    ]
+    for key, label, code, args in steps:
+        out[key] = measure(label, code, *args, check=key != "hta")
+        print(line(out[key], mb), flush=True)
+    out["_mb"] = Measurement("MB", mb, 0.0)
+    return out
 
 
-def main() -> None:
-    """Run the Kineto benchmark and print its table."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--generated-mb", type=float, default=520.0)
-    parser.add_argument("--work", type=Path, default=REPO / "bench_out")
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    real = real_inputs()
-    if real:
-        print(run_case("real Kineto traces", real, args.work, "per-file"), flush=True)
-        seed = next(p for p in real if p.name.startswith("a100"))
+def compare_scaling(folder: Path, work: Path) -> dict[str, Measurement]:
+    """1 vs 2 local workers, Dask LocalCluster(2) vs the pool, link vs count(*)."""
+    mb = json_mb(sorted(folder.iterdir()))
+    print(f"== workers and linking: the generated job ({mb:,.1f} MB)", flush=True)
+    out: dict[str, Measurement] = {}
+    for key, label, code, jobs in (
+        ("w1", "ingest, 1 worker", INGEST, "1"),
+        ("w2", "ingest, 2 local workers", INGEST, "2"),
+        ("dask", "ingest, Dask LocalCluster(2)", INGEST_DASK, None),
+    ):
+        dataset = work / f"ds-{key}"
+        shutil.rmtree(dataset, ignore_errors=True)
+        args = [str(dataset), *([jobs] if jobs else []), str(folder)]
+        out[key] = measure(label, code, *args, check=key != "dask")
+        print(line(out[key], mb), flush=True)
+    dataset = work / "ds-w2"
+    out["count"] = measure("DuckDB count(*) of every table", COUNT, str(dataset))
+    out["link"] = measure("tokenwire link", LINK, str(dataset))
+    for key in ("count", "link"):
+        m = out[key]
+        print(f"{line(m)}  (timed part {m.inner_seconds:.3f} s)", flush=True)
+    return out
+
+
+def targets(tools: dict[str, Measurement], scale: dict[str, Measurement]) -> list[tuple]:
+    """(target, measured text, met) for each of the issue's targets."""
+    rows = []
+    tw, hta, orj = tools["tokenwire"], tools["hta"], tools["orjson"]
+    if hta.ok:
+        speed = _rate(hta) / _rate(tw)
+        rows.append(("ingest >= 10x faster than HTA load", f"{speed:.1f}x", speed >= 10))
+        mem = hta.peak_rss_mb / tw.peak_rss_mb
+        rows.append(("ingest peak RSS <= 1/3 of HTA's", f"1/{mem:.1f}", mem >= 3))
     else:
-        print("== real traces: ../shared/real_traces is absent, skipped", flush=True)
-        seed = next((REPO / "sample_traces").rglob("*.json*"))
+        rows.append(("ingest >= 10x faster than HTA load", f"HTA failed: {hta.note}", None))
+    ratio = _rate(tw) / _rate(orj)
+    rows.append(("ingest (parse + Parquet) <= 2x orjson.loads", f"{ratio:.2f}x", ratio <= 2))
+    speedup = _rate(scale["w1"]) / _rate(scale["w2"])
+    rows.append(("2 local workers >= 1.7x faster than 1", f"{speedup:.2f}x", speedup >= 1.7))
+    if scale["dask"].ok:
+        ratio = _rate(scale["dask"]) / _rate(scale["w2"])
+        rows.append(("Dask LocalCluster(2) <= 1.3x the local pool", f"{ratio:.2f}x", ratio <= 1.3))
+    else:
+        rows.append(("Dask LocalCluster(2) <= 1.3x the local pool", scale["dask"].note, None))
+    ratio = scale["link"].inner_seconds / scale["count"].inner_seconds
+    rows.append(("tokenwire link <= 5x DuckDB count(*)", f"{ratio:.1f}x", ratio <= 5))
+    rows.append(("tokenwire report <= 5x DuckDB count(*)", "not on this branch", None))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the comparison and print its tables and the targets."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a 200 MB generated job")
+    parser.add_argument("--generated-mb", type=float, default=None)
+    parser.add_argument("--work", type=Path, default=REPO / "bench_out")
+    args = parser.parse_args(argv)
+    target_mb = args.generated_mb or (200.0 if args.quick else 1100.0)
+    args.work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
-        job = generate_job(seed, Path(tmp) / "job", ranks=8, target_mb=args.generated_mb)
-        print(run_case("generated 8-rank job", job, args.work, "one-job"), flush=True)
+        real = real_job_folders(Path(tmp) / "real")
+        if real:
+            results["real"] = compare_tools("real Kineto traces", real, args.work)
+        else:
+            print("== real traces: ../shared/real_traces is absent, skipped", flush=True)
+        gen = generated_job(Path(tmp), target_mb)
+        results["generated"] = compare_tools("generated 16-rank job", [gen], args.work)
+        scale = compare_scaling(gen, args.work)
+    rows = targets(results["generated"], scale)
+    print("== targets (generated 16-rank job; timed parts where a child reports one)")
+    for name, measured, met in rows:
+        verdict = "n/a" if met is None else ("met" if met else "NOT MET")
+        print(f"  {name:<46} {measured:>22}  {verdict}")
+    if "real" in results and results["real"]["hta"].ok:
+        r = results["real"]
+        print(
+            f"  (real traces: ingest {_rate(r['hta']) / _rate(r['tokenwire']):.1f}x faster "
+            f"than HTA, peak RSS 1/{r['hta'].peak_rss_mb / r['tokenwire'].peak_rss_mb:.1f})"
+        )
+    dump = {k: {n: asdict(m) for n, m in v.items()} for k, v in results.items()}
+    dump["scaling"] = {n: asdict(m) for n, m in scale.items()}
+    dump["targets"] = [list(r) for r in rows]
+    (args.work / "kineto_results.json").write_text(json.dumps(dump, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,43 +1,129 @@
-"""Run a command in a child process and report its wall time and peak RSS."""
+"""Run a command in a child process and report its wall time and peak memory.
+
+A child may write the seconds of its timed part (after imports and set-up) to the file
+named by ``$TW_TIMING``; that becomes ``inner_seconds``.
+
+Peak memory is that of the child's whole process tree (HTA parses ranks in a process pool;
+tokenwire may use workers): the sum of the resident sizes of the child and all its
+descendants, sampled every 20 ms from ``/proc``, and never less than the largest single
+process's own peak (``ru_maxrss``).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass
 class Measurement:
-    """Wall time and peak resident memory of one child process."""
+    """Wall time and peak resident memory of one child process tree."""
 
     label: str
     seconds: float
     peak_rss_mb: float
+    ok: bool = True
+    note: str = ""
+    inner_seconds: float | None = None  # the timed part only, when the child reports it
 
 
-def measure(label: str, code: str, *args: str) -> Measurement:
-    """Run ``python -c code args...`` and measure it; a failing child stops the benchmark."""
+def _tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and its descendants (Linux /proc; 0 elsewhere)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(name)] = int(fields[1])
+        rss[int(name)] = int(fields[21]) * _PAGE
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(p for p, parent in parents.items() if parent == pid)
+    return total
+
+
+def measure(label: str, code: str, *args: str, check: bool = True) -> Measurement:
+    """Run ``python -c code args...`` from the repository root and measure it.
+
+    A failing child stops the benchmark when ``check``; else it comes back with ``ok`` False
+    and its last line of stderr as ``note``.
+    """
+    timing = Path(tempfile.mkstemp(prefix="tw-bench-", suffix=".txt")[1])
+    env = dict(os.environ, PYTHONPATH=str(REPO), TW_TIMING=str(timing))
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code, *args])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stderr = proc.stderr.read() if proc.stderr is not None else ""
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"benchmark step {label!r} failed")
-    return Measurement(label, seconds, usage.ru_maxrss / 1024)
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    own = usage.ru_maxrss * 1024
+    peak_mb = max(peak[0], own) / 2**20
+    inner_text = timing.read_text().strip()
+    timing.unlink(missing_ok=True)
+    inner = float(inner_text) if inner_text else None
+    if proc.returncode != 0:
+        lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+        note = lines[-1] if lines else f"exit code {proc.returncode}"
+        if check:
+            raise SystemExit(f"benchmark step {label!r} failed: {note}")
+        return Measurement(label, seconds, peak_mb, ok=False, note=note)
+    return Measurement(label, seconds, peak_mb, inner_seconds=inner)
 
 
 def report(title: str, mb: float, base: Measurement, ours: Measurement) -> str:
     """One block of text: MB/s and peak RSS of both, and the ratios."""
     lines = [
         f"== {title}: {mb:,.1f} MB of JSON",
-        f"  {base.label:<28} {mb / base.seconds:8.1f} MB/s  {base.seconds:7.2f} s  "
-        f"peak RSS {base.peak_rss_mb:8.0f} MB",
-        f"  {ours.label:<28} {mb / ours.seconds:8.1f} MB/s  {ours.seconds:7.2f} s  "
-        f"peak RSS {ours.peak_rss_mb:8.0f} MB",
+        line(base, mb),
+        line(ours, mb),
         f"  ratio tokenwire/baseline: time x{ours.seconds / base.seconds:.2f}, "
         f"peak RSS x{ours.peak_rss_mb / base.peak_rss_mb:.2f}",
     ]
     return "\n".join(lines)
+
+
+def line(m: Measurement, mb: float | None = None) -> str:
+    """One measurement as a table row."""
+    if not m.ok:
+        return f"  {m.label:<34} failed: {m.note}"
+    rate = f"{mb / m.seconds:8.1f} MB/s" if mb else " " * 13
+    return f"  {m.label:<34} {rate}  {m.seconds:7.2f} s  peak RSS {m.peak_rss_mb:8.0f} MB"

@@ -1,17 +1,28 @@
-"""``make bench``: every benchmark, each printing tokenwire next to its baseline."""
+"""``make bench``: every benchmark, each printing tokenwire next to its baseline.
+
+``--quick`` (``make bench ARGS=--quick``) runs the same comparisons on smaller inputs.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from benchmarks import bench_kineto, bench_link, bench_nccl_log, bench_nsys
 
 
 def main() -> None:
-    """Run all benchmarks in turn, each with its default (full) sizes."""
-    for bench in (bench_kineto, bench_nccl_log, bench_nsys, bench_link):
-        sys.argv = [bench.__name__]
-        bench.main()
+    """Run all benchmarks in turn (full sizes unless --quick)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller inputs, a few minutes")
+    args = parser.parse_args()
+    bench_kineto.main(["--quick"] if args.quick else [])
+    sys.argv = ["bench_nccl_log", "--size-mb", "100" if args.quick else "500"]
+    bench_nccl_log.main()
+    sys.argv = ["bench_nsys", "--kernels", "200000" if args.quick else "2000000"]
+    bench_nsys.main()
+    sys.argv = ["bench_link", "--events", "2000000" if args.quick else "20000000"]
+    bench_link.main()
 
 
 if __name__ == "__main__":

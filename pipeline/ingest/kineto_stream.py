@@ -31,7 +31,6 @@ from pipeline.errors import TraceFormatError
 
 #: Bytes of JSON per decoded batch of events (a few hundred MB of Python objects at most).
 BATCH_BYTES = 16 * 1024 * 1024
-CHUNK_BYTES = 4 * 1024 * 1024
 _KEY = b'"traceEvents"'
 _KEY_ARRAY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SEPARATOR = re.compile(rb"\}\s*,\s*\{")
@@ -59,7 +58,7 @@ class _Source:
         self._raw = raw
         self.eof = False
 
-    def read(self, size: int = CHUNK_BYTES) -> bytes:
+    def read(self, size: int) -> bytes:
         if self.eof:
             return b""
         try:
@@ -119,7 +118,8 @@ class EventStream:
 
     # -- reading -----------------------------------------------------------------------------
     def _more(self) -> bool:
-        data = self._src.read(min(CHUNK_BYTES, max(4096, self._batch_bytes)))
+        # one read per batch: every read appends to (copies) the buffer
+        data = self._src.read(min(max(4096, self._batch_bytes), 64 << 20))
         if data:
             self._buf += data
         return bool(data)
