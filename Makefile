@@ -49,6 +49,7 @@ lint: $(STAMP)
 
 samples: $(STAMP)
 	$(BIN)/python -m pipeline.synth sample_traces --gzip
+	$(BIN)/python -m pipeline.synth sample_traces --formats nccl
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

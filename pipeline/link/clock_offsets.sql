@@ -9,21 +9,22 @@
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
 CREATE TEMP TABLE _instance_rows AS
 SELECT c.job, c.rank, c.source, c.collective_id,
-       CASE WHEN c.op IN ('send', 'recv') AND c.peer IS NOT NULL
+       CASE WHEN c.op IN ('send', 'recv') AND p.peer IS NOT NULL
             THEN coalesce(c.comm, '(none)') || ' p2p '
-                 || CAST(CASE WHEN c.op = 'send' THEN c.rank ELSE c.peer END AS VARCHAR) || '->'
-                 || CAST(CASE WHEN c.op = 'send' THEN c.peer ELSE c.rank END AS VARCHAR)
+                 || CAST(CASE WHEN c.op = 'send' THEN c.rank ELSE p.peer END AS VARCHAR) || '->'
+                 || CAST(CASE WHEN c.op = 'send' THEN p.peer ELSE c.rank END AS VARCHAR)
             ELSE coalesce(c.comm, '(none)') END AS instance_comm,
-       CASE WHEN c.op IN ('send', 'recv') AND c.peer IS NOT NULL
+       CASE WHEN c.op IN ('send', 'recv') AND p.peer IS NOT NULL
             THEN row_number() OVER (
-                PARTITION BY c.job, c.source, c.rank, c.comm, c.op, c.peer
-                ORDER BY c.enqueue_ns, c.start_ns, c.collective_id) - 1
+                PARTITION BY c.job, c.source, c.rank, c.comm, c.op, p.peer
+                ORDER BY c.enqueue_ns, c.start_ns, c.seq, c.collective_id) - 1
             ELSE c.seq END AS instance_seq,
        c.op, l.bytes, c.group_size, c.start_ns, c.end_ns, c.dur_ns
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
 WHERE c.op NOT IN ('send', 'recv') AND c.seq IS NOT NULL
-   OR c.op IN ('send', 'recv') AND c.peer IS NOT NULL;
+   OR c.op IN ('send', 'recv') AND p.peer IS NOT NULL;
 
 CREATE VIEW _rank_hosts AS
 SELECT job, rank, arg_max(host, host IS NOT NULL) AS host

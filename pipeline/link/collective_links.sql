@@ -13,9 +13,20 @@
 --          the forward op with the same autograd sequence number (backward_of_forward_op);
 --          else the innermost NVTX range (nvtx).
 
+-- The global rank of each send/recv peer. An NCCL log prints the peer's rank in the
+-- communicator; the logs of the job together say which global rank holds that place.
+CREATE TEMP TABLE _collective_peers AS
+SELECT c.job, c.rank, c.source, c.file_id, c.collective_id,
+       CASE WHEN c.source = 'nccl_log' THEN m.rank ELSE c.peer END AS peer
+FROM collectives c
+LEFT JOIN (SELECT DISTINCT job, source, comm, rank_in_comm, rank FROM communicators
+           WHERE source = 'nccl_log') m
+    ON m.job = c.job AND m.source = c.source AND m.comm = c.comm AND m.rank_in_comm = c.peer
+WHERE c.peer IS NOT NULL;
+
 -- The host op that issued each collective.
 CREATE TEMP TABLE _collective_launch AS
-SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step, c.op, c.comm, c.peer,
+SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step, c.op, c.comm, p.peer,
        coalesce(c.bytes, f.bytes) AS bytes, coalesce(c.dtype, f.dtype) AS dtype,
        CASE WHEN c.bytes IS NULL AND f.bytes IS NOT NULL THEN f.filled_from
             ELSE c.size_source END AS size_source,
@@ -30,7 +41,9 @@ LEFT JOIN (
 ) l ON c.launch_op_id IS NULL AND l.job = c.job AND l.rank = c.rank
    AND l.file_id = c.file_id AND l.correlation = c.correlation
 LEFT JOIN _filled_sizes f ON f.job = c.job AND f.rank = c.rank AND f.source = c.source
-   AND f.file_id = c.file_id AND f.collective_id = c.collective_id;
+   AND f.file_id = c.file_id AND f.collective_id = c.collective_id
+LEFT JOIN _collective_peers p ON p.job = c.job AND p.rank = c.rank AND p.source = c.source
+   AND p.file_id = c.file_id AND p.collective_id = c.collective_id;
 
 -- The ops the walk up the nesting needs, held once instead of re-read per level.
 CREATE TEMP TABLE _link_ops AS

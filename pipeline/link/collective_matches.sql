@@ -14,9 +14,12 @@
 --   the offset that makes the most sizes agree (a log usually spans more steps than the
 --   profiler's window); an offset tied with another is ambiguous and matches nothing.
 
+-- A communicator's rank set, assembled across its rows: an NCCL log knows only its own
+-- global rank in each communicator (the others are nulls), the job's logs together know all.
 CREATE TEMP TABLE _comm_sets AS
 SELECT job, source, comm, max(nranks) AS nranks,
-       list_sort(arg_max(ranks, len(coalesce(ranks, [])))) AS ranks
+       list_sort(list_distinct(flatten(list(
+           list_filter(coalesce(ranks, []), lambda x: x IS NOT NULL) || [rank])))) AS ranks
 FROM communicators
 GROUP BY ALL;
 

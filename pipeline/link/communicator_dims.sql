@@ -1,5 +1,6 @@
 -- communicator_dims: the parallel dimension each communicator serves, one row per job and
--- comm. From job.yaml's layout when given (_job_layout, made by the runner); otherwise from
+-- comm. From job.yaml's layout when given (_job_layout, made by the runner; a communicator of
+-- another source through the process group collective_matches maps it to); otherwise from
 -- what runs on it (the most common evidence of its collectives, below), and for a
 -- communicator with no collectives from its rank set (a contiguous block is tp, a strided
 -- set dp). A communicator that spans every rank and carries several kinds of traffic is
@@ -21,12 +22,16 @@ SELECT job, rank, source, file_id, collective_id, comm,
             ELSE 'unknown' END AS evidence
 FROM _collective_links;
 
+-- Members: a per-rank source (NCCL logs) knows only its own global rank in each
+-- communicator, so the set is assembled from every row that names the communicator.
 CREATE VIEW _comm_members AS
 SELECT job, comm, max(nranks) AS nranks,
-       arg_max(ranks, len(coalesce(ranks, []))) AS ranks
-FROM (SELECT job, comm, nranks, ranks FROM communicators
+       nullif(list_sort(list_distinct(flatten(list(members)))), []) AS ranks
+FROM (SELECT job, comm, nranks,
+             list_filter(coalesce(ranks, []), lambda x: x IS NOT NULL) || [rank] AS members
+      FROM communicators
       UNION ALL
-      SELECT job, comm, group_size, CAST(NULL AS BIGINT[]) FROM collectives
+      SELECT job, comm, group_size, [rank] FROM collectives
       WHERE comm IS NOT NULL)
 GROUP BY ALL;
 
@@ -82,7 +87,11 @@ SELECT m.job, m.comm, m.nranks, m.ranks,
             WHEN e.top_evidence IS NOT NULL THEN 'ops'
             ELSE 'unknown' END AS dim_source
 FROM _comm_shape m
-LEFT JOIN _job_layout y USING (job, comm)
+-- another source's communicator that maps to a process group (NCCL commId, Nsight comm hash)
+-- takes that group's place in job.yaml's layout
+LEFT JOIN (SELECT job, comm, any_value(primary_comm) AS primary_comm
+           FROM _comm_map GROUP BY ALL) p USING (job, comm)
+LEFT JOIN _job_layout y ON y.job = m.job AND y.comm = coalesce(p.primary_comm, m.comm)
 LEFT JOIN _comm_evidence e USING (job, comm)
 LEFT JOIN _world w USING (job);
 

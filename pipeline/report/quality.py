@@ -145,6 +145,24 @@ def section(ctx: Context) -> Section:
                 "missing",
             )
         )
+    matches = ctx.query("quality_matches")
+    if matches.height:
+        sec.add(
+            Table(
+                [
+                    "source",
+                    "calls",
+                    "matched to the profiler",
+                    "by time",
+                    "by order",
+                    "sizes differ",
+                ],  # fmt: skip
+                [list(r) for r in matches.iter_rows()],
+                caption="The same calls seen by other sources: a matched call takes the "
+                "profiler's step, phase and layer, and fills sizes the profiler lacks",
+                numeric=[False, True, True, True, True, True],
+            )
+        )
     inst = ctx.row("quality_instances")
     if inst.get("instances"):
         sec.add(

@@ -262,6 +262,20 @@ FROM collectives WHERE job = $job AND source <> 'flight_recorder';
 SELECT attributed_by, parallel_dim = 'unknown' AS dim_unknown, count(*) AS collectives
 FROM collective_links WHERE job = $job GROUP BY ALL ORDER BY collectives DESC;
 
+-- name: quality_matches
+-- After tokenwire link: how many calls of each other source (NCCL logs, Nsight, flight
+-- recorder) were paired with the profiler's, by which method, and whether sizes agreed.
+SELECT c.source, count(*) AS calls, count(m.collective_id) AS matched,
+       count(*) FILTER (WHERE m.method = 'time') AS by_time,
+       count(*) FILTER (WHERE m.method = 'order') AS by_order,
+       count(*) FILTER (WHERE NOT m.sizes_agree) AS sizes_differ
+FROM collectives c
+LEFT JOIN collective_matches m USING (job, rank, source, file_id, collective_id)
+WHERE c.job = $job AND c.source <> 'kineto'
+  AND EXISTS (SELECT 1 FROM collectives k WHERE k.job = $job AND k.source = 'kineto')
+  AND EXISTS (SELECT 1 FROM collective_links l WHERE l.job = $job)
+GROUP BY ALL ORDER BY c.source;
+
 -- name: quality_instances
 -- After tokenwire link: collective instances seen by fewer ranks than their group, or
 -- where the ranks disagree on op or size.

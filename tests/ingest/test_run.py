@@ -265,9 +265,15 @@ def test_bundled_sample_job(tmp_path: Path) -> None:
     con = connect(tmp_path / "ds")
     rows = con.execute(
         "SELECT rank, step, count(*), sum(bytes)::BIGINT, count(*) FILTER (size_source = "
-        "'kernel_args') FROM collectives GROUP BY ALL ORDER BY ALL"
+        "'kernel_args') FROM collectives WHERE source = 'kineto' GROUP BY ALL ORDER BY ALL"
     ).fetchall()
     per_stage = {0: (45, 9_512_448), 1: (58, 9_460_232)}
     expected = [(r, s, *per_stage[r // 4], per_stage[r // 4][0]) for r in range(8) for s in (2, 3)]
     assert rows == expected
+    # each rank's NCCL log holds the same calls (both steps; a log has no step markers)
+    logged = con.execute(
+        "SELECT rank, count(*), sum(bytes)::BIGINT, count(step) FROM collectives "
+        "WHERE source = 'nccl_log' GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    assert logged == [(r, 2 * per_stage[r // 4][0], 2 * per_stage[r // 4][1], 0) for r in range(8)]
     assert con.execute("SELECT sum(tokens) FROM steps").fetchall() == [(4 * 2 * 1024,)]

@@ -117,7 +117,8 @@ def test_sample_dims_inferred_without_config_equal_the_layout(
         .sql("SELECT parallel_dim, count(*) FROM communicator_dims GROUP BY ALL ORDER BY ALL")
         .rows()
     )
-    assert by_dim == [("dp", 4), ("pp", 4), ("tp", 4), ("unknown", 2), ("world", 1)]
+    # each process group once as pg:N (profiler) and once as an NCCL commId (logs)
+    assert by_dim == [("dp", 8), ("pp", 8), ("tp", 8), ("unknown", 4), ("world", 2)]
 
 
 def test_time_breakdown_adds_up(linked_sample: Path) -> None:
@@ -232,3 +233,43 @@ def test_clock_offsets_between_hosts(linked_sample: Path, tmp_path: Path) -> Non
     assert all(abs(offsets[r] - shift) < 100_000 for r in range(4, 8)), offsets
     residual = ds.sql("SELECT max(residual_ns) FROM clock_offsets").item()
     assert residual < 100_000
+
+
+def test_nccl_logs_match_profiler_calls(linked_sample: Path) -> None:
+    """The sample job's NCCL logs know each rank's communicators only by commId and their own
+    rank in them; link assembles the rank sets across the logs, maps each to its process group
+    and pairs every logged call with the profiler's call of the same sequence number."""
+    ds = pipeline.open(linked_sample)
+    logged = ds.sql("SELECT count(*) FROM collectives WHERE source = 'nccl_log'").item()
+    assert logged == ds.sql("SELECT count(*) FROM collectives WHERE source = 'kineto'").item()
+    pairs = ds.sql(
+        "SELECT m.method, m.sizes_agree, s.seq = p.seq AS same_seq, "
+        "s.op = p.op AND s.bytes = p.bytes AND s.dtype = p.dtype AS same_call "
+        "FROM collective_matches m "
+        "JOIN collectives s ON s.job = m.job AND s.rank = m.rank AND s.source = m.source "
+        "  AND s.file_id = m.file_id AND s.collective_id = m.collective_id "
+        "JOIN collectives p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source "
+        "  AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id "
+        "WHERE m.source = 'nccl_log'"
+    )
+    assert pairs.height == logged
+    assert pairs["sizes_agree"].all()
+    assert pairs["same_seq"].all() and pairs["same_call"].all()
+    assert set(pairs["method"]) == {"order"}
+    # matched log calls take the profiler's context: phase for all, layer where it had one
+    context = ds.sql(
+        "SELECT source, count(phase), count(layer) FROM collectives_linked "
+        "WHERE source IN ('kineto', 'nccl_log') GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert context[0][1:] == context[1][1:] == (logged, context[0][2])
+    assert context[0][2] > 0
+    # send/recv peers are group ranks in a log: mapped to global ranks, every p2p transfer
+    # pairs its two sides, as the profiler's do
+    instances = ds.sql(
+        "SELECT source, op, count(*), count(*) FILTER (ranks_seen < group_size) "
+        "FROM collective_instances GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    by_source = {s: [(op, n, partial) for src, op, n, partial in instances if src == s]
+                 for s in ("kineto", "nccl_log")}  # fmt: skip
+    assert by_source["nccl_log"] == by_source["kineto"]
+    assert all(partial == 0 for _, _, partial in by_source["nccl_log"])

@@ -16,6 +16,7 @@ import pytest
 
 from pipeline.synth.__main__ import main
 from pipeline.synth.job import JobSpec
+from pipeline.synth.scale import write_scaled_job
 from pipeline.synth.writer import write_job
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -319,6 +320,19 @@ def test_sample_traces_equal_a_fresh_generation(tmp_path: Path) -> None:
     assert sorted(fresh) == sorted(bundled)
     assert all(fresh[n] == bundled[n] for n in fresh), "regenerate: make samples"
     assert sum(len(b) for b in bundled.values()) < 10_000_000
+
+
+@pytest.mark.parametrize(("fmt", "pattern"), [("nccl", "rank*.nccl.log")])
+def test_sample_logs_and_exports_equal_a_fresh_generation(
+    tmp_path: Path, fmt: str, pattern: str
+) -> None:
+    """The bundled NCCL logs (and Nsight export) are the sample job's, as make samples
+    writes them."""
+    write_scaled_job(JobSpec(), tmp_path, formats=[fmt])
+    fresh = {p.name: p.read_bytes() for p in tmp_path.glob(pattern)}
+    bundled = {p.name: p.read_bytes() for p in SAMPLE.glob(pattern)}
+    assert fresh and sorted(fresh) == sorted(bundled)
+    assert all(fresh[n] == bundled[n] for n in fresh), "regenerate: make samples"
 
 
 def test_deterministic_and_seed_matters(tmp_path: Path) -> None:
