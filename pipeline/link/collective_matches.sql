@@ -12,7 +12,9 @@
 --   op within 50 ms, taken only when each is the other's nearest;
 --   by order, otherwise (NCCL logs): the k-th call of an op on the communicator, shifted by
 --   the offset that makes the most sizes agree (a log usually spans more steps than the
---   profiler's window); an offset tied with another is ambiguous and matches nothing.
+--   profiler's window), then the most sequence numbers (PyTorch's per-group seq against
+--   NCCL's opCount: the only evidence left when the trace has no sizes); an offset tied
+--   with another on both is ambiguous and matches nothing.
 
 -- A communicator's rank set, assembled across its rows: an NCCL log knows only its own
 -- global rank in each communicator (the others are nulls), the job's logs together know all.
@@ -34,14 +36,14 @@ WHERE o.source <> 'kineto'
 QUALIFY count(*) OVER (PARTITION BY o.job, o.source, o.comm) = 1;
 
 CREATE TEMP TABLE _primary_calls AS
-SELECT job, rank, file_id, collective_id, comm, op, bytes, dtype, enqueue_ns,
+SELECT job, rank, file_id, collective_id, comm, op, bytes, dtype, seq, enqueue_ns,
        row_number() OVER (PARTITION BY job, rank, comm, op ORDER BY seq, enqueue_ns,
                           collective_id) - 1 AS k
 FROM collectives WHERE source = 'kineto';
 
 CREATE TEMP TABLE _secondary_calls AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, m.primary_comm, c.op, c.bytes,
-       c.dtype, c.enqueue_ns, c.source IN ('flight_recorder', 'nsys') AS timed,
+       c.dtype, c.seq, c.enqueue_ns, c.source IN ('flight_recorder', 'nsys') AS timed,
        row_number() OVER (PARTITION BY c.job, c.rank, c.source, m.primary_comm, c.op
                           ORDER BY c.seq, c.collective_id) - 1 AS k
 FROM collectives c
@@ -72,7 +74,8 @@ CREATE TEMP TABLE _order_offsets AS
 WITH scored AS (
     SELECT s.job, s.rank, s.source, s.primary_comm, s.k - p.k AS offset_calls,
            count(*) FILTER (s.bytes = p.bytes) AS agree,
-           count(*) FILTER (s.bytes <> p.bytes) AS disagree
+           count(*) FILTER (s.bytes <> p.bytes) AS disagree,
+           count(*) FILTER (s.seq = p.seq) AS same_seq
     FROM _secondary_calls s
     JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
         AND p.op = s.op
@@ -80,7 +83,7 @@ WITH scored AS (
     GROUP BY ALL
 ), ranked AS (
     SELECT *, rank() OVER (PARTITION BY job, rank, source, primary_comm
-                           ORDER BY agree - disagree DESC) AS place
+                           ORDER BY agree - disagree DESC, same_seq DESC) AS place
     FROM scored
 )
 SELECT job, rank, source, primary_comm, any_value(offset_calls) AS offset_calls

@@ -273,3 +273,36 @@ def test_nccl_logs_match_profiler_calls(linked_sample: Path) -> None:
                  for s in ("kineto", "nccl_log")}  # fmt: skip
     assert by_source["nccl_log"] == by_source["kineto"]
     assert all(partial == 0 for _, _, partial in by_source["nccl_log"])
+
+
+def test_nccl_logs_fill_sizes_an_old_trace_lacks(linked_sample: Path, tmp_path: Path) -> None:
+    """A profiler trace without collective sizes (PyTorch < 2.2 records none): the calls still
+    pair with the log's by order and sequence number, and take the log's bytes and dtype."""
+    import polars as pl
+
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_sample, copy)
+    for part in (copy / "collectives").rglob("*.parquet"):
+        frame = pl.read_parquet(part, hive_partitioning=False)
+        if frame["source"][0] != "kineto":
+            continue
+        frame.with_columns(
+            pl.lit(None, frame.schema["bytes"]).alias("bytes"),
+            pl.lit(None, frame.schema["dtype"]).alias("dtype"),
+            pl.lit("none").alias("size_source"),
+        ).write_parquet(part)
+    link(copy, config=REPO_ROOT / "sample_traces" / "job.yaml")
+    ds = pipeline.open(copy)
+    assert ds.sql("SELECT count(bytes) FROM collectives WHERE source = 'kineto'").item() == 0
+    filled = ds.sql(
+        "SELECT size_source, count(*), count(bytes), count(dtype) FROM collectives_linked "
+        "WHERE source = 'kineto' GROUP BY ALL"
+    ).rows()
+    calls = ds.sql("SELECT count(*) FROM collectives WHERE source = 'kineto'").item()
+    assert filled == [("nccl_log", calls, calls, calls)]
+    before = pipeline.open(linked_sample).sql(
+        "SELECT parallel_dim, op, phase, bytes FROM token_wire ORDER BY ALL"
+    )
+    assert ds.sql("SELECT parallel_dim, op, phase, bytes FROM token_wire ORDER BY ALL").equals(
+        before
+    )
