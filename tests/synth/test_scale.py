@@ -104,3 +104,8 @@ def test_nsys_export_holds_the_jobs_kernels(job: dict[str, list[Path]]) -> None:
         events = _raw_events(path)
         assert by_rank[rank] == sum(e.get("cat") == "kernel" for e in events)
         assert comm_by_rank[rank] == len(_nccl_kernels(events))
+
+
+def test_nsys_export_is_deterministic(job: dict[str, list[Path]], tmp_path: Path) -> None:
+    again = write_scaled_job(SPEC, tmp_path, repeats=REPEATS, formats=["nsys"])
+    assert filecmp.cmp(job["nsys"][0], again["nsys"][0], shallow=False)
