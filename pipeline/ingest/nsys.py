@@ -4,8 +4,9 @@
 ``sqlite3``, read-only; ``nsys export --type json`` (line-delimited, optionally gzipped) with
 orjson. Both go through the same table builders (``nsys_tables``), which write ``kernels``
 (CUDA kernels, memcpys, memsets), ``ops`` (CUDA runtime/driver calls and NVTX ranges and
-marks), ``ranks`` (one row per process and GPU in the report) and ``collectives`` (NCCL
-calls with their NVTX payloads and kernels). Helpers live in ``nsys_*.py`` beside this file.
+marks), ``ranks`` (one row per process and GPU in the report), ``collectives`` (NCCL
+calls with their NVTX payloads and kernels) and ``communicators`` (NCCL communicators from
+their init payloads). Helpers live in ``nsys_*.py`` beside this file.
 
 A file that cannot be read (not SQLite, not an Nsight export, damaged, locked by another
 writer) raises one :class:`TraceFormatError` naming the file.

@@ -19,6 +19,11 @@ A collective row is one NCCL API range (the host enqueue), joined to the NCCL ke
 its thread launched next (the GPU execution; in a ncclGroupStart/End group every call of
 the group gets the group's kernel). NCCL kernels that no range claims (NVTX off or filtered)
 become rows of their own with the op from the kernel name and bytes null.
+
+A communicators row is one (rank, comm hash) from the communicator-init payloads, or from
+collectives whose communicator was initialized before the capture. Its ``ranks`` list holds
+the global rank of every member that is a process of this report (all of them for a
+one-file export of the whole job), nulls for the others.
 """
 
 from __future__ import annotations
@@ -282,13 +287,7 @@ def _finish(out: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
     ):
         if col not in out.columns:
             out = out.with_columns(pl.lit(None, dtype).alias(col))
-    # a job has few communicators: format each distinct hash once, then join
-    hashes = out["comm_hash"].drop_nulls().unique()
-    names = pl.DataFrame(
-        {"comm_hash": hashes, "comm": [f"0x{h:x}" for h in hashes.to_list()]},
-        schema={"comm_hash": pl.UInt64, "comm": pl.Utf8},
-    )
-    out = out.join(names, on="comm_hash", how="left")
+    out = out.join(_comm_names(out["comm_hash"]), on="comm_hash", how="left")
     per_rank = pl.col("op").is_in(["all_gather", "reduce_scatter"])
     out = out.with_columns(
         pl.when(per_rank)
@@ -313,3 +312,103 @@ def _finish(out: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
     ).height
     warnings.add("all_gather/reduce_scatter without communicator size: bytes unknown", no_size)
     return out.drop("payload_bytes", "comm_hash")
+
+
+def _comm_names(hashes: pl.Series) -> pl.DataFrame:
+    """comm_hash -> comm (``0x%x``); a job has few communicators, so each distinct hash is
+    formatted once and joined."""
+    distinct = hashes.drop_nulls().unique().sort()
+    return pl.DataFrame(
+        {"comm_hash": distinct, "comm": [f"0x{h:x}" for h in distinct.to_list()]},
+        schema={"comm_hash": pl.UInt64, "comm": pl.Utf8},
+    )
+
+
+COMM_SCHEMA = {
+    "rank": pl.Int64,
+    "comm": pl.Utf8,
+    "backend": pl.Utf8,
+    "nranks": pl.Int64,
+    "ranks": pl.List(pl.Int64),
+    "rank_in_comm": pl.Int64,
+}
+
+
+def communicators(
+    inits: pl.DataFrame, units: pl.DataFrame, collectives: pl.DataFrame
+) -> pl.DataFrame:
+    """The communicators rows (see the module docstring), COMM_SCHEMA columns.
+
+    ``inits``: decoded communicator-init payloads (pid, cuda_dev, comm_hash, nranks, rank,
+    start_ns); ``units``: the report's units (pid, device, rank, world_size, see
+    :mod:`nsys_ranks`); ``collectives``: rank, comm, group_size of the finished collectives.
+    """
+    by_dev = units.select("pid", pl.col("device").alias("cuda_dev"), pl.col("rank").alias("r"))
+    by_pid = units.sort("rank").unique("pid", keep="first").select("pid", pl.col("rank").alias("p"))
+    rows = (
+        inits.drop_nulls(["comm_hash"])
+        .join(by_dev, on=["pid", "cuda_dev"], how="left")
+        .join(by_pid, on="pid", how="left")
+        # the init's device names the unit; a process whose kernels ran elsewhere (or none)
+        # falls back to its first rank
+        .with_columns(pl.coalesce("r", "p").alias("global_rank"))
+        .drop_nulls("global_rank")
+        .sort("start_ns")
+        # a re-initialized communicator (abort, then init again) keeps its last init
+        .unique(["global_rank", "comm_hash"], keep="last")
+        .join(_comm_names(inits["comm_hash"]), on="comm_hash")
+        .select(
+            pl.col("global_rank").alias("rank"),
+            "comm",
+            pl.col("nranks").cast(pl.Int64),
+            pl.col("rank").cast(pl.Int64).alias("rank_in_comm"),
+        )
+    )
+    seen = (
+        collectives.drop_nulls(["rank", "comm"])
+        .group_by("rank", "comm")
+        .agg(pl.col("group_size").drop_nulls().max().alias("nranks"))
+        .join(rows, on=["rank", "comm"], how="anti")
+        .with_columns(pl.lit(None, pl.Int64).alias("rank_in_comm"))
+    )
+    rows = pl.concat([rows, seen.select(rows.columns)], how="vertical_relaxed")
+    world = units.group_by("rank").agg(pl.col("world_size").max())
+    return (
+        rows.join(_member_lists(rows), on="comm", how="left")
+        .join(world, on="rank", how="left")
+        .with_columns(
+            # the communicator this rank's global rank came from is the world: 0..n-1
+            pl.when(
+                (pl.col("nranks") == pl.col("world_size"))
+                & (pl.col("rank_in_comm") == pl.col("rank"))
+            )
+            .then(pl.int_ranges(0, pl.col("nranks"), dtype=pl.Int64))
+            .otherwise(pl.col("ranks"))
+            .alias("ranks"),
+            pl.lit("nccl").alias("backend"),
+        )
+        .select(list(COMM_SCHEMA))
+        .cast(COMM_SCHEMA)
+        .sort("rank", "comm")
+    )
+
+
+def _member_lists(rows: pl.DataFrame) -> pl.DataFrame:
+    """comm -> ranks: position i holds the global rank of the report's member with
+    rank_in_comm i, null where no process of the report is that member."""
+    members = (
+        rows.drop_nulls("rank_in_comm").group_by("comm", "rank_in_comm").agg(pl.col("rank").min())
+    )
+    positions = (
+        rows.group_by("comm")
+        .agg(pl.col("nranks").max())
+        .drop_nulls("nranks")
+        .with_columns(pl.int_ranges(0, pl.col("nranks"), dtype=pl.Int64).alias("rank_in_comm"))
+        .explode("rank_in_comm")
+    )
+    return (
+        positions.join(members, on=["comm", "rank_in_comm"], how="left")
+        .sort("comm", "rank_in_comm")
+        .group_by("comm", maintain_order=True)
+        .agg(pl.col("rank").alias("ranks"))
+    )

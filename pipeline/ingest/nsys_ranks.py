@@ -6,8 +6,11 @@ Each unit's rank comes from the first source that knows it, in this order:
 
 1. ``mpi``: the ``MPI_RANKS`` table (``--trace=mpi``);
 2. ``nccl_nvtx``: NCCL's ``ncclCommInitRank*``/``ncclCommSplit`` NVTX payloads (NCCL >= 2.25:
-   rank and size in the communicator; the largest communicator of the unit is taken as the
-   world);
+   rank and size in the communicator). The world communicator is the one of the world's
+   size: the environment's world size where known, else the largest communicator of the
+   whole report; a unit with several such inits takes its first. A unit not in the world
+   communicator (only subgroups traced) gets no rank here: its rank in a subgroup is not
+   its global rank;
 3. ``environment``: RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / PMIX_RANK / SLURM_PROCID /
    MV2_COMM_WORLD_RANK in the process's environment (json export ``CommEvent``), or in the
    capture's environment when the report holds one process;
@@ -82,8 +85,9 @@ def assign(
     """One row per unit: pid, device, rank, local_rank, world_size, rank_source.
 
     ``unit_keys`` holds the distinct (pid, device) pairs; ``comm_inits`` the decoded NCCL
-    communicator-init payloads (pid, cuda_dev, rank, nranks).
+    communicator-init payloads (pid, cuda_dev, comm_hash, rank, nranks, start_ns).
     """
+    largest = comm_inits["nranks"].max() if comm_inits.height else None
     units = [_Unit(pid, dev) for pid, dev in unit_keys.sort(["pid", "device"]).iter_rows()]
     single = len(units) == 1
     for u in units:
@@ -94,7 +98,7 @@ def assign(
         u.world_size = _first_int(env, _SIZE_VARS)
         if u.pid in raw.mpi_ranks:
             u.rank, u.source = raw.mpi_ranks[u.pid], "mpi"
-        elif (hit := _from_nccl(u, comm_inits)) is not None:
+        elif (hit := _from_nccl(u, comm_inits, u.world_size or largest)) is not None:
             u.rank, u.world_size, u.source = hit[0], hit[1], "nccl_nvtx"
         elif (r := _first_int(env, _RANK_VARS)) is not None:
             u.rank, u.source = r, "environment"
@@ -139,12 +143,17 @@ def _from_args(args: list[str]) -> int | None:
     return None
 
 
-def _from_nccl(u: _Unit, inits: pl.DataFrame) -> tuple[int, int] | None:
+def _from_nccl(u: _Unit, inits: pl.DataFrame, world: int | None) -> tuple[int, int] | None:
+    """(rank, world size) from the unit's init of the world communicator (``world`` ranks)."""
+    if world is None:
+        return None
     mine = inits.filter(pl.col("pid") == u.pid)
     if u.device is not None and mine.height and mine["cuda_dev"].n_unique() > 1:
         mine = mine.filter(pl.col("cuda_dev") == u.device)
-    mine = mine.drop_nulls(["rank", "nranks"])
+    # a process in a TP/DP/PP subgroup has a rank in it too: only the world's counts
+    mine = mine.drop_nulls(["rank", "nranks"]).filter(pl.col("nranks") == world)
     if not mine.height:
         return None
-    best = mine.sort("nranks", descending=True).row(0, named=True)
+    # first init: the default group's communicator comes first; the hash breaks exact ties
+    best = mine.sort("start_ns", "comm_hash", nulls_last=True).row(0, named=True)
     return int(best["rank"]), int(best["nranks"])

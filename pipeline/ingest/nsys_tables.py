@@ -1,4 +1,4 @@
-"""Turn an NsysRaw into the dataset tables: kernels, ops, ranks, collectives.
+"""Turn an NsysRaw into the dataset tables: kernels, ops, ranks, collectives, communicators.
 
 Clock: every ``*_ns`` column is UTC epoch nanoseconds, computed as
 ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` + the export's capture-relative timestamp
@@ -83,7 +83,7 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
     nccl_ops = ops.filter(pl.col("domain") == "NCCL")
     payloads = nsys_nccl.decode_payloads(nccl_ops, warnings)
     inits = ops.join(payloads.filter(pl.col("rank").is_not_null()), on="op_id").select(
-        "pid", "cuda_dev", "rank", "nranks"
+        "pid", "cuda_dev", "comm_hash", "rank", "nranks", "start_ns"
     )
 
     thread_dev = (
@@ -144,6 +144,7 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
     coll = with_rank(coll.with_columns(pl.col("device").cast(pl.Int64)), by_thread=False)
     coll = _fill_rank(coll, units)
     tables["collectives"] = _collectives_table(coll)
+    tables["communicators"] = nsys_nccl.communicators(inits, units, coll).to_arrow()
     source = ",".join(sorted(units["rank_source"].unique().to_list()))
     return tables, source
 

@@ -13,7 +13,7 @@ Each process of the report is one rank on device ``rank % 8``. Schema 3.7.2 has 
 for NVTX binary payloads; ``payloads=True`` adds the ``binaryData`` column that schema 3.28
 documents (base64 text here, an assumption: no real 3.28 export has been seen) and fills
 it with NCCL >= 2.25 payloads, including a ``ncclCommInitRank`` range per process that
-carries its rank.
+carries its rank (per communicator of the rank, for a job's kernels: see :class:`JobComm`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import base64
 import sqlite3
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipeline.synth.nsys_schema import CREATE_TABLES, SCHEMA_VERSION
@@ -50,7 +50,9 @@ class Layout:
 @dataclass(frozen=True)
 class JobKernel:
     """One kernel of a synthetic job (:mod:`pipeline.synth.scale`), with its launch call and,
-    for NCCL kernels, the NCCL API call (``ncclAllReduce``...) that NCCL's NVTX range names."""
+    for NCCL kernels, the NCCL API call (``ncclAllReduce``...) that NCCL's NVTX range names
+    and the fields of that call's NVTX payload (``comm_hash``, ``nbytes`` = count * type
+    size, and the redop / root / peer the function records)."""
 
     name: str
     stream: int
@@ -61,20 +63,43 @@ class JobKernel:
     nccl_call: str | None = None
     grid: tuple[int, int, int] = (1, 1, 1)
     block: tuple[int, int, int] = (1, 1, 1)
+    comm_hash: int | None = None
+    nbytes: int | None = None
+    redop: int = 0  # ncclRedOp_t: 0 is ncclSum
+    root: int = 0  # group-local
+    peer: int = 0  # group-local
 
     def shifted(self, ns: int) -> JobKernel:
         """The same kernel ``ns`` later."""
-        return JobKernel(
-            self.name,
-            self.stream,
-            self.start_ns + ns,
-            self.dur_ns,
-            self.launch_ns + ns,
-            self.launch_dur_ns,
-            self.nccl_call,
-            self.grid,
-            self.block,
-        )
+        return replace(self, start_ns=self.start_ns + ns, launch_ns=self.launch_ns + ns)
+
+    def payload(self) -> bytes | None:
+        """The NCCL >= 2.25 NVTX payload of the call (None without a comm hash or size)."""
+        if self.nccl_call is None or self.comm_hash is None or self.nbytes is None:
+            return None
+        head = struct.pack("<QQ", self.comm_hash, self.nbytes)
+        # the tail of each struct in nvtx_payload_schemas.h (see ingest/nsys_nccl._COLL_TAIL)
+        tail = {
+            "ncclAllReduce": struct.pack("<i4x", self.redop),
+            "ncclReduceScatter": struct.pack("<i4x", self.redop),
+            "ncclAllGather": b"",
+            "ncclAlltoAll": b"",
+            "ncclBroadcast": struct.pack("<i4x", self.root),
+            "ncclReduce": struct.pack("<ii", self.root, self.redop),
+            "ncclSend": struct.pack("<i4x", self.peer),
+            "ncclRecv": struct.pack("<i4x", self.peer),
+        }.get(self.nccl_call)
+        return None if tail is None else head + tail
+
+
+@dataclass(frozen=True)
+class JobComm:
+    """One NCCL communicator a rank of a synthetic job belongs to: a ``ncclCommInitRank``
+    range with payload {comm hash, nranks, rank in the communicator, cudaDev}."""
+
+    comm_hash: int
+    nranks: int
+    rank: int
 
 
 class _Strings:
@@ -96,11 +121,14 @@ def write_export(
     hostname: str = "node-0",
     gpu_name: str = "NVIDIA H100 80GB HBM3",
     kernels: Mapping[int, Sequence[JobKernel]] | None = None,
+    comms: Mapping[int, Sequence[JobComm]] | None = None,
 ) -> Path:
     """Write the export to ``path`` (replaced if present) and return ``path``.
 
     With ``kernels`` (rank -> that rank's kernels, times relative to the session start), each
-    rank's kernels, launches and NCCL ranges are those instead of ``layout``'s.
+    rank's kernels, launches and NCCL ranges are those instead of ``layout``'s; with
+    ``payloads`` their NCCL ranges carry payloads and each of the rank's ``comms`` gets a
+    ``ncclCommInitRank`` range before its first kernel.
     """
     path = Path(path)
     path.unlink(missing_ok=True)
@@ -114,7 +142,8 @@ def write_export(
         strings = _Strings()
         for rank in ranks:
             if kernels is not None:
-                _write_job_rank(con, rank, kernels.get(rank, []), strings)
+                mine = (comms or {}).get(rank, [])
+                _write_job_rank(con, rank, kernels.get(rank, []), mine, strings, payloads)
             else:
                 _write_rank(con, rank, world, layout, strings, payloads)
         _write_facts(con, ranks, strings, session_start_ns, hostname, gpu_name)
@@ -155,7 +184,12 @@ def _write_rank(
 
 
 def _write_job_rank(
-    con: sqlite3.Connection, rank: int, kernels: Sequence[JobKernel], strings: _Strings
+    con: sqlite3.Connection,
+    rank: int,
+    kernels: Sequence[JobKernel],
+    comms: Sequence[JobComm],
+    strings: _Strings,
+    payloads: bool,
 ) -> None:
     """One rank's given kernels, their ``cudaLaunchKernel`` calls and NCCL's NVTX ranges."""
     pid = 1000 + rank
@@ -163,6 +197,8 @@ def _write_job_rank(
     launch = strings("cudaLaunchKernel_v7000")
     rows, calls = [], []
     nvtx: list[tuple] = [_nvtx(1_000, None, 75, "NCCL", gtid, 1)]
+    if payloads:
+        nvtx += _init_ranges(comms, kernels, gtid, device, strings)
     for corr, k in enumerate(kernels, start=1):
         name = strings(k.name)
         short = strings(k.name.split("(")[0])
@@ -176,20 +212,42 @@ def _write_job_rank(
         calls.append((k.launch_ns, k.launch_ns + k.launch_dur_ns, 0, gtid, corr, launch, 0, None))
         if k.nccl_call is not None:
             text = strings(k.nccl_call)
-            start = k.launch_ns - 200
-            nvtx.append(_nvtx(start, k.launch_ns + k.launch_dur_ns + 200, 59, None, gtid, 1, text))
+            start, stop = k.launch_ns - 200, k.launch_ns + k.launch_dur_ns + 200
+            payload = k.payload() if payloads else None
+            nvtx.append(_nvtx(start, stop, 59, None, gtid, 1, text, payload))
     con.executemany(
         f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * KERNEL_COLUMNS)})", rows
     )
     con.executemany(
         "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)", calls
     )
+    marks = ", ".join("?" * (NVTX_COLUMNS + (1 if payloads else 0)))
     con.executemany(
-        f"INSERT INTO NVTX_EVENTS VALUES ({', '.join('?' * NVTX_COLUMNS)})",
-        (r[:NVTX_COLUMNS] for r in nvtx),
+        f"INSERT INTO NVTX_EVENTS VALUES ({marks})",
+        (r if payloads else r[:NVTX_COLUMNS] for r in nvtx),
     )
     con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, pid, "python"))
     con.execute("INSERT INTO ThreadNames VALUES (?, ?, ?)", (strings("python"), 20, gtid))
+
+
+def _init_ranges(
+    comms: Sequence[JobComm],
+    kernels: Sequence[JobKernel],
+    gtid: int,
+    device: int,
+    strings: _Strings,
+) -> list[tuple]:
+    """A 1 ms ``ncclCommInitRank`` range per communicator, back to back, ending 1 ms before
+    the rank's first launch (NCCL initializes a communicator before its first call)."""
+    first = min((k.launch_ns for k in kernels), default=10_000_000)
+    t = max(2_000, first - 1_000_000 - 1_000_000 * len(comms))
+    text = strings("ncclCommInitRank")
+    out = []
+    for c in comms:
+        init = struct.pack("<Qiii4x", c.comm_hash, c.nranks, c.rank, device)
+        out.append(_nvtx(t, t + 900_000, 59, None, gtid, 1, text, init))
+        t += 1_000_000
+    return out
 
 
 def _nvtx(

@@ -15,7 +15,9 @@ Besides Kineto it writes, from the same simulated calls:
   every member, ring/tree and channel connection lines, then one COLL line per call, in
   the 2.26 shapes of ``shared/reference/formats-nccl-nsys.md`` §1;
 - ``nsys``: one Nsight Systems SQLite export of the job (:mod:`pipeline.synth.nsys`) whose
-  kernels, launches and NCCL ranges are the job's own.
+  kernels, launches and NCCL ranges are the job's own, the ranges with NCCL 2.25+ NVTX
+  payloads (the call's comm hash and bytes; a ``ncclCommInitRank`` per communicator of each
+  rank), the comm hash of a group being its commId in the NCCL logs.
 """
 
 from __future__ import annotations
@@ -187,8 +189,13 @@ def _comm_ptr(rank: int, group: J.Group) -> str:
     return f"0x55{rank:04x}{int(group.name):04x}a0"
 
 
+def _comm_hash(group: J.Group) -> int:
+    """The group's NCCL commId / comm hash: the same on every member, distinct per group."""
+    return (0x9E3779B97F4A7C15 * (int(group.name) + 1)) & 0xFFFFFFFFFFFFFFFF
+
+
 def _comm_id(group: J.Group) -> str:
-    return f"0x{(0x9E3779B97F4A7C15 * (int(group.name) + 1)) & 0xFFFFFFFFFFFFFFFF:016x}"
+    return f"0x{_comm_hash(group):016x}"
 
 
 def _nccl_prefix(rank: int, pid: int, tid: int) -> str:
@@ -291,14 +298,15 @@ def _rank_kernels(state: J.Rank) -> list:
         for e in events
         if e.head.get("cat") in ("cuda_runtime", "cuda_driver") and e.args
     }
-    nccl_names = {c.start_ns: c for c in state.calls}
+    # by stream too: a p2p kernel can start together with another group's all_reduce
+    nccl_calls = {(c.start_ns, c.stream): c for c in state.calls}
     kernels = []
     for e in sorted(events, key=lambda e: e.head["ts"].ns):
         if e.head.get("cat") != "kernel" or not e.args:
             continue
         launch = launches.get(e.args["correlation"])
         start = e.head["ts"].ns
-        call = nccl_names.get(start)
+        call = nccl_calls.get((start, e.args["stream"]))
         kernels.append(
             JobKernel(
                 name=e.head["name"],
@@ -307,12 +315,39 @@ def _rank_kernels(state: J.Rank) -> list:
                 dur_ns=e.head["dur"].ns,
                 launch_ns=launch.head["ts"].ns if launch else start - 5_000,
                 launch_dur_ns=launch.head["dur"].ns if launch else 3_000,
-                nccl_call=f"nccl{NCCL_OPS[call.op]}" if call else None,
                 grid=tuple(e.args["grid"]),
                 block=tuple(e.args["block"]),
+                **(_call_fields(call) if call else {}),
             )
         )
     return kernels
+
+
+def _call_fields(call: J.CommCall) -> dict:
+    """The JobKernel fields of an NCCL call: its function and NVTX payload values."""
+    return {
+        "nccl_call": f"nccl{NCCL_OPS[call.op]}",
+        "comm_hash": _comm_hash(call.group),
+        "nbytes": call.count * J.DTYPE[call.dtype][2],
+        "root": call.root or 0,
+        "peer": call.peer or 0,
+    }
+
+
+def job_comms(sim: tuple[list[J.Group], dict[int, J.Rank], dict[int, int]]) -> dict[int, list]:
+    """Per rank, its communicators (every group it belongs to, in creation order) for
+    :func:`pipeline.synth.nsys.write_export`."""
+    from pipeline.synth.nsys import JobComm
+
+    _, ranks, _ = sim
+    return {
+        r: [
+            JobComm(_comm_hash(g), len(g.ranks), g.ranks.index(r))
+            for g in state.groups
+            if r in g.ranks
+        ]
+        for r, state in ranks.items()
+    }
 
 
 def write_nsys(
@@ -330,7 +365,9 @@ def write_nsys(
         ranks=sorted(sim[1]),
         world_size=spec.world,
         kernels=job_kernels(sim, repeats),
+        comms=job_comms(sim),
         session_start_ns=J.BASE_TIME_NS,
+        payloads=True,
     )
     return [path]
 

@@ -17,7 +17,9 @@ import pytest
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
 from pipeline.ingest import nsys
+from pipeline.synth import JobSpec
 from pipeline.synth.nsys import Layout, write_export
+from pipeline.synth.scale import job_comms, job_kernels, simulated_job
 
 NSYS_FILES = [
     "a100_vector_add/vector_add_profile_v3.sqlite",
@@ -68,7 +70,7 @@ def test_real_export_sniffed_and_conforms(real_traces: Path, name: str) -> None:
     path = real_traces / "nsys" / name
     assert nsys.sniff(path, _head(path))
     tables = _tables(path)
-    assert set(tables) == {"kernels", "ops", "ranks", "collectives"}
+    assert set(tables) == {"kernels", "ops", "ranks", "collectives", "communicators"}
     assert tables["ranks"].height >= 1
 
 
@@ -349,3 +351,38 @@ def test_real_nsys_profile_of_a_cpu_program(tmp_path: Path) -> None:
     assert set(ops.filter(pl.col("name").str.starts_with("layer_"))["depth"]) == {1}
     assert ops.filter(pl.col("name") == "optimizer.step").height == 2
     assert t["ranks"].height == 1
+
+
+def _job_export(path: Path, ranks: list[int], comms: dict | None = None) -> Path:
+    """An export of some ranks of the default synthetic job, with NCCL payloads."""
+    sim = simulated_job(JobSpec())
+    return write_export(
+        path,
+        ranks=ranks,
+        kernels=job_kernels(sim, 1),
+        comms=job_comms(sim) if comms is None else comms,
+        payloads=True,
+    )
+
+
+def test_one_rank_export_knows_only_its_own_place_in_subgroups(tmp_path: Path) -> None:
+    result = nsys.parse(_job_export(tmp_path / "report.sqlite", [3]))
+    assert result.rank_source == "nccl_nvtx"
+    comms = pl.from_arrow(result.tables["communicators"])
+    lists = {n: r for n, r in comms.select("nranks", "ranks").rows() if n != 2}
+    # the world communicator (the rank's own source) lists 0..7; others only rank 3
+    assert lists == {8: list(range(8)), 4: [None, 3, None, None]}
+    for n, i, r in comms.select("nranks", "rank_in_comm", "ranks").rows():
+        assert len(r) == n and r[i] == 3 and r.count(None) == (0 if n == 8 else n - 1)
+
+
+def test_subgroup_rank_is_not_taken_for_the_global_rank(tmp_path: Path) -> None:
+    sim = simulated_job(JobSpec())
+    comms = job_comms(sim)
+    comms[5] = [c for c in comms[5] if c.nranks < 8]  # rank 5 traced no world init
+    result = nsys.parse(_job_export(tmp_path / "report.sqlite", [4, 5], comms))
+    ranks = pl.from_arrow(result.tables["ranks"])
+    assert ranks.filter(pl.col("pid") == 1004)["rank"].to_list() == [4]
+    # rank 5's places in its subgroups (3, 1, 1, 0) are no global rank: it is numbered
+    assert result.rank_source == "nccl_nvtx,process_order"
+    assert any("numbered by process order" in m for m in result.warnings.messages())

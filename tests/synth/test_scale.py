@@ -14,7 +14,8 @@ import pytest
 from pipeline.ingest import kineto, nccl_log, nsys
 from pipeline.ingest.detect import detect
 from pipeline.synth import JobSpec, write_job
-from pipeline.synth.scale import write_scaled_job
+from pipeline.synth.job import DTYPE, process_groups
+from pipeline.synth.scale import simulated_job, write_scaled_job
 
 SPEC = JobSpec()  # the bundled sample: TP2 x PP2 x DP2, 2 steps
 REPEATS = 3
@@ -104,3 +105,46 @@ def test_nsys_export_holds_the_jobs_kernels(job: dict[str, list[Path]]) -> None:
         events = _raw_events(path)
         assert by_rank[rank] == sum(e.get("cat") == "kernel" for e in events)
         assert comm_by_rank[rank] == len(_nccl_kernels(events))
+
+
+def test_nsys_export_carries_nccl_payloads_ranks_and_communicators(
+    job: dict[str, list[Path]],
+) -> None:
+    (export,) = job["nsys"]
+    result = nsys.parse(export)
+    assert result.warnings.messages() == []  # no "numbered by process order", no bare calls
+    assert result.rank_source == "nccl_nvtx"
+    ranks = pl.from_arrow(result.tables["ranks"])
+    assert ranks["rank"].to_list() == list(range(SPEC.world))
+    assert set(ranks["world_size"]) == {SPEC.world}
+    # every call's bytes from its payload: count * dtype size, as the simulator issued it
+    coll = pl.from_arrow(result.tables["collectives"])
+    assert set(coll["size_source"]) == {"nvtx_payload"}
+    _, states, _ = simulated_job(SPEC)
+    for rank, state in states.items():
+        mine = coll.filter(pl.col("rank") == rank)
+        want = Counter((c.op, c.count * DTYPE[c.dtype][2]) for c in state.calls)
+        got = Counter(mine.select("op", "bytes").iter_rows())
+        assert got == Counter({k: REPEATS * n for k, n in want.items()})
+    # one communicator per group of the rank, with its size, position and members
+    comms = pl.from_arrow(result.tables["communicators"])
+    assert set(comms["backend"]) == {"nccl"}
+    for rank in range(SPEC.world):
+        mine = comms.filter(pl.col("rank") == rank)
+        got = {
+            (n, i, tuple(r)) for n, i, r in mine.select("nranks", "rank_in_comm", "ranks").rows()
+        }
+        want = {
+            (len(g.ranks), g.ranks.index(rank), g.ranks)
+            for g in process_groups(SPEC)
+            if rank in g.ranks
+        }
+        assert got == want
+        assert set(coll.filter(pl.col("rank") == rank)["comm"]) <= set(mine["comm"])
+    # a group's comm hash is the same on all its members
+    assert comms.group_by("comm").agg(pl.col("ranks").n_unique())["ranks"].max() == 1
+
+
+def test_nsys_export_is_deterministic(job: dict[str, list[Path]], tmp_path: Path) -> None:
+    again = write_scaled_job(SPEC, tmp_path, repeats=REPEATS, formats=["nsys"])
+    assert filecmp.cmp(job["nsys"][0], again["nsys"][0], shallow=False)
