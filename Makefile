@@ -49,7 +49,7 @@ lint: $(STAMP)
 
 samples: $(STAMP)
 	$(BIN)/python -m pipeline.synth sample_traces --gzip
-	$(BIN)/python -m pipeline.synth sample_traces --formats nccl
+	$(BIN)/python -m pipeline.synth sample_traces --formats nccl,nsys
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

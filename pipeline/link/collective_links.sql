@@ -13,14 +13,15 @@
 --          the forward op with the same autograd sequence number (backward_of_forward_op);
 --          else the innermost NVTX range (nvtx).
 
--- The global rank of each send/recv peer. An NCCL log prints the peer's rank in the
--- communicator; the logs of the job together say which global rank holds that place.
+-- The global rank of each send/recv peer. NCCL's own records (the log's COLL line, the
+-- NVTX payload in Nsight) give the peer's rank in the communicator; the job's communicator
+-- rows of that source say which global rank holds that place.
 CREATE TEMP TABLE _collective_peers AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id,
-       CASE WHEN c.source = 'nccl_log' THEN m.rank ELSE c.peer END AS peer
+       CASE WHEN c.source IN ('nccl_log', 'nsys') THEN m.rank ELSE c.peer END AS peer
 FROM collectives c
 LEFT JOIN (SELECT DISTINCT job, source, comm, rank_in_comm, rank FROM communicators
-           WHERE source = 'nccl_log') m
+           WHERE source IN ('nccl_log', 'nsys')) m
     ON m.job = c.job AND m.source = c.source AND m.comm = c.comm AND m.rank_in_comm = c.peer
 WHERE c.peer IS NOT NULL;
 

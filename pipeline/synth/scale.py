@@ -195,7 +195,7 @@ def _comm_hash(group: J.Group) -> int:
 
 
 def _comm_id(group: J.Group) -> str:
-    return f"0x{_comm_hash(group):016x}"
+    return f"0x{_comm_hash(group):x}"  # NCCL prints 0x%llx: no zero padding
 
 
 def _nccl_prefix(rank: int, pid: int, tid: int) -> str:

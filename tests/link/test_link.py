@@ -137,8 +137,9 @@ def test_straggler_is_found(linked_sample: Path) -> None:
     """The generator makes rank 5 late at the forward attention all-reduce of TP group {4,5}."""
     ds = pipeline.open(linked_sample)
     row = ds.sql(
-        "SELECT late_rank, count(*) FROM collective_instances WHERE comm = "
-        "(SELECT comm FROM communicators WHERE ranks = [4, 5] LIMIT 1) AND phase = 'forward' "
+        "SELECT late_rank, count(*) FROM collective_instances WHERE source = 'kineto' AND comm = "
+        "(SELECT DISTINCT comm FROM communicators WHERE source = 'kineto' AND ranks = [4, 5]) "
+        "AND phase = 'forward' "
         "AND layer_kind = 'attention' GROUP BY ALL ORDER BY 2 DESC LIMIT 1"
     ).rows()
     assert row[0][0] == 5
@@ -263,16 +264,16 @@ def test_nccl_logs_match_profiler_calls(linked_sample: Path) -> None:
     ).rows()
     assert context[0][1:] == context[1][1:] == (logged, context[0][2])
     assert context[0][2] > 0
-    # send/recv peers are group ranks in a log: mapped to global ranks, every p2p transfer
-    # pairs its two sides, as the profiler's do
+    # send/recv peers are group ranks in a log (and in Nsight's NCCL payloads): mapped to
+    # global ranks, every p2p transfer pairs its two sides, as the profiler's do
     instances = ds.sql(
         "SELECT source, op, count(*), count(*) FILTER (ranks_seen < group_size) "
         "FROM collective_instances GROUP BY ALL ORDER BY ALL"
     ).rows()
     by_source = {s: [(op, n, partial) for src, op, n, partial in instances if src == s]
-                 for s in ("kineto", "nccl_log")}  # fmt: skip
-    assert by_source["nccl_log"] == by_source["kineto"]
-    assert all(partial == 0 for _, _, partial in by_source["nccl_log"])
+                 for s in ("kineto", "nccl_log", "nsys")}  # fmt: skip
+    assert by_source["nccl_log"] == by_source["kineto"] == by_source["nsys"]
+    assert all(partial == 0 for _, _, partial in by_source["kineto"])
 
 
 def test_nccl_logs_fill_sizes_an_old_trace_lacks(linked_sample: Path, tmp_path: Path) -> None:

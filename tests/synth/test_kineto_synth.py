@@ -322,7 +322,9 @@ def test_sample_traces_equal_a_fresh_generation(tmp_path: Path) -> None:
     assert sum(len(b) for b in bundled.values()) < 10_000_000
 
 
-@pytest.mark.parametrize(("fmt", "pattern"), [("nccl", "rank*.nccl.log")])
+@pytest.mark.parametrize(
+    ("fmt", "pattern"), [("nccl", "rank*.nccl.log"), ("nsys", "job.nsys.sqlite")]
+)
 def test_sample_logs_and_exports_equal_a_fresh_generation(
     tmp_path: Path, fmt: str, pattern: str
 ) -> None:
