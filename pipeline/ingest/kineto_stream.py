@@ -107,6 +107,8 @@ class EventStream:
         self._buf = b""
         self._base = 0  # file offset of self._buf[0]
         self._bad_cuts: set[int] = set()  # candidate boundaries (in _buf) that were not
+        self._head = b""  # the bytes before the "traceEvents" key
+        self._header_decoder = msgspec.json.Decoder(header_type)
 
     def __iter__(self) -> Iterator[list[Any]]:
         self._src = _Source(self.path)
@@ -145,7 +147,10 @@ class EventStream:
                 yield self._count(events)
             return
         self._drop(pos)
+        self._head = head
         tail_at = yield from self._events()
+        if self.header is not None:  # the last piece came with the tail (_last)
+            return
         self._drop(tail_at)
         self._read_rest()
         self.header = self._decode_header(head + _EMPTY_EVENTS + self._buf, len(head))
@@ -213,7 +218,21 @@ class EventStream:
         return None
 
     def _last(self) -> Iterator[list[Any]]:
-        """The rest of the array, up to its ``]``; returns where the tail starts."""
+        """The rest of the array, up to its ``]``; returns where the tail starts.
+
+        The buffer then holds the rest of the file, so head + array + tail is the whole
+        document minus the events already decoded: one decode gives the last events and the
+        header. Only when that fails is the array's end looked for (a second decode that
+        places the error)."""
+        try:
+            trace = self._header_decoder.decode(self._head + _KEY + b": [" + self._buf)
+        except msgspec.DecodeError:  # also ValidationError: placed by the slow path below
+            pass
+        else:
+            events, trace.traceEvents = trace.traceEvents, []
+            self.header = trace
+            yield self._count(events)
+            return len(self._buf)
         piece = b"[" + self._buf
         try:
             self._list.decode(piece)
