@@ -7,7 +7,8 @@ DP4, ``pipeline.synth.scale``) of at least 1 GB of JSON (``--quick``: 200 MB).
 Each side runs in its own child process (``benchmarks.measure``: wall time, peak RSS of the
 child's whole process tree):
 
-- ``json.load`` and ``orjson.loads`` of every file (read + gunzip + decode, nothing else);
+- ``json.load`` and ``orjson.loads`` of every file (read + gunzip + decode, nothing else),
+  and msgspec's decode into the parser's typed structs (tokenwire's first stage alone);
 - ``tokenwire ingest`` (parse + Parquet), 1 worker;
 - HTA's ``TraceAnalysis(trace_dir=...)`` load, one per job folder (``holistictraceanalysis``,
   the ``bench`` extra); when it is missing or fails, the benchmark says so and goes on;
@@ -53,6 +54,12 @@ done(t0)
 """
 )
 ORJSON_LOAD = JSON_LOAD.replace("import gzip, json", "import gzip, orjson as json")
+# tokenwire's first stage alone: msgspec into the parser's typed structs (args kept raw)
+MSGSPEC_LOAD = JSON_LOAD.replace(
+    "import gzip, json",
+    "import gzip, msgspec\nfrom pipeline.ingest.kineto import Trace\n"
+    "class json:\n    loads = msgspec.json.Decoder(Trace).decode",
+)
 INGEST = (
     _TIMED
     + """
@@ -205,6 +212,7 @@ def compare_tools(title: str, folders: list[Path], work: Path) -> dict[str, Meas
     steps = [
         ("json", "json.load", JSON_LOAD, files),
         ("orjson", "orjson.loads", ORJSON_LOAD, files),
+        ("msgspec", "msgspec decode (typed structs)", MSGSPEC_LOAD, files),
         (
             "tokenwire",
             "tokenwire ingest (1 worker)",
@@ -253,6 +261,8 @@ def targets(tools: dict[str, Measurement], scale: dict[str, Measurement]) -> lis
     if hta.ok:
         speed = _rate(hta) / _rate(tw)
         rows.append(("ingest >= 10x faster than HTA load", f"{speed:.1f}x", speed >= 10))
+        ceiling = _rate(hta) / _rate(tools["msgspec"])
+        rows.append(("(msgspec decode alone / HTA load: the ceiling)", f"{ceiling:.1f}x", None))
         mem = hta.peak_rss_mb / tw.peak_rss_mb
         rows.append(("ingest peak RSS <= 1/3 of HTA's", f"1/{mem:.1f}", mem >= 3))
     else:
