@@ -78,7 +78,7 @@ def section(ctx: Context) -> Section:
     tables = ctx.query("glance_tables").filter(pl.col("rows") > 0)
     if tables.height:
         bars = (
-            alt.Chart(alt.Data(values=fmt.records(tables)))
+            alt.Chart(alt.Data(values=fmt.rows(tables)))
             .mark_bar(color="#4c78a8")
             .encode(
                 x=alt.X("rows:Q", title="rows"),

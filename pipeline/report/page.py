@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.report import fmt
+
 #: Vega-Lite version of the bundled JavaScript; Altair's specs must match it.
 VL_VERSION = "6.4"
 
@@ -92,9 +94,16 @@ def chart_spec(chart: Any, *, validate: bool = False) -> dict[str, Any]:
     """The Vega-Lite spec of a chart with NaN and infinities made null (JSON has neither).
 
     Altair's JSON-schema validation walks every data row (seconds for a few thousand); the
-    report skips it and the tests validate each chart of a sample report instead.
+    report skips it and the tests validate each chart of a sample report instead, on the
+    finished spec (data rows in place).
     """
-    return _clean(chart.to_dict(validate=validate))
+    spec = _clean(chart.to_dict(validate=False))
+    if validate:
+        from altair.utils.schemapi import validate_jsonschema
+        from altair.vegalite.v6.schema import load_schema
+
+        validate_jsonschema(spec, load_schema())
+    return spec
 
 
 def spec_json(spec: dict[str, Any]) -> str:
@@ -104,6 +113,8 @@ def spec_json(spec: dict[str, Any]) -> str:
 
 
 def _clean(value: Any) -> Any:
+    if isinstance(value, fmt.Rows):
+        return value.rows  # records() already made NaN None
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

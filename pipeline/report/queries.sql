@@ -98,12 +98,12 @@ WHERE job = $job AND rank IN (SELECT DISTINCT rank FROM collectives WHERE job = 
 GROUP BY ALL;
 
 -- name: layer_traffic
--- Bytes per step by layer and phase, from the links of every collective to its layer.
+-- Bytes per step by layer and phase, from the links of every collective to its layer (one
+-- source per rank: primary_sources).
 WITH lc AS (
-    SELECT l.layer, l.layer_index, l.layer_kind, l.phase, l.step, c.bytes
+    SELECT l.layer, l.layer_index, l.layer_kind, l.phase, l.step, l.bytes
     FROM collective_links l
-    JOIN collectives c ON c.job = l.job AND c.rank = l.rank AND c.file_id = l.file_id
-        AND c.collective_id = l.collective_id
+    JOIN primary_sources p USING (job, rank, source)
     WHERE l.job = $job
 ),
 steps AS (SELECT greatest(count(DISTINCT step), 1) AS n FROM lc)
@@ -111,7 +111,7 @@ SELECT coalesce(layer, '(unattributed)') AS layer, min(layer_index) AS layer_ind
        coalesce(any_value(layer_kind), 'unknown') AS layer_kind, phase,
        count(*) / any_value(steps.n) AS calls_per_step,
        coalesce(sum(bytes), 0) / any_value(steps.n) AS bytes_per_step
-FROM lc, steps GROUP BY ALL;
+FROM lc, steps GROUP BY ALL ORDER BY ALL;
 
 -- name: time_per_rank
 -- Time of each rank split into compute, overlapped and exposed communication and idle,
@@ -131,7 +131,7 @@ FROM time_breakdown WHERE job = $job ORDER BY rank, step;
 -- The kernels that took the most GPU time over all ranks (names are data from the trace).
 SELECT name, kind, count(*) AS calls, sum(dur_ns) AS total_ns,
        count(DISTINCT rank) AS ranks
-FROM kernels WHERE job = $job
+FROM kernels JOIN primary_kernel_sources USING (job, rank, source) WHERE job = $job
 GROUP BY name, kind ORDER BY total_ns DESC, name LIMIT $limit;
 
 -- name: busbw_instances
@@ -145,7 +145,10 @@ SELECT op, coalesce(parallel_dim, 'unknown') AS parallel_dim,
        quantile_cont(busbw_gbps, 0.9) AS busbw_p90,
        max(busbw_gbps) AS busbw_max
 FROM collective_instances
-WHERE job = $job AND bytes > 0 AND busbw_gbps IS NOT NULL AND busbw_gbps > 0
+WHERE job = $job
+  -- one source per rank (primary_sources)
+  AND source IN (SELECT source FROM primary_sources WHERE job = $job)
+  AND bytes > 0 AND busbw_gbps IS NOT NULL AND busbw_gbps > 0
 GROUP BY ALL ORDER BY op, size_bytes;
 
 -- name: busbw_raw
@@ -166,7 +169,7 @@ FROM (
                WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all')
                    THEN (group_size - 1) / group_size
                ELSE 1.0 END AS busbw
-    FROM collectives
+    FROM collectives JOIN primary_sources USING (job, rank, source)
     WHERE job = $job AND bytes > 0 AND dur_ns > 0 AND source <> 'flight_recorder'
 )
 GROUP BY ALL ORDER BY op, size_bytes;
@@ -184,7 +187,10 @@ GROUP BY ALL ORDER BY job, op, size_bytes;
 SELECT late_rank AS rank, count(*) AS late_count, sum(skew_ns) AS late_skew_ns,
        max(skew_ns) AS max_skew_ns
 FROM collective_instances
-WHERE job = $job AND late_rank IS NOT NULL AND skew_ns IS NOT NULL AND ranks_seen > 1
+WHERE job = $job
+  -- one source per rank (primary_sources)
+  AND source IN (SELECT source FROM primary_sources WHERE job = $job)
+  AND late_rank IS NOT NULL AND skew_ns IS NOT NULL AND ranks_seen > 1
 GROUP BY late_rank ORDER BY late_rank;
 
 -- name: skew_by_where
@@ -194,14 +200,20 @@ SELECT coalesce(parallel_dim, 'unknown') AS parallel_dim, op,
        median(skew_ns) AS median_skew_ns, quantile_cont(skew_ns, 0.9) AS p90_skew_ns,
        max(skew_ns) AS max_skew_ns, mode(late_rank) AS usual_late_rank
 FROM collective_instances
-WHERE job = $job AND skew_ns IS NOT NULL AND ranks_seen > 1
+WHERE job = $job
+  -- one source per rank (primary_sources)
+  AND source IN (SELECT source FROM primary_sources WHERE job = $job)
+  AND skew_ns IS NOT NULL AND ranks_seen > 1
 GROUP BY ALL ORDER BY median_skew_ns DESC;
 
 -- name: skew_top
 -- The collectives with the largest arrival skew.
 SELECT comm, seq, op, step, phase, layer, parallel_dim, ranks_seen, skew_ns, late_rank
 FROM collective_instances
-WHERE job = $job AND skew_ns IS NOT NULL AND ranks_seen > 1
+WHERE job = $job
+  -- one source per rank (primary_sources)
+  AND source IN (SELECT source FROM primary_sources WHERE job = $job)
+  AND skew_ns IS NOT NULL AND ranks_seen > 1
 ORDER BY skew_ns DESC, comm, seq LIMIT $limit;
 
 -- name: topo_kinds
@@ -283,7 +295,8 @@ SELECT
     count(*) AS instances,
     count(*) FILTER (WHERE NOT consistent) AS inconsistent,
     count(*) FILTER (WHERE group_size IS NOT NULL AND ranks_seen < group_size) AS partial
-FROM collective_instances WHERE job = $job;
+FROM collective_instances WHERE job = $job
+  AND source IN (SELECT source FROM primary_sources WHERE job = $job);
 
 -- name: flight_recorder_rows
 -- Whether the job has flight recorder dumps.

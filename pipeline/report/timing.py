@@ -110,7 +110,7 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
         .properties(width=760, height=40)
     )
     order = {p: i for i, p in enumerate(_PARTS)}
-    data = fmt.records(long.with_columns(pl.col("part").replace_strict(order).alias("part_order")))
+    data = fmt.rows(long.with_columns(pl.col("part").replace_strict(order).alias("part_order")))
     charts = [detail, overview]
     steps = ctx.query("time_per_rank_step")
     if 0 < steps.height <= MAX_RANK_STEP_ROWS and steps["step"].n_unique() > 1:
@@ -118,7 +118,7 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
             pl.col("part").replace_strict(order).alias("part_order")
         )
         charts.append(
-            alt.Chart(alt.Data(values=fmt.records(step_long)))
+            alt.Chart(alt.Data(values=fmt.rows(step_long)))
             .mark_bar()
             .encode(
                 x=alt.X("step:O"),
@@ -166,7 +166,7 @@ def _top_kernels(ctx: Context, sec: Section, limit: int = 15) -> None:
         return
     data = kernels.with_columns((pl.col("total_ns") / 1e6).alias("total_ms"))
     chart = (
-        alt.Chart(alt.Data(values=fmt.records(data)))
+        alt.Chart(alt.Data(values=fmt.rows(data)))
         .mark_bar()
         .encode(
             y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
@@ -225,7 +225,7 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
     x = alt.X("size_bytes:Q", title="message size (bytes)", scale=alt.Scale(type="log"))
     y = alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)")
     if points.height:
-        base = alt.Chart(alt.Data(values=fmt.records(points)))
+        base = alt.Chart(alt.Data(values=fmt.rows(points)))
         layers.append(
             base.mark_rule(opacity=0.6).encode(
                 x=x, y=alt.Y("busbw_p10:Q"), y2="busbw_p90:Q", color=alt.Color("op:N")
@@ -252,7 +252,7 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
             (pl.lit("nccl-tests ") + pl.col("op") + " (" + pl.col("job") + ")").alias("test")
         )
         layers.append(
-            alt.Chart(alt.Data(values=fmt.records(tests)))
+            alt.Chart(alt.Data(values=fmt.rows(tests)))
             .mark_line(strokeDash=[4, 3], point=True)
             .encode(
                 x=x,
@@ -314,7 +314,7 @@ def skew_section(ctx: Context, no_timing: str | None, limit: int = 15) -> Sectio
         (pl.col("max_skew_ns") / 1e6).alias("max_skew_ms"),
     )
     chart = (
-        alt.Chart(alt.Data(values=fmt.records(data)))
+        alt.Chart(alt.Data(values=fmt.rows(data)))
         .mark_bar(color="#e45756")
         .encode(
             x=alt.X("rank:O", title="rank that arrived last", axis=alt.Axis(labelOverlap=True)),

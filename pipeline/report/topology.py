@@ -35,7 +35,7 @@ def section(ctx: Context) -> Section:
     per_channel = ctx.query("topo_transport_channel")
     if per_channel.height:
         chart = (
-            alt.Chart(alt.Data(values=fmt.records(per_channel)))
+            alt.Chart(alt.Data(values=fmt.rows(per_channel)))
             .mark_bar()
             .encode(
                 x=alt.X("channel:O"),
@@ -61,7 +61,7 @@ def section(ctx: Context) -> Section:
         ranks = grid["rank"].n_unique()
         if ranks <= MAX_GRID_RANKS:
             heat = (
-                alt.Chart(alt.Data(values=fmt.records(grid)))
+                alt.Chart(alt.Data(values=fmt.rows(grid)))
                 .mark_rect()
                 .encode(
                     x=alt.X("channel:O"),

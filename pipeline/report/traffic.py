@@ -436,9 +436,7 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
         by_phase = (
             alt.Chart(
                 alt.Data(
-                    values=fmt.records(
-                        phases.select("parallel_dim", "op", "phase", "bytes", "calls")
-                    )
+                    values=fmt.rows(phases.select("parallel_dim", "op", "phase", "bytes", "calls"))
                 )
             )
             .mark_bar()
@@ -503,7 +501,7 @@ def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
         .to_list()
     )
     chart = (
-        alt.Chart(alt.Data(values=fmt.records(shown)))
+        alt.Chart(alt.Data(values=fmt.rows(shown)))
         .mark_bar()
         .encode(
             y=alt.Y("layer:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),

@@ -33,5 +33,9 @@ def test_query_runs(title: str, query: str, linked_sample: Path) -> None:
         # Only the loss-report all-reduce after the step, which the model also puts in 'other',
         # in the profiler traces and (matched to them) in the NCCL logs.
         assert sorted(frame.rows()) == [("kineto", "all_reduce", 8), ("nccl_log", "all_reduce", 8)]
+    elif title == "Bytes per step by parallel dimension and phase":
+        # three sources of every call, counted once: the totals token_wire reports
+        wire = pipeline.open(linked_sample).sql("SELECT sum(bytes), sum(calls) FROM token_wire")
+        assert (frame["bytes"].sum(), frame["calls"].sum()) == wire.row(0)
     else:
         assert frame.height > 0, title

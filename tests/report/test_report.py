@@ -88,12 +88,16 @@ def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
 
 
 def test_every_chart_spec_is_valid_vega_lite(sample_linked):
-    """The report skips Altair's validation for speed; here every chart is validated."""
+    """The report skips Altair's validation for speed; here every chart is validated, as the
+    finished spec with its data rows in place."""
+    from altair.utils.schemapi import debug_mode
+
     from pipeline.report import _sections
     from pipeline.report.page import chart_spec
 
     ctx = open_context(sample_linked, config=load_job(JOB_YAML))
-    charts = [c for s in _sections(ctx) for c in s.charts()]
+    with debug_mode(False):  # as build_report builds them
+        charts = [c for s in _sections(ctx) for c in s.charts()]
     assert len(charts) >= 8
     for c in charts:
         chart_spec(c.chart, validate=True)
@@ -160,3 +164,24 @@ def test_several_jobs_need_job_option(tmp_path):
     assert res.exit_code == 1 and "choose one with --job" in res.output
     res = CliRunner().invoke(cli, ["report", str(ds), "--job", "b", "-o", str(tmp_path / "r.html")])
     assert res.exit_code == 0, res.output
+
+
+def test_three_sources_of_one_call_count_once(sample_linked):
+    """The sample job holds each call three times (profiler, NCCL log, Nsight): the report's
+    per-layer traffic, skew and bandwidth count the profiler's alone."""
+    ctx = open_context(sample_linked, config=load_job(JOB_YAML))
+    con = connect(sample_linked)
+    sources = {r[0] for r in con.execute("SELECT DISTINCT source FROM collectives").fetchall()}
+    assert sources == {"kineto", "nccl_log", "nsys"}
+    layers = ctx.query("layer_traffic")
+    per_step = con.execute(
+        "SELECT sum(bytes) / count(DISTINCT step) FROM token_wire WHERE calls > 0"
+    ).fetchone()[0]
+    assert layers["bytes_per_step"].sum() == pytest.approx(per_step)
+    kineto = con.execute(
+        "SELECT count(*) FROM collective_instances WHERE source = 'kineto' AND ranks_seen > 1 "
+        "AND skew_ns IS NOT NULL"
+    ).fetchone()[0]
+    assert ctx.query("skew_by_where")["instances"].sum() == kineto
+    kernels = con.execute("SELECT count(*) FROM kernels WHERE source = 'kineto'").fetchone()[0]
+    assert ctx.query("top_kernels", limit=10**6)["calls"].sum() == kernels
