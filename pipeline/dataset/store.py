@@ -191,6 +191,9 @@ def split_by_rank(name: str, table: pa.Table) -> Iterator[tuple[int | None, pa.T
         yield None, table.select(keep)
         return
     ranks = table.column("rank").unique().to_pylist()
+    if len(ranks) == 1:  # the usual case: no filtered copy of a table that may be GBs
+        yield ranks[0], table.select(keep)
+        return
     for rank in sorted(ranks):
         rows = table.filter(pa.compute.equal(table.column("rank"), rank))
         yield rank, rows.select(keep)

@@ -588,9 +588,11 @@ def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
 
 def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) -> pl.DataFrame:
     info = trace.distributedInfo or {}
-    host_ops = ops.filter(pl.col("kind") == "cpu_op")
-    pid = host_ops.get_column("pid").mode().min() if not host_ops.is_empty() else None
-    devices = gpu.filter(pl.col("cat") == "kernel").get_column("device").drop_nulls()
+    # one column at a time: filtering the whole frame would copy its strings (GBs for a big trace)
+    pids = ops.select(pl.col("pid").filter(pl.col("kind") == "cpu_op")).to_series()
+    pid = pids.mode().min() if len(pids) else None
+    devices = gpu.select(pl.col("device").filter(pl.col("cat") == "kernel")).to_series()
+    devices = devices.drop_nulls()
     device = int(devices.mode().min()) if len(devices) else None
     gpu_name = None
     for props in trace.deviceProperties or []:

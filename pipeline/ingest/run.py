@@ -298,9 +298,10 @@ def _remove_parts(dataset: Path, out: FileOutcome) -> None:
 
 
 def _write_tables(out: FileOutcome, tables: dict[str, pa.Table], dataset: Path) -> None:
+    """Write each table's parts; ``tables`` is emptied as they are written (memory)."""
     ranks: set[int] = set()
-    for name, table in tables.items():
-        table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
+    for name in list(tables):
+        table = conform(name, tables.pop(name), job=out.job, source=out.format, file_id=out.file_id)
         out.rows[name] = table.num_rows
         for rank, rows in split_by_rank(name, table):
             if rows.num_rows == 0:
