@@ -479,28 +479,7 @@ def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         narrow.get_column("step"),
         narrow.get_column("is_module"),
     )
-    return ops.select(
-        "op_id",
-        "pid",
-        "tid",
-        "name",
-        "kind",
-        "start_ns",
-        "end_ns",
-        "dur_ns",
-        "depth",
-        "parent_id",
-        "module_path",
-        "input_dims",
-        "input_types",
-        "external_id",
-        "correlation",
-        "step",
-        "is_module",
-        "concrete_inputs",
-        "seq_nr",
-        "fwd_tid",
-    )
+    return ops.select(*OPS_COLUMNS, "is_module", "concrete_inputs")
 
 
 def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:

@@ -160,7 +160,7 @@ def _write_rank(
     con: sqlite3.Connection, rank: int, world: int, lay: Layout, strings: _Strings, payloads: bool
 ) -> None:
     pid = 1000 + rank
-    gpid, gtid, device = VM | pid << 24, VM | pid << 24 | pid, rank % 8
+    gtid, device = VM | pid << 24 | pid, rank % 8
     nvtx: list[tuple] = [_nvtx(1_000, None, 75, "NCCL", gtid, 1)]
     if payloads:
         init = struct.pack("<Qiii4x", lay.comm_hash, world, rank, device)
@@ -174,13 +174,7 @@ def _write_rank(
         _launches(rank, lay, strings),
     )
     nvtx += list(_ranges(rank, lay, strings, payloads))
-    marks = ", ".join("?" * (NVTX_COLUMNS + (1 if payloads else 0)))
-    con.executemany(
-        f"INSERT INTO NVTX_EVENTS VALUES ({marks})",
-        (r if payloads else r[:NVTX_COLUMNS] for r in nvtx),
-    )
-    con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, pid, "python"))
-    con.execute("INSERT INTO ThreadNames VALUES (?, ?, ?)", (strings("python"), 20, gtid))
+    _write_nvtx_and_process(con, nvtx, payloads, pid, strings)
 
 
 def _write_job_rank(
@@ -221,6 +215,15 @@ def _write_job_rank(
     con.executemany(
         "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)", calls
     )
+    _write_nvtx_and_process(con, nvtx, payloads, pid, strings)
+
+
+def _write_nvtx_and_process(
+    con: sqlite3.Connection, nvtx: list[tuple], payloads: bool, pid: int, strings: _Strings
+) -> None:
+    """A rank's NVTX rows (with the ``binaryData`` column when ``payloads``), its process and
+    its thread's name."""
+    gpid, gtid = VM | pid << 24, VM | pid << 24 | pid
     marks = ", ".join("?" * (NVTX_COLUMNS + (1 if payloads else 0)))
     con.executemany(
         f"INSERT INTO NVTX_EVENTS VALUES ({marks})",
