@@ -20,8 +20,10 @@ CREATE TEMP TABLE _collective_peers AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id,
        CASE WHEN c.source IN ('nccl_log', 'nsys') THEN m.rank ELSE c.peer END AS peer
 FROM collectives c
-LEFT JOIN (SELECT DISTINCT job, source, comm, rank_in_comm, rank FROM communicators
-           WHERE source IN ('nccl_log', 'nsys')) m
+-- (a place two ranks claim is left unknown: one row per collective, whatever the input)
+LEFT JOIN (SELECT job, source, comm, rank_in_comm, min(rank) AS rank FROM communicators
+           WHERE source IN ('nccl_log', 'nsys') AND rank_in_comm IS NOT NULL
+           GROUP BY ALL HAVING count(DISTINCT rank) = 1) m
     ON m.job = c.job AND m.source = c.source AND m.comm = c.comm AND m.rank_in_comm = c.peer
 WHERE c.peer IS NOT NULL;
 
