@@ -155,7 +155,14 @@ def _print_summary(summary) -> None:
             click.echo(f"Warning: {out.path}: {out.warning_count} warnings", err=True)
             for msg in out.warnings[:5]:
                 click.echo(f"  {msg}", err=True)
-        if out.status == "unrecognised":
+        if out.status == "unrecognised" and out.path.suffix in (".yaml", ".yml"):
+            # a job.yaml beside the traces is the usual layout, not a mistake
+            click.echo(
+                f"Note: {out.path}: not a trace, skipped (a job config is given to "
+                "link and report with --config)",
+                err=True,
+            )
+        elif out.status == "unrecognised":
             click.echo(
                 f"Warning: {out.path}: not a trace format tokenwire reads; skipped", err=True
             )

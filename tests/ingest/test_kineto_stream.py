@@ -21,8 +21,8 @@ WHOLE = 1 << 40  # one batch: the whole file decoded at once
 
 def _kineto_files() -> list[str]:
     root = real_traces_dir()
-    if root is None:
-        return []
+    if root is None:  # one placeholder: the real_traces fixture skips it and says why
+        return ["(real traces absent)"]
     files = sorted((root / "kineto").rglob("*.json.gz")) + sorted(
         (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz")
     )

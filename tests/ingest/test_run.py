@@ -277,3 +277,18 @@ def test_bundled_sample_job(tmp_path: Path) -> None:
     ).fetchall()
     assert logged == [(r, 2 * per_stage[r // 4][0], 2 * per_stage[r // 4][1], 0) for r in range(8)]
     assert con.execute("SELECT sum(tokens) FROM steps").fetchall() == [(4 * 2 * 1024,)]
+
+
+def test_files_that_are_not_traces_are_skipped_and_named(tmp_path: Path) -> None:
+    """A folder walk skips what is not a trace: a job.yaml beside the traces gets a note that
+    says where it belongs, any other file a warning; the traces are ingested."""
+    src = tmp_path / "job"
+    _trace(src, "rank0.json", 0)
+    (src / "job.yaml").write_text("model: {layers: 2}\n")
+    (src / "notes.txt").write_text("nothing to see\n")
+    result = _ingest(str(src), "-o", str(tmp_path / "ds"))
+    assert result.exit_code == 0, result.output
+    assert "files: 1 ingested, 0 skipped, 2 not traces" in result.stderr
+    assert f"Note: {src / 'job.yaml'}: not a trace, skipped" in result.stderr
+    assert "--config" in result.stderr
+    assert f"Warning: {src / 'notes.txt'}: not a trace format tokenwire reads" in result.stderr
