@@ -85,31 +85,39 @@ def add_scope_path(
     """Add column ``out``: labels of the enclosing ranges where ``scope`` holds, outermost first.
 
     ``ranges`` must have ``op_id, parent_id, depth`` (see :func:`add_nesting`). A scope range
-    includes its own label. Runs one join per nesting level, not one step per range.
+    includes its own label. Runs one join per nesting level, not one step per range; the
+    levels carry ids and labels only (labels of scope ranges alone), and the paths are joined
+    back once, in the rows' order: for millions of ranges the wide rows are never copied.
     """
-    frame = ranges.with_columns(scope.fill_null(False).alias("_is_scope"), label.alias("_label"))
+    frame = ranges.select(
+        "op_id",
+        "parent_id",
+        "depth",
+        pl.when(scope.fill_null(False)).then(label).alias("_label"),  # null: not a scope
+    )
     known = pl.DataFrame(schema={"op_id": pl.Int64, out: pl.String})
     pieces = []
     for depth in sorted(frame.get_column("depth").drop_nulls().unique().to_list()):
-        level = (
+        parent = pl.col("_parent_path")
+        known = (
             frame.filter(pl.col("depth") == depth)
             .join(
                 known.rename({"op_id": "parent_id", out: "_parent_path"}),
                 on="parent_id",
                 how="left",
             )
-            .with_columns(
-                pl.when(pl.col("_is_scope"))
-                .then(
-                    pl.when(pl.col("_parent_path").is_null())
-                    .then(pl.col("_label"))
-                    .otherwise(pl.col("_parent_path") + sep + pl.col("_label"))
-                )
-                .otherwise(pl.col("_parent_path"))
-                .alias(out)
+            .select(
+                "op_id",
+                pl.when(pl.col("_label").is_null())
+                .then(parent)
+                .when(parent.is_null())
+                .then(pl.col("_label"))
+                .otherwise(parent + sep + pl.col("_label"))
+                .alias(out),
             )
         )
-        known = level.select("op_id", out)
-        pieces.append(level.drop("_parent_path"))
-    result = pl.concat(pieces) if pieces else frame.with_columns(pl.lit(None, pl.String).alias(out))
-    return result.drop("_is_scope", "_label")
+        pieces.append(known)
+    paths = (
+        pl.concat(pieces) if pieces else pl.DataFrame(schema={"op_id": pl.Int64, out: pl.String})
+    )
+    return ranges.join(paths, on="op_id", how="left", maintain_order="left")
