@@ -14,8 +14,9 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -241,7 +242,8 @@ def _parse_all(
     order = sorted(range(len(args)), key=lambda i: -sizes[i])
     slots: list[FileOutcome | None] = [None] * len(args)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(parse_file, *args[i]): i for i in order}
+        with _worker_threads(jobs):  # the workers start while their tasks are submitted
+            futures = {pool.submit(parse_file, *args[i]): i for i in order}
         try:
             for future in as_completed(futures):
                 slots[futures[future]] = out = future.result()
@@ -250,6 +252,25 @@ def _parse_all(
             pool.shutdown(cancel_futures=True)
             raise
     return [out for out in slots if out is not None]
+
+
+@contextmanager
+def _worker_threads(jobs: int) -> Iterator[None]:
+    """Give each of ``jobs`` worker processes its share of the cores for Polars' thread pool.
+
+    Every process would otherwise size its pool to the whole machine: ``jobs`` x cores
+    threads on ``cores`` cores (measured: 2 workers on 2 cores 6 % slower). Spawned workers
+    inherit the environment they start with; a value the user set is kept.
+    """
+    key = "POLARS_MAX_THREADS"
+    if key in os.environ:
+        yield
+        return
+    os.environ[key] = str(max(1, (os.cpu_count() or 1) // jobs))
+    try:
+        yield
+    finally:
+        del os.environ[key]
 
 
 def parse_file(path: Path, job: str, explicit: bool, sha256: str, dataset: Path) -> FileOutcome:

@@ -292,3 +292,23 @@ def test_files_that_are_not_traces_are_skipped_and_named(tmp_path: Path) -> None
     assert f"Note: {src / 'job.yaml'}: not a trace, skipped" in result.stderr
     assert "--config" in result.stderr
     assert f"Warning: {src / 'notes.txt'}: not a trace format tokenwire reads" in result.stderr
+
+
+def test_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes start with POLARS_MAX_THREADS = cores / workers (not cores each);
+    the variable is set only while they start, and a value the user set is left alone."""
+    import os
+
+    from pipeline.ingest.run import _worker_threads
+
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    with _worker_threads(4):
+        assert os.environ["POLARS_MAX_THREADS"] == "4"
+    assert "POLARS_MAX_THREADS" not in os.environ
+    with _worker_threads(32):
+        assert os.environ["POLARS_MAX_THREADS"] == "1"
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    with _worker_threads(4):
+        assert os.environ["POLARS_MAX_THREADS"] == "3"
+    assert os.environ["POLARS_MAX_THREADS"] == "3"
