@@ -740,11 +740,42 @@ def _hex_pad(expr: pl.Expr, width: int) -> pl.Expr:
     )
 
 
+def _topology_rows(
+    frame: pl.DataFrame,
+    kind: str,
+    detail: pl.Expr,
+    *,
+    channel: pl.Expr | None = None,
+    peer: pl.Expr | None = None,
+    peers: pl.Expr | None = None,
+    transport: str | pl.Expr | None = None,
+) -> pl.DataFrame:
+    """One topology row per line of ``frame``: the line's identity, then the topology columns
+    (``channel`` from the line's own field unless given; absent ones null)."""
+    i64 = pl.Int64
+    if isinstance(transport, str):
+        transport = pl.lit(transport)
+    return frame.select(
+        *_IDENT,
+        "launcher_rank",
+        (pl.col("channel").cast(i64) if channel is None else channel).alias("channel"),
+        pl.lit(kind).alias("kind"),
+        (pl.lit(None, i64) if peer is None else peer).alias("peer"),
+        (pl.lit(None, pl.List(i64)) if peers is None else peers).alias("peers"),
+        (pl.lit(None, pl.String) if transport is None else transport).alias("transport"),
+        detail.alias("detail"),
+    )
+
+
+def _numbers(text: pl.Expr) -> pl.Expr:
+    """The integers in a printed rank list (``0 1 2 3``, ``-1``)."""
+    return text.str.extract_all(r"-?\d+").cast(pl.List(pl.Int64))
+
+
 def _topology(parts, inits: pl.DataFrame, ranked) -> pl.DataFrame:
     """Rings, trees, NVLS/CollNet lines and connection lines, one row per channel entry."""
     rows = []
     i64 = pl.Int64
-    no_peers = pl.lit(None, pl.List(i64)).alias("peers")
     if (f := parts.get("conn")) is not None:
         via = pl.col("via")
         transport = (
@@ -764,104 +795,37 @@ def _topology(parts, inits: pl.DataFrame, ranked) -> pl.DataFrame:
             .then(pl.format("{} [{}]", via, "direction"))
             .otherwise(via)
         )
-        rows.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("connection").alias("kind"),
-                peer.alias("peer"),
-                no_peers,
-                transport.alias("transport"),
-                detail.alias("detail"),
-            )
-        )
+        rows.append(_topology_rows(f, "connection", detail, peer=peer, transport=transport))
     if (f := parts.get("collnet_conn")) is not None:
-        rows.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("collnet").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                no_peers,
-                pl.lit("CollNet").alias("transport"),
-                pl.format("{} [{}]", "via", "direction").alias("detail"),
-            )
-        )
+        detail = pl.format("{} [{}]", "via", "direction")
+        rows.append(_topology_rows(f, "collnet", detail, transport="CollNet"))
     if (f := parts.get("ring_order")) is not None:
-        order = pl.col("order").str.extract_all(r"-?\d+").cast(pl.List(i64))
-        rows.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("ring").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                order.alias("peers"),
-                pl.lit(None, pl.String).alias("transport"),
-                pl.format("order of {} channels", pl.col("nchannels").cast(i64)).alias("detail"),
-            )
-        )
+        detail = pl.format("order of {} channels", pl.col("nchannels").cast(i64))
+        rows.append(_topology_rows(f, "ring", detail, peers=_numbers(pl.col("order"))))
     if (f := parts.get("ring")) is not None:
-        rows.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("ring").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                pl.concat_list(pl.col("prev").cast(i64), pl.col("next").cast(i64)).alias("peers"),
-                pl.lit(None, pl.String).alias("transport"),
-                pl.lit("prev/next").alias("detail"),
-            )
-        )
+        peers = pl.concat_list(pl.col("prev").cast(i64), pl.col("next").cast(i64))
+        rows.append(_topology_rows(f, "ring", pl.lit("prev/next"), peers=peers))
     rows.extend(_tree_rows(parts))
     if (f := parts.get("nvls_head")) is not None:
-        rows.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("nvls").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                pl.col("order").str.extract_all(r"-?\d+").cast(pl.List(i64)).alias("peers"),
-                pl.lit("NVLS").alias("transport"),
-                pl.lit("head ranks per node").alias("detail"),
-            )
-        )
+        detail = pl.lit("head ranks per node")
+        peers = _numbers(pl.col("order"))
+        rows.append(_topology_rows(f, "nvls", detail, peers=peers, transport="NVLS"))
     if (f := parts.get("collnet_direct")) is not None:
-        rows.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("collnet").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                no_peers,
-                pl.lit("CollNet").alias("transport"),
-                pl.lit("direct").alias("detail"),
-            )
-        )
+        rows.append(_topology_rows(f, "collnet", pl.lit("direct"), transport="CollNet"))
     if (f := parts.get("channels")) is not None:
-        rows.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.lit(None, i64).alias("channel"),
-                pl.lit("channels").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                no_peers,
-                pl.lit(None, pl.String).alias("transport"),
-                pl.col("msg").str.strip_chars().alias("detail"),
-            )
-        )
+        detail = pl.col("msg").str.strip_chars()
+        rows.append(_topology_rows(f, "channels", detail, channel=pl.lit(None, i64)))
     if not rows:
         return pl.DataFrame(schema={"rank": pl.Int64, "kind": pl.String})
     topo = _topology_comm(pl.concat(rows, how="vertical_relaxed").sort("line_no"), inits)
     return ranked(topo).select(
         "rank", "comm", "channel", "kind", "peer", "peers", "transport", "detail"
     )
+
+
+def _tree_fields(group: pl.Expr, fields: tuple[int, ...]) -> pl.Expr:
+    """The listed capture groups of a tree item, as one list of ints (up, down0..2)."""
+    return pl.concat_list(*[group.struct.field(str(i)).cast(pl.Int64) for i in fields])
 
 
 def _tree_rows(parts) -> list[pl.DataFrame]:
@@ -873,34 +837,17 @@ def _tree_rows(parts) -> list[pl.DataFrame]:
         )
         g = pl.col("item").str.extract_groups(L.TREES_ITEM)
         out.append(
-            items.filter(pl.col("item").is_not_null()).select(
-                *_IDENT,
-                "launcher_rank",
-                g.struct.field("1").cast(i64).alias("channel"),
-                pl.lit("tree").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                pl.concat_list(*[g.struct.field(str(i)).cast(i64) for i in (6, 2, 3, 4)]).alias(
-                    "peers"
-                ),
-                pl.lit(None, pl.String).alias("transport"),
-                pl.lit("up/down0/down1/down2").alias("detail"),
+            _topology_rows(
+                items.filter(pl.col("item").is_not_null()),
+                "tree",
+                pl.lit("up/down0/down1/down2"),
+                channel=g.struct.field("1").cast(i64),
+                peers=_tree_fields(g, (6, 2, 3, 4)),
             )
         )
     if (f := parts.get("tree")) is not None:
-        out.append(
-            f.select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("tree").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                pl.concat_list(*[pl.col(c).cast(i64) for c in ("up", "d0", "d1", "d2")]).alias(
-                    "peers"
-                ),
-                pl.lit(None, pl.String).alias("transport"),
-                pl.lit("up/down0/down1/down2").alias("detail"),
-            )
-        )
+        peers = pl.concat_list(*[pl.col(c).cast(i64) for c in ("up", "d0", "d1", "d2")])
+        out.append(_topology_rows(f, "tree", pl.lit("up/down0/down1/down2"), peers=peers))
     if (f := parts.get("nvls_trees")) is not None:
         items = (
             f.with_columns(pl.col("msg").str.extract_all(L.NVLS_TREES_ITEM).alias("item"))
@@ -909,17 +856,12 @@ def _tree_rows(parts) -> list[pl.DataFrame]:
         )
         g = pl.col("item").str.extract_groups(L.NVLS_TREES_ITEM)
         out.append(
-            items.filter(pl.col("item").is_not_null()).select(
-                *_IDENT,
-                "launcher_rank",
-                pl.col("channel").cast(i64),
-                pl.lit("nvls").alias("kind"),
-                pl.lit(None, i64).alias("peer"),
-                pl.concat_list(*[g.struct.field(str(i)).cast(i64) for i in (5, 1, 2, 3)]).alias(
-                    "peers"
-                ),
-                pl.lit("NVLS").alias("transport"),
-                pl.lit("tree up/down0/down1/down2").alias("detail"),
+            _topology_rows(
+                items.filter(pl.col("item").is_not_null()),
+                "nvls",
+                pl.lit("tree up/down0/down1/down2"),
+                peers=_tree_fields(g, (5, 1, 2, 3)),
+                transport="NVLS",
             )
         )
     return out
