@@ -18,6 +18,19 @@ def real_traces_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
+def real_kineto_files() -> list[str]:
+    """The real Kineto traces, relative to the real traces folder, for ``parametrize``; one
+    placeholder where the folder is absent, which the ``real_traces`` fixture skips with the
+    reason."""
+    root = real_traces_dir()
+    if root is None:
+        return ["(real traces absent)"]
+    files = sorted((root / "kineto").rglob("*.json.gz")) + sorted(
+        (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz")
+    )
+    return [str(p.relative_to(root)) for p in files]
+
+
 @pytest.fixture
 def real_traces() -> Path:
     """The real traces folder; the test is skipped where it is absent (a user's own clone)."""

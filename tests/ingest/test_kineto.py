@@ -12,20 +12,10 @@ import pytest
 
 from pipeline.dataset.schema import conform
 from pipeline.ingest import kineto
-from tests.conftest import real_traces_dir
+from tests.conftest import real_kineto_files
 
 DTYPE_BYTES = {"float": 4, "Float": 4, "BFloat16": 2, "long int": 8, "Long": 8, "int": 4}
 GLOO_OPS = {"all_reduce", "all_to_all", "all_gather", "send", "recv", "broadcast"}
-
-
-def _kineto_files() -> list[str]:
-    root = real_traces_dir()
-    if root is None:  # one placeholder: the real_traces fixture skips it and says why
-        return ["(real traces absent)"]
-    files = sorted((root / "kineto").rglob("*.json.gz")) + sorted(
-        (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz")
-    )
-    return [str(p.relative_to(root)) for p in files]
 
 
 def _raw(path: Path) -> dict:
@@ -79,7 +69,7 @@ def _expected_bytes(doc: dict) -> int:
     return total
 
 
-@pytest.mark.parametrize("rel", _kineto_files())
+@pytest.mark.parametrize("rel", real_kineto_files())
 def test_real_trace(rel: str, real_traces: Path) -> None:
     path = real_traces / rel
     doc = _raw(path)

@@ -14,19 +14,9 @@ import pytest
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest import kineto
-from tests.conftest import REPO_ROOT, real_traces_dir
+from tests.conftest import REPO_ROOT, real_kineto_files
 
 WHOLE = 1 << 40  # one batch: the whole file decoded at once
-
-
-def _kineto_files() -> list[str]:
-    root = real_traces_dir()
-    if root is None:  # one placeholder: the real_traces fixture skips it and says why
-        return ["(real traces absent)"]
-    files = sorted((root / "kineto").rglob("*.json.gz")) + sorted(
-        (root / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz")
-    )
-    return [str(p.relative_to(root)) for p in files]
 
 
 def _same(a, b) -> None:
@@ -37,7 +27,7 @@ def _same(a, b) -> None:
     assert (a.format_version, a.rank_source) == (b.format_version, b.rank_source)
 
 
-@pytest.mark.parametrize("rel", _kineto_files())
+@pytest.mark.parametrize("rel", real_kineto_files())
 def test_batches_do_not_change_the_tables(rel: str, real_traces: Path) -> None:
     path = real_traces / rel
     whole = kineto.parse(path, batch_bytes=WHOLE)
