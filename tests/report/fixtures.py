@@ -17,7 +17,22 @@ from pipeline.dataset.store import (
     split_by_rank,
     write_manifest,
 )
+from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
+
+#: A kernel name that is markup: the report must show it as text, never run it.
+EVIL = "<script>alert(1)</script>"
+
+
+def sample_with_evil_kernel(sample: Path, dataset: Path) -> Path:
+    """``sample`` ingested into ``dataset``, plus one long kernel on rank 0 named :data:`EVIL`."""
+    ingest([sample], dataset)
+    kernel = pl.DataFrame({
+        "rank": [0], "kernel_id": [10**9], "name": [EVIL], "kind": ["gemm"],
+        "start_ns": [0], "end_ns": [10**12], "dur_ns": [10**12],
+    })  # fmt: skip
+    add_table(dataset, "kernels", kernel, job=sample.name)
+    return dataset
 
 
 def add_table(

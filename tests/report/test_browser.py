@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from pipeline.ingest.run import ingest
@@ -15,11 +14,10 @@ from pipeline.link.runner import link
 from pipeline.report import build_report
 from tests.conftest import REPO_ROOT, real_traces_dir
 from tests.report.cdp import Browser, chromium_path
-from tests.report.fixtures import add_table, large_job
+from tests.report.fixtures import EVIL, large_job, sample_with_evil_kernel
 
 SAMPLE = REPO_ROOT / "sample_traces"
 JOB_YAML = SAMPLE / "job.yaml"
-EVIL = "<script>alert(1)</script>"
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +80,7 @@ def test_sample_job_raw_without_job_yaml(browser, tmp_path):
 
 
 def test_kernel_named_script_renders_as_text(browser, tmp_path):
-    ds = tmp_path / "ds"
-    ingest([SAMPLE], ds)
-    kernel = pl.DataFrame({
-        "rank": [0], "kernel_id": [10**9], "name": [EVIL], "kind": ["gemm"],
-        "start_ns": [0], "end_ns": [10**12], "dur_ns": [10**12],
-    })  # fmt: skip
-    add_table(ds, "kernels", kernel, job="sample_traces")
+    ds = sample_with_evil_kernel(SAMPLE, tmp_path / "ds")
     out = tmp_path / "report.html"
     build_report(ds, output=out)
     check_page(browser, out)  # no dialog, no error

@@ -8,7 +8,6 @@ import json
 import re
 from pathlib import Path
 
-import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -21,11 +20,10 @@ from pipeline.report import build_report
 from pipeline.report.context import open_context
 from pipeline.report.traffic import compare, load
 from tests.conftest import REPO_ROOT
-from tests.report.fixtures import add_table
+from tests.report.fixtures import EVIL, sample_with_evil_kernel
 
 SAMPLE = REPO_ROOT / "sample_traces"
 JOB_YAML = SAMPLE / "job.yaml"
-EVIL = "<script>alert(1)</script>"
 
 
 def specs(page: str) -> list[dict]:
@@ -113,13 +111,7 @@ def test_without_job_yaml_shows_how_to_add_a_prediction(sample_raw, tmp_path):
 
 
 def test_trace_names_are_escaped(sample_raw, tmp_path):
-    ds = tmp_path / "ds"
-    ingest([SAMPLE], ds)
-    kernel = pl.DataFrame({
-        "rank": [0], "kernel_id": [10**9], "name": [EVIL], "kind": ["gemm"],
-        "start_ns": [0], "end_ns": [10**12], "dur_ns": [10**12],
-    })  # fmt: skip
-    add_table(ds, "kernels", kernel, job="sample_traces")
+    ds = sample_with_evil_kernel(SAMPLE, tmp_path / "ds")
     out = tmp_path / "r.html"
     build_report(ds, output=out)
     page = out.read_text()
