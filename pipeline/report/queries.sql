@@ -59,15 +59,9 @@ FROM token_wire WHERE job = $job GROUP BY ALL;
 
 -- name: observed_raw
 -- The same from the raw collectives when tokenwire link has not run: one source per rank
--- (a rank traced by Kineto and by its NCCL log would otherwise count twice), the dimension
--- from communicator_dims or communicators where known.
-WITH pref AS (
-    SELECT rank, source,
-           row_number() OVER (PARTITION BY rank ORDER BY CASE source
-               WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1 WHEN 'nccl_log' THEN 2 ELSE 3 END) AS k
-    FROM (SELECT DISTINCT rank, source FROM collectives WHERE job = $job)
-),
-dims AS (
+-- (primary_sources: a rank traced by Kineto and by its NCCL log would otherwise count
+-- twice), the dimension from communicator_dims or communicators where known.
+WITH dims AS (
     SELECT comm, any_value(parallel_dim) AS parallel_dim FROM (
         SELECT comm, parallel_dim FROM communicator_dims WHERE job = $job
         UNION ALL
@@ -80,7 +74,7 @@ SELECT c.step, coalesce(d.parallel_dim, 'unknown') AS parallel_dim, c.op,
        CAST(NULL AS BIGINT) AS tokens, CAST(NULL AS BIGINT) AS predicted_calls,
        CAST(NULL AS BIGINT) AS predicted_bytes
 FROM collectives c
-JOIN pref p ON p.rank = c.rank AND p.source = c.source AND p.k = 1
+JOIN primary_sources p USING (job, rank, source)
 LEFT JOIN dims d ON d.comm = c.comm
 WHERE c.job = $job
 GROUP BY ALL;
