@@ -136,7 +136,7 @@ def conform(name: str, table: pa.Table, **constants: str) -> pa.Table:
     arrays = []
     for col in schema.columns:
         if col.name in constants:
-            arr = pa.array([constants[col.name]] * n, col.type)
+            arr = pa.repeat(pa.scalar(constants[col.name], col.type), n)
         elif col.name in table.column_names:
             arr = table.column(col.name)
             if arr.type != col.type:

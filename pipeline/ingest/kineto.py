@@ -96,6 +96,7 @@ _NO_VALUE = msgspec.Raw(b"")
 
 class Args(
     msgspec.Struct,
+    gc=False,  # see Event
     rename={
         "external_id": "External id",
         "input_dims": "Input Dims",
@@ -142,8 +143,13 @@ class Args(
     fwd_tid: Any = None
 
 
-class Event(msgspec.Struct):
-    """One trace event; ``ts``/``dur`` kept as JSON text for exact conversion."""
+class Event(msgspec.Struct, gc=False):
+    """One trace event; ``ts``/``dur`` kept as JSON text for exact conversion.
+
+    ``gc=False``: an event holds only strings, numbers and raw bytes, so it can never be in
+    a reference cycle; untracked, the millions of them created per file do not set off the
+    cyclic garbage collector (measured: decode 2x faster, 250 -> 480 MB/s).
+    """
 
     ph: str = ""
     cat: str = ""
@@ -224,9 +230,9 @@ def parse(path: Path, *, batch_bytes: int = BATCH_BYTES) -> ParseResult:
 def _check_times(path: Path, frame: pl.DataFrame) -> None:
     """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`."""
     for col in ("ts", "dur"):
-        text = pl.col(col).cast(pl.String)
+        text = pl.col(col)
         us = text.cast(pl.Float64, strict=False)
-        ok = (us.abs() <= MAX_ABS_US).fill_null(False) | (pl.col(col).bin.size() == 0)
+        ok = (us.abs() <= MAX_ABS_US).fill_null(False) | (text == "")
         bad = frame.filter(~ok)
         if bad.height:
             index, value = bad.select("_index", text).row(0)
@@ -355,25 +361,25 @@ def _batch_frame(
         # strict=False turns a value of another type (a string where an int belongs) into null.
         pl.Series("pid", column(evs, "pid"), dtype=pl.Int64, strict=False),
         pl.Series("tid", column(evs, "tid"), dtype=pl.Int64, strict=False),
-        pl.Series("ts", list(map(bytes, column(evs, "ts"))), dtype=pl.Binary),
-        pl.Series("dur", list(map(bytes, column(evs, "dur"))), dtype=pl.Binary),
+        _raw_column("ts", column(evs, "ts")),
+        _raw_column("dur", column(evs, "dur")),
     ]
     for field in ("grid", "block", "input_dims", "input_type", "concrete_inputs"):
-        columns.append(pl.Series(field, list(map(bytes, column(args, field))), dtype=pl.Binary))
+        columns.append(_raw_column(field, column(args, field)))
     for field, dtype in _ARG_COLUMNS.items():
         columns.append(pl.Series(field, column(args, field), dtype=dtype, strict=False))
     columns.append(pl.Series("_index", index, dtype=pl.Int64))
     frame = pl.DataFrame(columns)
     # pid: an int where the trace has one (null marks a string pid, never a default)
-    bad = pl.col("pid").is_null() | (pl.col("ts").bin.size() == 0)
+    bad = pl.col("pid").is_null() | (pl.col("ts") == "")
     skipped = frame.select(bad.sum()).item()
     if skipped:
         warnings.add("events without a time or with a non-numeric pid were skipped", skipped)
         frame = frame.filter(~bad)
     _check_times(path, frame)
-    start = us_text_to_ns(pl.col("ts").cast(pl.String))
-    dur_text = pl.when(pl.col("dur").bin.size() == 0).then(pl.lit(b"0")).otherwise(pl.col("dur"))
-    dur = us_text_to_ns(dur_text.cast(pl.String)).clip(lower_bound=0)
+    start = us_text_to_ns(pl.col("ts"))
+    dur_text = pl.when(pl.col("dur") == "").then(pl.lit("0")).otherwise(pl.col("dur"))
+    dur = us_text_to_ns(dur_text).clip(lower_bound=0)
     return frame.select(
         "cat",
         "name",
@@ -394,15 +400,26 @@ def _batch_frame(
 _INT_LIST = r"^\[\s*(-?\d+(\s*,\s*-?\d+)*)?\s*\]$"
 
 
-def _int_list(raw: pl.Expr) -> pl.Expr:
-    """Raw JSON -> list of int64 when it is a list of integers, else null."""
-    text = raw.cast(pl.String)
+def _raw_column(name: str, raws: list[msgspec.Raw]) -> pl.Series:
+    """Raw JSON values as one text column, ``""`` where the event had none.
+
+    One join and one split in Rust instead of a Python ``bytes`` per value (measured: the
+    per-value copies were a third of building a batch's frame). NUL cannot occur in JSON
+    text (a control character in a string must be escaped), so it can separate the values.
+    """
+    # msgspec does not check UTF-8 inside a raw value: a bad byte becomes U+FFFD, not an error
+    text = b"\0".join(raws).decode(errors="replace")
+    return pl.Series(name, [text], dtype=pl.String).str.split("\0").explode()
+
+
+def _int_list(text: pl.Expr) -> pl.Expr:
+    """Raw JSON text -> list of int64 when it is a list of integers, else null."""
     return pl.when(text.str.contains(_INT_LIST)).then(text.str.json_decode(pl.List(pl.Int64)))
 
 
-def _raw_text(raw: pl.Expr) -> pl.Expr:
-    """Raw JSON bytes -> text; an absent value (empty) -> null."""
-    return pl.when(raw.bin.size() > 0).then(raw.cast(pl.String))
+def _raw_text(text: pl.Expr) -> pl.Expr:
+    """Raw JSON text; an absent value (empty) -> null."""
+    return pl.when(text != "").then(text)
 
 
 def us_text_to_ns(text: pl.Expr) -> pl.Expr:
