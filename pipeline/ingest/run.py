@@ -9,6 +9,7 @@ commits the manifest. A file whose bytes are already in the dataset is skipped.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import shutil
@@ -227,20 +228,25 @@ def _parse_all(
     if jobs is None:
         jobs = min(os.cpu_count() or 1, len(todo)) if sum(sizes) >= POOL_MIN_BYTES else 1
     args = [(inp.path, inp.job, inp.explicit, sha, dataset) for inp, sha in todo]
+    # Workers get the largest files first so that none is left with a big one at the end;
+    # results are put back in input order (the rank checks keep the first file that claims
+    # a rank).
+    order = sorted(range(len(args)), key=lambda i: -sizes[i])
+    slots: list[FileOutcome | None] = [None] * len(args)
     if scheduler is not None and todo:
         from pipeline.ingest.distributed import parse_on_cluster
 
-        return parse_on_cluster(parse_file, args, scheduler, lambda o: _notify(on_file, o))
+        notify = functools.partial(_notify, on_file)
+        outs = parse_on_cluster(parse_file, [args[i] for i in order], scheduler, notify)
+        for i, out in zip(order, outs, strict=True):
+            slots[i] = out
+        return [out for out in slots if out is not None]
     results: list[FileOutcome] = []
     if jobs <= 1 or len(todo) <= 1:
         for a in args:
             results.append(parse_file(*a))
             _notify(on_file, results[-1])
         return results
-    # Largest files first so that no worker is left with a big one at the end; results are
-    # put back in input order (the rank checks keep the first file that claims a rank).
-    order = sorted(range(len(args)), key=lambda i: -sizes[i])
-    slots: list[FileOutcome | None] = [None] * len(args)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         with _worker_threads(jobs):  # the workers start while their tasks are submitted
             futures = {pool.submit(parse_file, *args[i]): i for i in order}
