@@ -44,13 +44,25 @@ HOST_KINDS = (
     "gpu_user_annotation",
 )
 GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
-#: Scalar args copied as they are, by Args field name -> column type.
-_ARG_COLUMNS = {
-    "external_id": pl.Int64,
-    "correlation": pl.Int64,
+#: Args copied as they are, by Args field name -> column type ("raw": the JSON text), by the
+#: events that keep them: all, GPU activity, host ranges, and the collective metadata (NCCL
+#: kernels and ``record_param_comms`` ops).
+_COMMON_ARGS = {"external_id": pl.Int64, "correlation": pl.Int64}
+_GPU_ONLY_ARGS = {
     "device": pl.Int64,
     "stream": pl.Int64,
     "bytes": pl.Int64,
+    "grid": "raw",
+    "block": "raw",
+}
+_HOST_ONLY_ARGS = {
+    "input_dims": "raw",
+    "input_type": "raw",
+    "concrete_inputs": "raw",
+    "seq_nr": pl.Int64,
+    "fwd_tid": pl.Int64,
+}
+_META_ARGS = {
     "collective_name": pl.String,
     "in_nelems": pl.Int64,
     "out_nelems": pl.Int64,
@@ -62,8 +74,12 @@ _ARG_COLUMNS = {
     "pg_desc": pl.String,
     "pg_ranks": pl.String,
     "seq": pl.Int64,
-    "seq_nr": pl.Int64,
-    "fwd_tid": pl.Int64,
+}
+_ARG_COLUMNS = {
+    name: dtype
+    for group in (_COMMON_ARGS, _GPU_ONLY_ARGS, _HOST_ONLY_ARGS, _META_ARGS)
+    for name, dtype in group.items()
+    if dtype != "raw"
 }
 OPS_COLUMNS = [
     "op_id",
@@ -271,19 +287,7 @@ _GPU = frozenset(GPU_KINDS)
 #: Categories as an enum: one small integer per event instead of a string.
 CAT = pl.Enum([*HOST_KINDS, *GPU_KINDS])
 #: Collective metadata: on a few events only, so kept apart, keyed by ``event_id``.
-_META_COLUMNS = (
-    "collective_name",
-    "in_nelems",
-    "out_nelems",
-    "group_size",
-    "dtype",
-    "in_split",
-    "out_split",
-    "pg_name",
-    "pg_desc",
-    "pg_ranks",
-    "seq",
-)
+_META_COLUMNS = tuple(_META_ARGS)
 _HOST_ARGS = ("external_id", "correlation", "seq_nr", "fwd_tid")
 _GPU_ARGS = ("external_id", "correlation", "device", "stream", "bytes")
 
@@ -351,25 +355,30 @@ def _batch_frame(
     """
     none = Args()
     args = [e.args or none for e in evs]
-
-    def column(objs: list, field: str) -> list:
-        return list(map(attrgetter(field), objs))
-
-    columns = [
-        pl.Series("cat", column(evs, "cat"), dtype=CAT),
-        pl.Series("name", column(evs, "name"), dtype=pl.String),
-        # strict=False turns a value of another type (a string where an int belongs) into null.
-        pl.Series("pid", column(evs, "pid"), dtype=pl.Int64, strict=False),
-        pl.Series("tid", column(evs, "tid"), dtype=pl.Int64, strict=False),
-        _raw_column("ts", column(evs, "ts")),
-        _raw_column("dur", column(evs, "dur")),
-    ]
-    for field in ("grid", "block", "input_dims", "input_type", "concrete_inputs"):
-        columns.append(_raw_column(field, column(args, field)))
-    for field, dtype in _ARG_COLUMNS.items():
-        columns.append(pl.Series(field, column(args, field), dtype=dtype, strict=False))
-    columns.append(pl.Series("_index", index, dtype=pl.Int64))
-    frame = pl.DataFrame(columns)
+    frame = pl.DataFrame(
+        [
+            pl.Series("cat", _values(evs, "cat"), dtype=CAT),
+            pl.Series("name", _values(evs, "name"), dtype=pl.String),
+            # strict=False turns a value of another type (a string where an int belongs) into null.
+            pl.Series("pid", _values(evs, "pid"), dtype=pl.Int64, strict=False),
+            pl.Series("tid", _values(evs, "tid"), dtype=pl.Int64, strict=False),
+            _raw_column("ts", _values(evs, "ts")),
+            _raw_column("dur", _values(evs, "dur")),
+            pl.Series("_index", index, dtype=pl.Int64),
+        ]
+    )
+    # Args are read only on the events whose tables keep them (measured: reading every
+    # field of every event was most of the time spent here).
+    is_gpu = frame.get_column("cat").is_in(GPU_KINDS)
+    carries_meta = (frame.get_column("cat") == "kernel") | (
+        frame.get_column("name") == "record_param_comms"
+    )
+    frame = frame.with_columns(
+        *_args_at(args, None, _COMMON_ARGS),
+        *_args_at(args, is_gpu, _GPU_ONLY_ARGS),
+        *_args_at(args, ~is_gpu, _HOST_ONLY_ARGS),
+        *_args_at(args, carries_meta, _META_ARGS),
+    )
     # pid: an int where the trace has one (null marks a string pid, never a default)
     bad = pl.col("pid").is_null() | (pl.col("ts") == "")
     skipped = frame.select(bad.sum()).item()
@@ -398,6 +407,34 @@ def _batch_frame(
 
 #: A JSON list of integers, nothing else (what :func:`int_list` accepts).
 _INT_LIST = r"^\[\s*(-?\d+(\s*,\s*-?\d+)*)?\s*\]$"
+
+
+def _values(objs: list, field: str) -> list:
+    """One field of every struct: a C loop, no Python frame per struct."""
+    return list(map(attrgetter(field), objs))
+
+
+def _args_at(args: list[Args], rows: pl.Series | None, fields: dict[str, Any]) -> list[pl.Series]:
+    """Columns of ``fields`` (name -> column type, or ``"raw"`` for JSON text) read from the
+    args where ``rows`` holds (all of them when None); null elsewhere."""
+    if rows is None:
+        return [_arg_column(field, kind, _values(args, field)) for field, kind in fields.items()]
+    where = rows.arg_true()
+    picked = list(map(args.__getitem__, where.to_list()))
+    out = []
+    for field, kind in fields.items():
+        dtype = pl.String if kind == "raw" else kind
+        column = pl.Series(field, dtype=dtype).extend_constant(None, len(args))
+        if picked:
+            column = column.scatter(where, _arg_column(field, kind, _values(picked, field)))
+        out.append(column)
+    return out
+
+
+def _arg_column(field: str, kind: Any, values: list) -> pl.Series:
+    if kind == "raw":
+        return _raw_column(field, values)
+    return pl.Series(field, values, dtype=kind, strict=False)
 
 
 def _raw_column(name: str, raws: list[msgspec.Raw]) -> pl.Series:
