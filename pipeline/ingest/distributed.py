@@ -13,7 +13,7 @@ are imported only here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +41,21 @@ def _client(scheduler: str) -> Any:
 
 def parse_on_cluster(
     task: Callable[..., Any],
-    args: list[tuple[Any, ...]],
+    args: Iterable[tuple[Any, ...]],
     scheduler: str,
     on_result: Callable[[Any], None] | None = None,
 ) -> list[Any]:
     """Run ``task(*a)`` for every ``a`` in ``args`` on the cluster at ``scheduler``.
 
-    Paths in ``args`` are made absolute first (workers do not share our working folder).
-    Returns the results in the order of ``args``; ``on_result`` sees each as it arrives.
+    Each task is submitted as soon as ``args`` yields it (the caller hashes files while the
+    first ones are parsed). Paths are made absolute (workers do not share our working
+    folder). Returns the results in the order of ``args``; ``on_result`` sees each as it
+    arrives.
     """
     as_completed = _distributed().as_completed
-    args = [tuple(_absolute(v) for v in a) for a in args]
     client = _client(scheduler)
     try:
-        futures = [client.submit(task, *a, pure=False) for a in args]
+        futures = [client.submit(task, *(_absolute(v) for v in a), pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(futures)
         for future in as_completed(futures):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
+import itertools
 import os
 import shutil
 import stat
@@ -171,9 +172,10 @@ def ingest(
     with writer_lock(dataset):
         manifest = read_manifest(dataset)
         remove_unlisted(dataset, manifest)  # what a killed ingest left behind
-        todo, outcomes = _plan(inputs, manifest, on_file)
+        outcomes: list[FileOutcome] = []
+        planned = _plan(inputs, manifest, dataset, on_file, outcomes)
         try:
-            results = _parse_all(todo, dataset, jobs, on_file, scheduler)
+            results = _parse_all(planned, inputs, jobs, on_file, scheduler)
             accepted = _check_ranks(results, manifest, dataset)
             _commit(dataset, manifest, accepted)
         except DatasetWriteError:
@@ -191,65 +193,84 @@ def ingest(
 
 
 def _plan(
-    inputs: list[InputFile], manifest, on_file
-) -> tuple[list[tuple[InputFile, str]], list[FileOutcome]]:
-    """Hash every input; drop those already ingested (or repeated in this run)."""
-    todo: list[tuple[InputFile, str]] = []
-    done: list[FileOutcome] = []
+    inputs: list[InputFile], manifest, dataset: Path, on_file, done: list[FileOutcome]
+) -> Iterator[tuple[int, tuple]]:
+    """Hash the inputs, largest first, and yield (input index, :func:`parse_file` arguments)
+    for each file to parse as soon as its hash is known, so that parsing starts while the
+    rest are hashed. Files already ingested (or repeated in this run) and unreadable ones go
+    to ``done`` instead.
+    """
+    # Largest first: no worker is left with a big file at the end. sorted() is stable, so of
+    # two copies of a file (same size) the first given is the one parsed.
+    order = sorted(range(len(inputs)), key=lambda i: -_size(inputs[i].path))
     seen: set[str] = set()
     # hashlib releases the GIL on large buffers: a few threads hash as fast as the disk reads
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as hashers:
-        hashes = list(hashers.map(_sha256_or_error, [inp.path for inp in inputs]))
-    for inp, sha in zip(inputs, hashes, strict=True):
-        if isinstance(sha, OSError):
-            reason = sha.strerror or str(sha)
-            if sha.errno == errno.ENOENT and inp.path.is_symlink():
-                reason += " (broken symbolic link)"
-            error = f"{inp.path}: cannot read file: {reason}"
-            out = FileOutcome(inp.path, inp.job, "failed", error=error)
+        hashes = hashers.map(_sha256_or_error, [inputs[i].path for i in order])
+        for i, sha in zip(order, hashes, strict=True):
+            inp = inputs[i]
+            if isinstance(sha, OSError):
+                reason = sha.strerror or str(sha)
+                if sha.errno == errno.ENOENT and inp.path.is_symlink():
+                    reason += " (broken symbolic link)"
+                error = f"{inp.path}: cannot read file: {reason}"
+                out = FileOutcome(inp.path, inp.job, "failed", error=error)
+            elif manifest.has_sha256(sha) or sha in seen:
+                out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
+            else:
+                seen.add(sha)
+                yield i, (inp.path, inp.job, inp.explicit, sha, dataset)
+                continue
             done.append(out)
             _notify(on_file, out)
-            continue
-        if manifest.has_sha256(sha) or sha in seen:
-            out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
-            done.append(out)
-            _notify(on_file, out)
-            continue
-        seen.add(sha)
-        todo.append((inp, sha))
-    return todo, done
 
 
 def _parse_all(
-    todo, dataset: Path, jobs: int | None, on_file, scheduler: str | None = None
+    planned: Iterator[tuple[int, tuple]],
+    inputs: list[InputFile],
+    jobs: int | None,
+    on_file,
+    scheduler: str | None = None,
 ) -> list[FileOutcome]:
-    """Parse every file (in order of ``todo``), in-process, in a local pool or on Dask."""
-    sizes = [inp.path.stat().st_size for inp, _ in todo]
+    """Parse the files of ``planned`` (see :func:`_plan`) in-process, in a local pool or on
+    Dask; the outcomes come back in input order (the rank checks keep the first file that
+    claims a rank)."""
     if jobs is None:
-        jobs = min(os.cpu_count() or 1, len(todo)) if sum(sizes) >= POOL_MIN_BYTES else 1
-    args = [(inp.path, inp.job, inp.explicit, sha, dataset) for inp, sha in todo]
-    # Workers get the largest files first so that none is left with a big one at the end;
-    # results are put back in input order (the rank checks keep the first file that claims
-    # a rank).
-    order = sorted(range(len(args)), key=lambda i: -sizes[i])
-    slots: list[FileOutcome | None] = [None] * len(args)
-    if scheduler is not None and todo:
+        total = sum(_size(inp.path) for inp in inputs)
+        jobs = min(os.cpu_count() or 1, len(inputs)) if total >= POOL_MIN_BYTES else 1
+    slots: list[FileOutcome | None] = [None] * len(inputs)
+    first = next(planned, None)
+    if first is None:  # nothing new: no pool, no cluster
+        return []
+    planned = itertools.chain([first], planned)
+    if scheduler is not None:
         from pipeline.ingest.distributed import parse_on_cluster
 
+        index: list[int] = []
+
+        def tasks() -> Iterator[tuple]:
+            for i, a in planned:
+                index.append(i)
+                yield a
+
         notify = functools.partial(_notify, on_file)
-        outs = parse_on_cluster(parse_file, [args[i] for i in order], scheduler, notify)
-        for i, out in zip(order, outs, strict=True):
+        outs = parse_on_cluster(parse_file, tasks(), scheduler, notify)
+        for i, out in zip(index, outs, strict=True):
             slots[i] = out
-        return [out for out in slots if out is not None]
-    results: list[FileOutcome] = []
-    if jobs <= 1 or len(todo) <= 1:
-        for a in args:
-            results.append(parse_file(*a))
-            _notify(on_file, results[-1])
-        return results
+    elif jobs <= 1:
+        for i, a in planned:
+            slots[i] = parse_file(*a)
+            _notify(on_file, slots[i])
+    else:
+        _parse_in_pool(planned, jobs, slots, on_file)
+    return [out for out in slots if out is not None]
+
+
+def _parse_in_pool(planned: Iterator[tuple[int, tuple]], jobs: int, slots: list, on_file) -> None:
+    """Parse in ``jobs`` spawned processes, each task submitted as soon as it is planned."""
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         with _worker_threads(jobs):  # the workers start while their tasks are submitted
-            futures = {pool.submit(parse_file, *args[i]): i for i in order}
+            futures = {pool.submit(parse_file, *a): i for i, a in planned}
         try:
             for future in as_completed(futures):
                 slots[futures[future]] = out = future.result()
@@ -257,7 +278,13 @@ def _parse_all(
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
-    return [out for out in slots if out is not None]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # reported when it is hashed
 
 
 @contextmanager
