@@ -212,3 +212,39 @@ def test_times_are_exact_integers(tmp_path: Path) -> None:
         1_700_000_000_000_000_000 + 5000,
     ]
     assert ops["dur_ns"].to_list() == [2636669, 1]
+
+
+def _arg_rows(events: list[dict], keys: tuple[str, ...]) -> Counter:
+    """(name, each arg in ``keys``) per event, JSON values made hashable."""
+
+    def value(v):
+        return json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v
+
+    return Counter((e["name"], *(value(e.get("args", {}).get(k)) for k in keys)) for e in events)
+
+
+def _table_rows(table, columns: tuple[str, ...]) -> Counter:
+    def value(v):
+        if isinstance(v, str) and v[:1] in "[{":
+            return json.dumps(json.loads(v), sort_keys=True)
+        return json.dumps(v) if isinstance(v, list) else v
+
+    rows = table.select(["name", *columns]).to_pylist()
+    return Counter((r["name"], *(value(r[c]) for c in columns)) for r in rows)
+
+
+@pytest.mark.parametrize("rel", real_kineto_files())
+def test_args_land_on_the_events_that_keep_them(rel: str, real_traces: Path) -> None:
+    """Each kernel's and each host range's args, against the raw events (args are read only
+    from the events whose tables keep them)."""
+    path = real_traces / rel
+    events = [e for e in _raw(path)["traceEvents"] if e.get("ph") == "X"]
+    result = kineto.parse(path)
+    gpu = [e for e in events if e.get("cat") in kineto.GPU_KINDS]
+    gpu_keys = ("device", "correlation", "External id", "grid", "block", "bytes")
+    gpu_columns = ("device", "correlation", "external_id", "grid", "block", "bytes")
+    assert _table_rows(result.tables["kernels"], gpu_columns) == _arg_rows(gpu, gpu_keys)
+    host = [e for e in events if e.get("cat") in kineto.HOST_KINDS]
+    host_keys = ("External id", "Sequence number", "Fwd thread id", "Input Dims", "Input type")
+    host_columns = ("external_id", "seq_nr", "fwd_tid", "input_dims", "input_types")
+    assert _table_rows(result.tables["ops"], host_columns) == _arg_rows(host, host_keys)
