@@ -368,7 +368,7 @@ def _batch_frame(
         ]
     )
     # Args are read only on the events whose tables keep them (measured: reading every
-    # field of every event was most of the time spent here).
+    # field of every event was the largest part of the time spent here).
     is_gpu = frame.get_column("cat").is_in(GPU_KINDS)
     carries_meta = (frame.get_column("cat") == "kernel") | (
         frame.get_column("name") == "record_param_comms"
@@ -444,6 +444,8 @@ def _raw_column(name: str, raws: list[msgspec.Raw]) -> pl.Series:
     per-value copies were a third of building a batch's frame). NUL cannot occur in JSON
     text (a control character in a string must be escaped), so it can separate the values.
     """
+    if not raws:  # an empty text would split into one empty value
+        return pl.Series(name, [], dtype=pl.String)
     # msgspec does not check UTF-8 inside a raw value: a bad byte becomes U+FFFD, not an error
     text = b"\0".join(raws).decode(errors="replace")
     return pl.Series(name, [text], dtype=pl.String).str.split("\0").explode()
