@@ -49,3 +49,11 @@ def tree_digest(folder: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache_dir(tmp_path_factory) -> None:
+    """Reports cache the Vega bundle under $TOKENWIRE_CACHE_DIR: the tests keep theirs apart
+    from the user's ~/.cache."""
+    if "TOKENWIRE_CACHE_DIR" not in os.environ:
+        os.environ["TOKENWIRE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))

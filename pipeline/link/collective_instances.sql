@@ -11,11 +11,19 @@ FROM _instance_rows r
 JOIN clock_offsets o USING (job, rank)
 JOIN collective_links l USING (job, rank, source, collective_id);
 
+-- The op most of an instance's ranks report (the first by name of equals), so that the
+-- table is the same on every run when ranks disagree.
+CREATE VIEW _instance_usual_op AS
+SELECT job, source, instance_comm, instance_seq, first(op ORDER BY n DESC, op) AS usual_op
+FROM (SELECT job, source, instance_comm, instance_seq, op, count(*) AS n
+      FROM _instance_rows GROUP BY ALL)
+GROUP BY ALL;
+
 CREATE TEMP TABLE collective_instances AS
 WITH g AS (
     SELECT job, source, instance_comm AS comm, instance_seq AS seq,
            CASE WHEN count(DISTINCT op) = 2 AND bool_and(op IN ('send', 'recv'))
-                THEN 'send_recv' ELSE mode(op) END AS op,
+                THEN 'send_recv' ELSE any_value(u.usual_op) END AS op,
            max(bytes) AS bytes,
            max(group_size) AS group_size,
            count(DISTINCT rank) AS ranks_seen,
@@ -23,7 +31,7 @@ WITH g AS (
                AND (count(DISTINCT op) = 1 OR bool_and(op IN ('send', 'recv'))) AS consistent,
            min(aligned_start_ns) AS first_start_ns,
            max(aligned_start_ns) AS last_start_ns,
-           arg_max(rank, aligned_start_ns) AS late_rank,
+           arg_max(rank, (aligned_start_ns, -rank)) AS late_rank,  -- equal starts: lowest rank
            min(dur_ns) AS min_dur_ns,
            max(dur_ns) AS max_dur_ns,
            arg_min(step, rank) AS step,
@@ -32,6 +40,7 @@ WITH g AS (
            arg_min(layer_kind, rank) AS layer_kind,
            arg_min(parallel_dim, rank) AS parallel_dim
     FROM _instance_aligned
+    JOIN _instance_usual_op u USING (job, source, instance_comm, instance_seq)
     GROUP BY job, source, instance_comm, instance_seq
 )
 SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,

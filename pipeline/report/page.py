@@ -10,10 +10,12 @@ comes from vl-convert's bundle and is inlined, so the page needs no network.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,12 +84,47 @@ class Section:
 
 @functools.cache
 def javascript_bundle() -> str:
-    """vega-embed, Vega-Lite and Vega in one script, safe to put inside ``<script>``."""
+    """vega-embed, Vega-Lite and Vega in one script, safe to put inside ``<script>``.
+
+    vl-convert builds the bundle in about 1 s, most of a report's time, and always builds
+    the same text for one vl-convert and Vega-Lite version; so it is kept in the user's
+    cache folder (see :func:`_bundle_cache`) and built only when that has none.
+    """
     import vl_convert
 
+    cache = _bundle_cache()
+    if cache is not None:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            return cache.read_text(encoding="utf-8")
     js = vl_convert.javascript_bundle(vl_version=VL_VERSION)
     # a literal "</script" inside the bundle would end the element early
-    return js.replace("</script", "<\\/script")
+    js = js.replace("</script", "<\\/script")
+    if cache is not None:
+        with contextlib.suppress(OSError):  # no cache (read-only home...): build each time
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}")
+            tmp.write_text(js, encoding="utf-8")
+            os.replace(tmp, cache)  # whole or absent, never half-written
+    return js
+
+
+def _bundle_cache() -> Path | None:
+    """``$TOKENWIRE_CACHE_DIR`` (or ``$XDG_CACHE_HOME/tokenwire``, ``~/.cache/tokenwire``)
+    / the bundle's file, named by the versions that make it; None when there is no home."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        converter = version("vl-convert-python")
+    except PackageNotFoundError:
+        return None
+    root = os.environ.get("TOKENWIRE_CACHE_DIR")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        try:
+            root = str(Path(xdg) / "tokenwire") if xdg else str(Path.home() / ".cache/tokenwire")
+        except RuntimeError:  # no home folder
+            return None
+    return Path(root) / f"vega-bundle-vl{VL_VERSION}-vlconvert{converter}.js"
 
 
 def chart_spec(chart: Any, *, validate: bool = False) -> dict[str, Any]:

@@ -14,9 +14,9 @@ SELECT
         WHERE r >= 0) AS ranks_seen,
     max(world_size) AS world_size,
     count(DISTINCT host) AS hosts,
-    string_agg(DISTINCT gpu_name, ', ') AS gpus,
-    string_agg(DISTINCT backend, ', ') AS backends,
-    string_agg(DISTINCT comm_lib_version, ', ') AS comm_lib_versions
+    array_to_string(list_sort(list(DISTINCT gpu_name)), ', ') AS gpus,
+    array_to_string(list_sort(list(DISTINCT backend)), ', ') AS backends,
+    array_to_string(list_sort(list(DISTINCT comm_lib_version)), ', ') AS comm_lib_versions
 FROM ranks WHERE job = $job;
 
 -- name: glance_steps
@@ -188,17 +188,29 @@ WHERE job = $job
 GROUP BY late_rank ORDER BY late_rank;
 
 -- name: skew_by_where
--- Where the skew is: per parallel dimension, op and phase, the spread of arrival skew.
-SELECT coalesce(parallel_dim, 'unknown') AS parallel_dim, op,
-       coalesce(phase, 'unattributed') AS phase, count(*) AS instances,
+-- Where the skew is: per parallel dimension, op and phase, the spread of arrival skew and
+-- the rank that was last most often (the lowest of equals, so that reports repeat).
+WITH inst AS (
+    SELECT coalesce(parallel_dim, 'unknown') AS parallel_dim, op,
+           coalesce(phase, 'unattributed') AS phase, skew_ns, late_rank
+    FROM collective_instances
+    WHERE job = $job
+      -- one source per rank (primary_sources)
+      AND source IN (SELECT source FROM primary_sources WHERE job = $job)
+      AND skew_ns IS NOT NULL AND ranks_seen > 1
+),
+usual AS (
+    SELECT parallel_dim, op, phase,
+           first(late_rank ORDER BY n DESC, late_rank) AS usual_late_rank
+    FROM (SELECT parallel_dim, op, phase, late_rank, count(*) AS n FROM inst GROUP BY ALL)
+    GROUP BY ALL
+)
+SELECT parallel_dim, op, phase, count(*) AS instances,
        median(skew_ns) AS median_skew_ns, quantile_cont(skew_ns, 0.9) AS p90_skew_ns,
-       max(skew_ns) AS max_skew_ns, mode(late_rank) AS usual_late_rank
-FROM collective_instances
-WHERE job = $job
-  -- one source per rank (primary_sources)
-  AND source IN (SELECT source FROM primary_sources WHERE job = $job)
-  AND skew_ns IS NOT NULL AND ranks_seen > 1
-GROUP BY ALL ORDER BY median_skew_ns DESC;
+       max(skew_ns) AS max_skew_ns, any_value(usual_late_rank) AS usual_late_rank
+FROM inst JOIN usual USING (parallel_dim, op, phase)
+GROUP BY parallel_dim, op, phase
+ORDER BY median_skew_ns DESC, parallel_dim, op, phase;
 
 -- name: skew_top
 -- The collectives with the largest arrival skew.
@@ -225,17 +237,19 @@ GROUP BY ALL ORDER BY channel, transport;
 
 -- name: topo_rank_channel
 -- Per rank and channel, the transport of its connections (drawn for small jobs only).
-SELECT rank, channel, string_agg(DISTINCT coalesce(transport, 'unknown'), ' + ') AS transport,
-       count(*) AS connections, string_agg(DISTINCT CAST(peer AS VARCHAR), ', ') AS peers
+SELECT rank, channel,
+       array_to_string(list_sort(list(DISTINCT coalesce(transport, 'unknown'))), ' + ')
+           AS transport,
+       count(*) AS connections, array_to_string(list_sort(list(DISTINCT peer)), ', ') AS peers
 FROM topology WHERE job = $job AND kind = 'connection' AND channel IS NOT NULL
 GROUP BY rank, channel ORDER BY rank, channel;
 
 -- name: topo_rings
 -- Ring and tree orders, one row per distinct order.
-SELECT kind, string_agg(DISTINCT CAST(channel AS VARCHAR), ', ') AS channels,
+SELECT kind, array_to_string(list_sort(list(DISTINCT channel)), ', ') AS channels,
        array_to_string(peers, ' ') AS order_text, count(DISTINCT rank) AS ranks
 FROM topology WHERE job = $job AND kind IN ('ring', 'tree') AND peers IS NOT NULL
-GROUP BY kind, peers ORDER BY kind, channels LIMIT $limit;
+GROUP BY kind, peers ORDER BY kind, channels, order_text LIMIT $limit;
 
 -- name: quality_files
 -- The files of the job, largest first.

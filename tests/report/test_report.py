@@ -177,3 +177,34 @@ def test_three_sources_of_one_call_count_once(sample_linked):
     assert ctx.query("skew_by_where")["instances"].sum() == kineto
     kernels = con.execute("SELECT count(*) FROM kernels WHERE source = 'kineto'").fetchone()[0]
     assert ctx.query("top_kernels", limit=10**6)["calls"].sum() == kernels
+
+
+def test_the_same_data_gives_the_same_page(sample_linked, tmp_path):
+    """Ties (two ranks last equally often, equal skews) are broken by value, not by thread
+    timing: a report of unchanged data can be diffed against the last one."""
+    pages = []
+    for name in ("a.html", "b.html"):
+        build_report(sample_linked, config=JOB_YAML, output=tmp_path / name)
+        pages.append((tmp_path / name).read_bytes())
+    assert pages[0] == pages[1]
+
+
+def test_the_javascript_bundle_is_built_once_and_then_read(tmp_path, monkeypatch):
+    import vl_convert
+
+    from pipeline.report import page
+
+    monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path))
+    page.javascript_bundle.cache_clear()
+    built = page.javascript_bundle()
+    cached = list(tmp_path.iterdir())
+    assert [p.read_text() for p in cached] == [built]
+    assert "vega" in built and "</script" not in built
+
+    def no_build(**_):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", no_build)
+    page.javascript_bundle.cache_clear()
+    assert page.javascript_bundle() == built
+    page.javascript_bundle.cache_clear()
