@@ -64,18 +64,22 @@ MSGSPEC_LOAD = JSON_LOAD.replace(
     "import gzip, msgspec\nfrom pipeline.ingest.kineto import Trace\n"
     "class json:\n    loads = msgspec.json.Decoder(Trace).decode",
 )
-INGEST = (
-    _TIMED
-    + """
-from pipeline.ingest.run import ingest
-dataset, jobs, folders = Path(sys.argv[1]), int(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
-t0 = time.perf_counter()
-errors = ingest(folders, dataset, jobs=jobs).errors
-done(t0)
+# The ingest children take (setting, dataset, folders...) and fail on any bad file.
+_EXIT_ON_ERRORS = """
 for e in errors:
     print(e.error, file=sys.stderr)
 sys.exit(1 if errors else 0)
 """
+INGEST = (
+    _TIMED
+    + """
+from pipeline.ingest.run import ingest
+jobs, dataset, folders = int(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
+t0 = time.perf_counter()
+errors = ingest(folders, dataset, jobs=jobs).errors
+done(t0)
+"""
+    + _EXIT_ON_ERRORS
 )
 INGEST_DASK = (
     _TIMED
@@ -94,10 +98,8 @@ with dask.config.set(settings), LocalCluster(n_workers=2, threads_per_worker=1,
     t0 = time.perf_counter()
     errors = ingest(folders, dataset, scheduler=cluster.scheduler_address).errors
     done(t0)
-for e in errors:
-    print(e.error, file=sys.stderr)
-sys.exit(1 if errors else 0)
 """
+    + _EXIT_ON_ERRORS
 )
 HTA_LOAD = (
     _TIMED
@@ -232,7 +234,7 @@ def compare_tools(title: str, folders: list[Path], work: Path) -> dict[str, Meas
             "tokenwire",
             "tokenwire ingest (1 worker)",
             INGEST,
-            [str(dataset), "1", *map(str, folders)],
+            ["1", str(dataset), *map(str, folders)],
         ),
         ("hta", "HTA TraceAnalysis load", HTA_LOAD, [str(f) for f in folders]),
     ]
@@ -250,20 +252,17 @@ def compare_scaling(folder: Path, work: Path) -> dict[str, Measurement]:
     out: dict[str, Measurement] = {}
     cores = hta_processes(folder)
     steps = [
-        ("w1", "ingest, 1 worker", INGEST, ["1"]),
-        ("w2", "ingest, 2 local workers", INGEST, ["2"]),
-        ("dask", "ingest, Dask LocalCluster(2)", INGEST_DASK, ["default"]),
-        ("dask_docs", "  the same, workers set up per docs", INGEST_DASK, ["docs"]),
+        ("w1", "ingest, 1 worker", INGEST, "1"),
+        ("w2", "ingest, 2 local workers", INGEST, "2"),
+        ("dask", "ingest, Dask LocalCluster(2)", INGEST_DASK, "default"),
+        ("dask_docs", "  the same, workers set up per docs", INGEST_DASK, "docs"),
     ]
     if cores != 2:
-        steps.insert(2, ("wcores", f"ingest, {cores} local workers", INGEST, [str(cores)]))
-    for key, label, code, pre in steps:
+        steps.insert(2, ("wcores", f"ingest, {cores} local workers", INGEST, str(cores)))
+    for key, label, code, setting in steps:
         dataset = work / f"ds-{key}"
         shutil.rmtree(dataset, ignore_errors=True)
-        if code is INGEST_DASK:
-            args = [pre[0], str(dataset), str(folder)]
-        else:
-            args = [str(dataset), *pre, str(folder)]
+        args = [setting, str(dataset), str(folder)]
         out[key] = measure(label, code, *args, check=not key.startswith("dask"))
         print(line(out[key], mb), flush=True)
     out["wcores"] = out.get("wcores", out["w2"])

@@ -75,7 +75,7 @@ _META_ARGS = {
     "pg_ranks": pl.String,
     "seq": pl.Int64,
 }
-_ARG_COLUMNS = {
+_ARG_COLUMNS = {  # the scalar ones (raw JSON text is turned into columns by its own rules)
     name: dtype
     for group in (_COMMON_ARGS, _GPU_ONLY_ARGS, _HOST_ONLY_ARGS, _META_ARGS)
     for name, dtype in group.items()
@@ -288,8 +288,8 @@ _GPU = frozenset(GPU_KINDS)
 CAT = pl.Enum([*HOST_KINDS, *GPU_KINDS])
 #: Collective metadata: on a few events only, so kept apart, keyed by ``event_id``.
 _META_COLUMNS = tuple(_META_ARGS)
-_HOST_ARGS = ("external_id", "correlation", "seq_nr", "fwd_tid")
-_GPU_ARGS = ("external_id", "correlation", "device", "stream", "bytes")
+_HOST_ARGS = tuple(n for n in (*_COMMON_ARGS, *_HOST_ONLY_ARGS) if n in _ARG_COLUMNS)
+_GPU_ARGS = tuple(n for n in (*_COMMON_ARGS, *_GPU_ONLY_ARGS) if n in _ARG_COLUMNS)
 
 
 class _Batches:

@@ -173,9 +173,10 @@ def ingest(
         manifest = read_manifest(dataset)
         remove_unlisted(dataset, manifest)  # what a killed ingest left behind
         outcomes: list[FileOutcome] = []
-        planned = _plan(inputs, manifest, dataset, on_file, outcomes)
+        sizes = [_size(inp.path) for inp in inputs]
+        planned = _plan(inputs, sizes, manifest, dataset, on_file, outcomes)
         try:
-            results = _parse_all(planned, inputs, jobs, on_file, scheduler)
+            results = _parse_all(planned, len(inputs), sum(sizes), jobs, on_file, scheduler)
             accepted = _check_ranks(results, manifest, dataset)
             _commit(dataset, manifest, accepted)
         except DatasetWriteError:
@@ -193,7 +194,12 @@ def ingest(
 
 
 def _plan(
-    inputs: list[InputFile], manifest, dataset: Path, on_file, done: list[FileOutcome]
+    inputs: list[InputFile],
+    sizes: list[int],
+    manifest,
+    dataset: Path,
+    on_file,
+    done: list[FileOutcome],
 ) -> Iterator[tuple[int, tuple]]:
     """Hash the inputs, largest first, and yield (input index, :func:`parse_file` arguments)
     for each file to parse as soon as its hash is known, so that parsing starts while the
@@ -202,7 +208,7 @@ def _plan(
     """
     # Largest first: no worker is left with a big file at the end. sorted() is stable, so of
     # two copies of a file (same size) the first given is the one parsed.
-    order = sorted(range(len(inputs)), key=lambda i: -_size(inputs[i].path))
+    order = sorted(range(len(inputs)), key=lambda i: -sizes[i])
     seen: set[str] = set()
     # hashlib releases the GIL on large buffers: a few threads hash as fast as the disk reads
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as hashers:
@@ -227,7 +233,8 @@ def _plan(
 
 def _parse_all(
     planned: Iterator[tuple[int, tuple]],
-    inputs: list[InputFile],
+    n_inputs: int,
+    total_bytes: int,
     jobs: int | None,
     on_file,
     scheduler: str | None = None,
@@ -236,9 +243,8 @@ def _parse_all(
     Dask; the outcomes come back in input order (the rank checks keep the first file that
     claims a rank)."""
     if jobs is None:
-        total = sum(_size(inp.path) for inp in inputs)
-        jobs = min(os.cpu_count() or 1, len(inputs)) if total >= POOL_MIN_BYTES else 1
-    slots: list[FileOutcome | None] = [None] * len(inputs)
+        jobs = min(os.cpu_count() or 1, n_inputs) if total_bytes >= POOL_MIN_BYTES else 1
+    slots: list[FileOutcome | None] = [None] * n_inputs
     first = next(planned, None)
     if first is None:  # nothing new: no pool, no cluster
         return []

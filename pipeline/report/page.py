@@ -90,12 +90,12 @@ def javascript_bundle() -> str:
     the same text for one vl-convert and Vega-Lite version; so it is kept in the user's
     cache folder (see :func:`_bundle_cache`) and built only when that has none.
     """
-    import vl_convert
-
     cache = _bundle_cache()
     if cache is not None:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             return cache.read_text(encoding="utf-8")
+    import vl_convert
+
     js = vl_convert.javascript_bundle(vl_version=VL_VERSION)
     # a literal "</script" inside the bundle would end the element early
     js = js.replace("</script", "<\\/script")
