@@ -29,7 +29,9 @@ from pipeline.errors import DatasetError
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 FORMAT_NAME = "tokenwire-dataset"
-FORMAT_VERSION = 1
+#: 2: collectives carry their launch op, phase and layer from ingest (tokenwire link no
+#: longer reads the ops), so a version 1 dataset can be read but not linked or added to.
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Manifest:
 
     files: dict[str, FileEntry] = field(default_factory=dict)
     derived: dict[str, list[str]] = field(default_factory=dict)
+    version: int = FORMAT_VERSION
 
     def parts(self, table: str) -> list[str]:
         """Relative paths of every part of ``table``, raw and derived."""
@@ -95,9 +98,31 @@ def read_manifest(dataset: Path) -> Manifest:
             for fid, e in doc["files"].items()
         }
         derived = {t: list(p) for t, p in doc.get("derived", {}).items()}
+        version = int(doc.get("version", 1))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
-    return Manifest(files=files, derived=derived)
+    if version > FORMAT_VERSION:
+        raise DatasetError(
+            f"{path}: dataset version {version} was written by a newer tokenwire "
+            f"(this one reads up to {FORMAT_VERSION}); upgrade tokenwire"
+        )
+    return Manifest(files=files, derived=derived, version=version)
+
+
+def require_current(dataset: Path, manifest: Manifest) -> None:
+    """Refuse to write to a dataset an older tokenwire made (it can still be queried).
+
+    Raises
+    ------
+    DatasetError
+        When ``manifest`` lists files and is older than :data:`FORMAT_VERSION`.
+    """
+    if manifest.files and manifest.version < FORMAT_VERSION:
+        raise DatasetError(
+            f"{dataset}: dataset version {manifest.version} was written by an older tokenwire "
+            f"(now {FORMAT_VERSION}); ingest its traces again into a new folder to link it "
+            "or add to it"
+        )
 
 
 def write_manifest(dataset: Path, manifest: Manifest) -> None:

@@ -51,6 +51,7 @@ def connect(
     # Progress bars would go to stdout, among the data.
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    con.execute("SET parquet_metadata_cache = true")
     parts: list[str] = []
     for schema in load_schemas().values():
         if derived or not schema.derived:

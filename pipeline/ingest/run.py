@@ -34,12 +34,14 @@ from pipeline.dataset.store import (
     part_path,
     read_manifest,
     remove_unlisted,
+    require_current,
     split_by_rank,
     write_manifest,
     write_part,
     writer_lock,
 )
 from pipeline.errors import TokenwireError, TraceFormatError
+from pipeline.ingest.attribution import attribute_collectives
 from pipeline.ingest.detect import detect, module_for
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
@@ -171,6 +173,7 @@ def ingest(
     accepted: list[FileOutcome] = []
     with writer_lock(dataset):
         manifest = read_manifest(dataset)
+        require_current(dataset, manifest)
         remove_unlisted(dataset, manifest)  # what a killed ingest left behind
         outcomes: list[FileOutcome] = []
         sizes = [_size(inp.path) for inp in inputs]
@@ -331,6 +334,7 @@ def parse_file(path: Path, job: str, explicit: bool, sha256: str, dataset: Path)
         out.rank_source = result.rank_source
         out.warnings = result.warnings.messages()
         out.warning_count = result.warnings.total
+        attribute_collectives(result.tables)
         _write_tables(out, result.tables, dataset)
         out.status = "ingested"
     except DatasetWriteError:

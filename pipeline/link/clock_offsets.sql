@@ -26,8 +26,9 @@ LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
 WHERE c.op NOT IN ('send', 'recv') AND c.seq IS NOT NULL
    OR c.op IN ('send', 'recv') AND p.peer IS NOT NULL;
 
+-- (sources may spell a host differently; the first name in sort order, so every run agrees)
 CREATE VIEW _rank_hosts AS
-SELECT job, rank, arg_max(host, host IS NOT NULL) AS host
+SELECT job, rank, min(host) AS host
 FROM ranks GROUP BY ALL;
 
 -- The reference clock of a job: the host of its lowest rank.

@@ -19,6 +19,7 @@ import pyarrow as pa
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     read_manifest,
+    require_current,
     split_by_rank,
     write_manifest,
     write_part,
@@ -74,6 +75,7 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
     """
     dataset = Path(dataset)
     with writer_lock(dataset):
+        require_current(dataset, read_manifest(dataset))
         con = connect(dataset, derived=False)
         # Big jobs spill to disk beside the dataset instead of holding every row in memory.
         spill = dataset / ".link-spill"

@@ -1,0 +1,112 @@
+"""Each collective's launch op, phase and layer, read from its own file's ops at ingest."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from pipeline.ingest.attribution import attribute_collectives
+
+_OPS = pa.schema(
+    [
+        ("rank", pa.int64()),
+        ("op_id", pa.int64()),
+        ("parent_id", pa.int64()),
+        ("name", pa.string()),
+        ("kind", pa.string()),
+        ("module_path", pa.string()),
+        ("seq_nr", pa.int64()),
+        ("correlation", pa.int64()),
+    ]
+)
+
+
+def _ops(*rows: tuple) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(_OPS.names, r, strict=True)) for r in rows], _OPS)
+
+
+def _calls(*rows: tuple, given: dict | None = None) -> pa.Table:
+    table = pa.table(
+        {
+            "collective_id": list(range(len(rows))),
+            "rank": [r[0] for r in rows],
+            "correlation": [r[1] for r in rows],
+            "launch_op_id": pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
+    for name, values in (given or {}).items():
+        table = table.append_column(name, pa.array(values, pa.string()))
+    return table
+
+
+def _attributed(ops: pa.Table, calls: pa.Table) -> list[dict]:
+    tables = {"ops": ops, "collectives": calls}
+    attribute_collectives(tables)
+    return (
+        tables["collectives"]
+        .select(["launch_op_id", "phase", "layer", "attributed_by", "backward_op"])
+        .to_pylist()
+    )
+
+
+def test_each_rank_of_a_file_matches_its_own_runtime_calls():
+    # Two processes of one Nsight file reuse correlation id 7: each kernel belongs to the
+    # runtime call of its own rank, and takes that call's surroundings.
+    ops = _ops(
+        (0, 1, None, "encoder", "module", "encoder", None, None),
+        (0, 2, 1, "cudaLaunchKernel", "cuda_runtime", None, None, 7),
+        (1, 3, None, "Optimizer.step#AdamW.step", "cpu_op", None, None, None),
+        (1, 5, 3, "aten::_foreach_add_", "cpu_op", None, None, None),
+        (1, 4, 5, "cudaLaunchKernel", "cuda_runtime", None, None, 7),
+    )
+    got = _attributed(ops, _calls((0, 7, None), (1, 7, None)))
+    assert got == [
+        {"launch_op_id": 2, "phase": "forward", "layer": "encoder",
+         "attributed_by": "module_scope", "backward_op": None},
+        {"launch_op_id": 4, "phase": "optimizer", "layer": None,
+         "attributed_by": None, "backward_op": None},
+    ]  # fmt: skip
+
+
+def test_backward_work_takes_the_layer_of_its_forward_op():
+    autograd = "autograd::engine::evaluate_function: MmBackward0"
+    ops = _ops(
+        (0, 1, None, "aten::mm", "cpu_op", "model/mlp", 41, None),
+        (0, 2, None, autograd, "cpu_op", None, 41, None),
+        (0, 3, 2, "c10d::allreduce_", "cpu_op", None, None, None),
+        (0, 4, None, "range: backward pass", "nvtx", None, None, None),
+        (0, 5, 4, "c10d::allreduce_", "cpu_op", None, None, None),
+    )
+    got = _attributed(ops, _calls((0, None, 3), (0, None, 5)))
+    assert got == [
+        {"launch_op_id": 3, "phase": "backward", "layer": "model/mlp",
+         "attributed_by": "backward_of_forward_op", "backward_op": autograd},
+        {"launch_op_id": 5, "phase": "backward", "layer": "range: backward pass",
+         "attributed_by": "nvtx", "backward_op": None},
+    ]  # fmt: skip
+
+
+def test_what_the_source_says_stays():
+    ops = _ops((0, 1, None, "forward", "user_annotation", "model/attn", None, None))
+    calls = _calls((0, None, 1), given={"phase": ["backward"], "layer": ["decoder.3"]})
+    assert _attributed(ops, calls) == [
+        {"launch_op_id": 1, "phase": "backward", "layer": "decoder.3",
+         "attributed_by": "source", "backward_op": None},
+    ]  # fmt: skip
+
+
+def test_a_cycle_of_parents_ends_the_walk():
+    ops = _ops(
+        (0, 1, 2, "forward", "user_annotation", None, None, None),
+        (0, 2, 1, "c10d::allreduce_", "cpu_op", None, None, None),
+    )
+    assert _attributed(ops, _calls((0, None, 2)))[0]["phase"] == "forward"
+
+
+@pytest.mark.parametrize("missing", ["ops", "collectives"])
+def test_a_file_without_ops_or_collectives_is_left_alone(missing):
+    tables = {"ops": _ops(), "collectives": _calls((0, 1, None))}
+    tables.pop(missing)
+    before = dict(tables)
+    attribute_collectives(tables)
+    assert tables == before
