@@ -93,42 +93,44 @@ def _text(ops: pa.Table, rows: pl.Series, names: tuple[str, ...]) -> pl.DataFram
 
 def _launch_ops(calls: pl.DataFrame, host: pl.DataFrame, kind: pa.ChunkedArray) -> pl.DataFrame:
     """Per collective (in row order): its rank, launch op's id and row in ``host``."""
-    is_runtime = pl.from_arrow(pc.is_in(kind, pa.array(_RUNTIME_KINDS))).fill_null(False)
-    runtime = (
-        host.filter(is_runtime & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation")
-        .agg(pl.col("op_id").min().alias("runtime_op_id"))
+    calls = calls.with_row_index("call")
+    if calls.get_column("launch_op_id").null_count():
+        # no launch op from the parser (Nsight): the runtime call with the kernel's correlation
+        is_runtime = pl.from_arrow(pc.is_in(kind, pa.array(_RUNTIME_KINDS))).fill_null(False)
+        runtime = (
+            host.filter(is_runtime & pl.col("correlation").is_not_null())
+            .group_by("rank", "correlation")
+            .agg(pl.col("op_id").min().alias("runtime_op_id"))
+        )
+        # correlation ids are per process, so a file with several ranks matches within each
+        calls = calls.join(
+            runtime, on=["rank", "correlation"], how="left", nulls_equal=True, maintain_order="left"
+        ).with_columns(pl.coalesce("launch_op_id", "runtime_op_id").alias("launch_op_id"))
+    rows = _rows_of(host.get_column("op_id"), calls.get_column("launch_op_id"))
+    return calls.select("call", "rank", "launch_op_id").with_columns(
+        pl.Series("pos", rows).replace(-1, None)
     )
-    # correlation ids are per process, so a file with several ranks matches within each
-    calls = calls.with_row_index("call").join(
-        runtime, on=["rank", "correlation"], how="left", nulls_equal=True, maintain_order="left"
-    )
-    calls = calls.with_columns(pl.coalesce("launch_op_id", "runtime_op_id").alias("launch_op_id"))
-    return calls.join(
-        host.select("rank", pl.col("op_id").alias("launch_op_id"), "pos"),
-        on=["rank", "launch_op_id"],
-        how="left",
-        nulls_equal=True,
-        maintain_order="left",
-    ).select("call", "rank", "launch_op_id", "pos")
 
 
-def _parent_rows(host: pl.DataFrame) -> np.ndarray:
-    """Each op's parent's row in ``host`` (-1: none, or not in this file)."""
-    parents = host.select("pos", "rank", "parent_id").join(
-        host.select("rank", pl.col("op_id").alias("parent_id"), pl.col("pos").alias("parent_pos")),
-        on=["rank", "parent_id"],
-        how="inner",
-        nulls_equal=True,
-    )
-    out = np.full(host.height, -1, dtype=np.int64)
-    out[parents["pos"].to_numpy()] = parents["parent_pos"].to_numpy()
-    return out
+def _rows_of(op_ids: pl.Series, wanted: pl.Series) -> np.ndarray:
+    """The row in ``op_ids`` of each id in ``wanted`` (-1: NULL, or not in the file).
+
+    Both parsers number ops uniquely per file, so an op_id names one row even in a file that
+    holds several ranks.
+    """
+    ids = op_ids.to_numpy()
+    order = None if np.all(ids[1:] > ids[:-1]) else np.argsort(ids, kind="stable")
+    ordered = ids if order is None else ids[order]
+    want = wanted.fill_null(-1).to_numpy()
+    at = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
+    found = wanted.is_not_null().to_numpy() & (ordered[at] == want)
+    rows = at if order is None else order[at]
+    return np.where(found, rows, -1)
 
 
 def _walk(launch: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     """(call, hops, pos) for the launch op (hops 0) and every op enclosing it."""
-    parent = _parent_rows(host)
+    parent = _rows_of(host.get_column("op_id"), host.get_column("parent_id"))
     start = launch.filter(pl.col("pos").is_not_null())
     calls = start["call"].to_numpy().astype(np.int64)
     rows = start["pos"].to_numpy().astype(np.int64)

