@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from pipeline.ingest.result import columns, values_at
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
 MAX_HOPS = 512
@@ -30,7 +31,13 @@ _AUTOGRAD = "autograd::engine::evaluate_function:"
 _RUNTIME_KINDS = ("cuda_runtime", "cuda_driver")
 #: The integer columns of ``ops`` the walk needs; text is read only at the rows it reaches
 #: (a big trace's op names would otherwise be copied whole).
-_OP_KEYS = {"rank": pl.Int64, "op_id": pl.Int64, "parent_id": pl.Int64, "correlation": pl.Int64}
+_OP_KEYS = {
+    "rank": pl.Int64,
+    "op_id": pl.Int64,
+    "parent_id": pl.Int64,
+    "correlation": pl.Int64,
+    "seq_nr": pl.Int64,
+}
 _COLLECTIVE_COLUMNS = {
     "rank": pl.Int64,
     "launch_op_id": pl.Int64,
@@ -52,9 +59,9 @@ def attribute_collectives(tables: dict[str, pa.Table]) -> None:
     collectives, ops = tables.get("collectives"), tables.get("ops")
     if collectives is None or ops is None or collectives.num_rows == 0 or ops.num_rows == 0:
         return
-    calls = _frame(collectives, _COLLECTIVE_COLUMNS)
-    host = _frame(ops, _OP_KEYS).with_row_index("pos")
-    launch = _launch_ops(calls, host, _column(ops, "kind"))
+    calls = columns(collectives, _COLLECTIVE_COLUMNS)
+    host = columns(ops, _OP_KEYS).with_row_index("pos")
+    launch = _launch_ops(calls, host, ops)
     context = _context(launch, host, calls, ops)
     out = collectives
     for name in ADDED:
@@ -66,37 +73,13 @@ def attribute_collectives(tables: dict[str, pa.Table]) -> None:
     tables["collectives"] = out
 
 
-def _column(table: pa.Table, name: str) -> pa.ChunkedArray:
-    """Column ``name`` of ``table``, all NULL where the parser left it out."""
-    if name in table.column_names:
-        return table.column(name)
-    return pa.chunked_array([pa.nulls(table.num_rows)])
-
-
-def _frame(table: pa.Table, columns: dict[str, pl.DataType]) -> pl.DataFrame:
-    """The named columns of ``table`` (NULL where the parser left one out)."""
-    return pl.DataFrame(
-        [
-            pl.from_arrow(_column(table, name)).cast(dtype).alias(name)
-            for name, dtype in columns.items()
-        ]
-    )
-
-
-def _text(ops: pa.Table, rows: pl.Series, names: tuple[str, ...]) -> pl.DataFrame:
-    """Text columns ``names`` of ``ops`` at ``rows`` only."""
-    at = pa.array(rows.to_numpy())
-    return pl.DataFrame(
-        [pl.from_arrow(_column(ops, n).take(at)).cast(pl.String).alias(n) for n in names]
-    )
-
-
-def _launch_ops(calls: pl.DataFrame, host: pl.DataFrame, kind: pa.ChunkedArray) -> pl.DataFrame:
+def _launch_ops(calls: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
     """Per collective (in row order): its rank, launch op's id and row in ``host``."""
     calls = calls.with_row_index("call")
     if calls.get_column("launch_op_id").null_count():
         # no launch op from the parser (Nsight): the runtime call with the kernel's correlation
-        is_runtime = pl.from_arrow(pc.is_in(kind, pa.array(_RUNTIME_KINDS))).fill_null(False)
+        kind = values_at(ops, np.arange(ops.num_rows), ("kind",)).get_column("kind")
+        is_runtime = kind.is_in(_RUNTIME_KINDS).fill_null(False)
         runtime = (
             host.filter(is_runtime & pl.col("correlation").is_not_null())
             .group_by("rank", "correlation")
@@ -151,11 +134,8 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
     ancestors = pl.concat(
         [
             walk,
-            _text(ops, walk["pos"], ("name", "kind", "module_path")),
-            pl.from_arrow(_column(ops, "seq_nr").take(pa.array(walk["pos"].to_numpy())))
-            .cast(pl.Int64)
-            .alias("seq_nr")
-            .to_frame(),
+            values_at(ops, walk["pos"].to_numpy(), ("name", "kind", "module_path")),
+            host.get_column("seq_nr").gather(walk["pos"]).to_frame(),
         ],
         how="horizontal",
     ).with_columns(pl.col("name").str.to_lowercase().alias("lname"))
@@ -196,12 +176,11 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
 
 def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.DataFrame:
     """The module path of the first forward op of each of these autograd sequence numbers."""
-    seq_nr = pl.from_arrow(_column(ops, "seq_nr")).cast(pl.Int64)
-    wanted = host.with_columns(seq_nr.alias("backward_seq_nr")).filter(
+    wanted = host.rename({"seq_nr": "backward_seq_nr"}).filter(
         (pl.col("backward_seq_nr") >= 0)
         & pl.col("backward_seq_nr").is_in(seq_nrs.drop_nulls().unique().implode())
     )
-    text = _text(ops, wanted["pos"], ("name", "module_path"))
+    text = values_at(ops, wanted["pos"].to_numpy(), ("name", "module_path"))
     name = pl.col("name")
     return (
         pl.concat([wanted, text], how="horizontal")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
 
 
@@ -58,3 +60,28 @@ class ParseResult:
     format_version: str | None = None
     rank_source: str | None = None
     warnings: Warnings = field(default_factory=Warnings)
+
+
+def columns(table: pa.Table | None, dtypes: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Columns of a parsed table as a Polars frame: NULL where the parser left one out, no
+    rows where it made no such table."""
+    if table is None:
+        return pl.DataFrame(schema=dtypes)
+    return pl.DataFrame(
+        [pl.from_arrow(_column(table, n)).cast(t).alias(n) for n, t in dtypes.items()]
+    )
+
+
+def values_at(table: pa.Table, rows: np.ndarray, names: tuple[str, ...]) -> pl.DataFrame:
+    """Columns ``names`` of ``table`` at ``rows`` only (a big trace's text columns would
+    otherwise be copied whole), as strings; NULL where the parser left one out."""
+    at = pa.array(rows)
+    return pl.DataFrame(
+        [pl.from_arrow(_column(table, n).take(at)).cast(pl.String).alias(n) for n in names]
+    )
+
+
+def _column(table: pa.Table, name: str) -> pa.ChunkedArray:
+    if name in table.column_names:
+        return table.column(name)
+    return pa.chunked_array([pa.nulls(table.num_rows)])

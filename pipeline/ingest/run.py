@@ -43,6 +43,7 @@ from pipeline.dataset.store import (
 from pipeline.errors import TokenwireError, TraceFormatError
 from pipeline.ingest.attribution import attribute_collectives
 from pipeline.ingest.detect import detect, module_for
+from pipeline.ingest.time_breakdown import add_time_breakdown
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
 POOL_MIN_BYTES = 64 * 1024 * 1024
@@ -335,6 +336,7 @@ def parse_file(path: Path, job: str, explicit: bool, sha256: str, dataset: Path)
         out.warnings = result.warnings.messages()
         out.warning_count = result.warnings.total
         attribute_collectives(result.tables)
+        add_time_breakdown(result.tables)
         _write_tables(out, result.tables, dataset)
         out.status = "ingested"
     except DatasetWriteError:

@@ -35,7 +35,6 @@ SQL_FILES = (
     "communicator_dims.sql",
     "clock_offsets.sql",
     "collective_instances.sql",
-    "time_breakdown.sql",
     "token_wire.sql",
 )
 DERIVED = (
@@ -44,7 +43,6 @@ DERIVED = (
     "communicator_dims",
     "clock_offsets",
     "collective_instances",
-    "time_breakdown",
     "token_wire",
 )
 

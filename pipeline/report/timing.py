@@ -38,8 +38,9 @@ def time_section(ctx: Context, no_timing: str | None) -> Section:
         sec.add(
             Note(
                 no_timing
-                or "Needs tokenwire link: the time_breakdown table splits each "
-                "rank's step into compute, overlapped and exposed communication and idle.",
+                or "No profiler steps with timings: the time_breakdown table splits each "
+                "rank's step (ProfilerStep#N of its Kineto trace) into compute, overlapped "
+                "and exposed communication and idle.",
                 "missing",
             )
         )

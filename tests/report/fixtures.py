@@ -18,6 +18,7 @@ from pipeline.dataset.store import (
     write_manifest,
 )
 from pipeline.ingest.run import ingest
+from pipeline.ingest.time_breakdown import add_time_breakdown
 from pipeline.link.runner import link
 
 #: A kernel name that is markup: the report must show it as text, never run it.
@@ -171,6 +172,10 @@ def large_job(dataset: Path, *, ranks: int = 1000, steps: int = 3, job: str = "b
         .drop("k")
     )
     add_table(dataset, "kernels", kern, job=job)
+    # what ingest makes from each rank's file (here, all ranks at once)
+    parsed = {"steps": s.to_arrow(), "kernels": kern.to_arrow(), "collectives": coll.to_arrow()}
+    add_time_breakdown(parsed)
+    add_table(dataset, "time_breakdown", parsed["time_breakdown"], job=job)
     topo = r.join(pl.DataFrame({"channel": list(range(8))}), how="cross").with_columns(
         kind=pl.lit("connection"),
         peer=(pl.col("rank") + 1) % ranks,
