@@ -21,7 +21,7 @@ from pipeline.dataset.store import FileEntry, Manifest, part_path, write_manifes
 from pipeline.ingest.run import ingest
 
 REPO = Path(__file__).resolve().parents[1]
-TIMED_TABLES = ("ops", "kernels", "collectives", "steps")
+TIMED_TABLES = ("ops", "kernels", "collectives", "steps", "time_breakdown")
 ID_COLUMNS = {
     "ops": ("op_id", "parent_id", "correlation", "external_id"),
     "kernels": ("kernel_id", "correlation", "external_id"),
@@ -61,7 +61,7 @@ def build_job(sample: Path, out: Path, *, ranks: int, repeat: int) -> int:
         src = rank % 8
         file_id = f"bench{rank:012d}"
         entry = FileEntry(file_id, file_id * 4, f"bench/rank{rank}", "bench", "kineto", [rank])
-        for table in ("ops", "kernels", "collectives", "steps", "ranks", "communicators"):
+        for table in (*TIMED_TABLES, "ranks", "communicators"):
             frame = pl.read_parquet(next((base / table).glob(f"job=sample/rank={src}/*.parquet")))
             copies = (
                 [_shift(frame, table, k, span) for k in range(repeat)]
