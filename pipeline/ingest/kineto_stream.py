@@ -133,6 +133,20 @@ class EventStream:
         self._base += upto
         self._bad_cuts.clear()
 
+    def _refill(self, upto: int) -> None:
+        """``_drop(upto)``, then read until two batches are buffered, all in one copy."""
+        parts = [memoryview(self._buf)[upto:]]
+        size = len(parts[0])
+        while size < 2 * self._batch_bytes:
+            data = self._src.read(min(max(4096, self._batch_bytes), 64 << 20))
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        self._buf = b"".join(parts)
+        self._base += upto
+        self._bad_cuts.clear()
+
     def _read_rest(self) -> None:
         while self._more():
             pass
@@ -189,7 +203,8 @@ class EventStream:
                 if not self._more():
                     return (yield from self._last())
                 continue
-            piece = b"[" + self._buf[:cut] + b"]"
+            # one copy of the batch (slicing and two concatenations made three)
+            piece = b"".join((b"[", memoryview(self._buf)[:cut], b"]"))
             try:
                 events = self._list.decode(piece)
             except msgspec.ValidationError as exc:
@@ -204,7 +219,7 @@ class EventStream:
                     continue
                 raise self._error(exc, piece) from exc
             yield self._count(events)
-            self._drop(self._buf.index(b",", cut) + 1)
+            self._refill(self._buf.index(b",", cut) + 1)
 
     def _cut(self) -> int | None:
         """Index just past the ``}`` of the last candidate boundary within one batch, else of
