@@ -111,11 +111,14 @@ def _sweep(activity: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     bounds = pl.concat([starts, ends, step_starts]).sort(
         *_KEYS, "t", pl.col("compute") + pl.col("comm")
     )
+    # Every interval opens and closes within its own group, so each group's counts start
+    # from 0 and one running sum over the sorted frame is the per-group one (no windows).
+    same_group_next = pl.all_horizontal(pl.col(k) == pl.col(k).shift(-1) for k in _KEYS)
     segments = bounds.select(
         *_KEYS,
-        pl.col("compute").cum_sum().over(_KEYS).alias("computing"),
-        pl.col("comm").cum_sum().over(_KEYS).alias("communicating"),
-        (pl.col("t").shift(-1).over(_KEYS) - pl.col("t")).alias("len_ns"),
+        pl.col("compute").cum_sum().alias("computing"),
+        pl.col("comm").cum_sum().alias("communicating"),
+        pl.when(same_group_next).then(pl.col("t").shift(-1) - pl.col("t")).alias("len_ns"),
     ).filter(pl.col("len_ns").is_not_null())
     computing, communicating = pl.col("computing") > 0, pl.col("communicating") > 0
     length = pl.col("len_ns")
