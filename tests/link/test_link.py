@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -131,6 +132,27 @@ def test_time_breakdown_adds_up(linked_sample: Path) -> None:
     assert all(window == parts > 0 for _, _, window, parts in rows)
     comm = ds.sql("SELECT min(exposed_comm_ns + overlapped_comm_ns) FROM time_breakdown").item()
     assert comm > 0
+
+
+def test_link_reads_neither_ops_nor_kernels(linked_sample: Path, tmp_path: Path) -> None:
+    """What needs the ops and kernels is worked out per file at ingest: a copy of the sample
+    whose ops and kernels are gone links to the same derived tables, row for row."""
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_sample, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for entry in manifest["files"].values():
+        for table in ("ops", "kernels"):
+            for rel in entry["parts"].pop(table, []):
+                (copy / rel).unlink()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert pipeline.open(copy).sql("SELECT count(*) FROM ops").item() == 0
+    link(copy, config=REPO_ROOT / "sample_traces" / "job.yaml")
+    for table in ("collective_links", "collective_instances", "communicator_dims", "token_wire"):
+        query = f"SELECT * FROM {table} ORDER BY ALL"
+        before = pipeline.open(linked_sample).sql(query)
+        after = pipeline.open(copy).sql(query)
+        assert before.height > 0
+        assert after.equals(before), table
 
 
 def test_straggler_is_found(linked_sample: Path) -> None:
