@@ -29,6 +29,11 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
+        except BrokenPipeError:
+            # the reader stopped early (`tokenwire sql ... | head`): not an error; stdout is
+            # pointed at /dev/null so the interpreter's last flush cannot fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(0) from None
         except Exception as exc:
             if os.environ.get("TOKENWIRE_DEBUG"):
                 raise

@@ -79,7 +79,7 @@ def _launch_ops(calls: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Da
     if calls.get_column("launch_op_id").null_count():
         # no launch op from the parser (Nsight): the runtime call with the kernel's correlation
         kind = values_at(ops, np.arange(ops.num_rows), ("kind",)).get_column("kind")
-        is_runtime = kind.is_in(_RUNTIME_KINDS).fill_null(False)
+        is_runtime = kind.is_in(pl.Series(_RUNTIME_KINDS).implode()).fill_null(False)
         runtime = (
             host.filter(is_runtime & pl.col("correlation").is_not_null())
             .group_by("rank", "correlation")

@@ -34,11 +34,13 @@ WITH g AS (
            arg_max(rank, (aligned_start_ns, -rank)) AS late_rank,  -- equal starts: lowest rank
            min(dur_ns) AS min_dur_ns,
            max(dur_ns) AS max_dur_ns,
-           arg_min(step, rank) AS step,
-           arg_min(phase, rank) AS phase,
-           arg_min(layer, rank) AS layer,
-           arg_min(layer_kind, rank) AS layer_kind,
-           arg_min(parallel_dim, rank) AS parallel_dim
+           -- the context of the lowest rank that a step places (a rank without a profiler
+           -- trace has none of its own)
+           arg_min(step, (step IS NULL, rank)) AS step,
+           arg_min(phase, (step IS NULL, rank)) AS phase,
+           arg_min(layer, (step IS NULL, rank)) AS layer,
+           arg_min(layer_kind, (step IS NULL, rank)) AS layer_kind,
+           arg_min(parallel_dim, (step IS NULL, rank)) AS parallel_dim
     FROM _instance_aligned
     JOIN _instance_usual_op u USING (job, source, instance_comm, instance_seq)
     GROUP BY job, source, instance_comm, instance_seq

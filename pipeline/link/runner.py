@@ -35,6 +35,7 @@ SQL_FILES = (
     "communicator_dims.sql",
     "clock_offsets.sql",
     "collective_instances.sql",
+    "instance_context.sql",
     "token_wire.sql",
 )
 DERIVED = (
@@ -164,9 +165,11 @@ def _comm_dims_from_layout(
 
     world = job_spec.parallel.world_size
     out = []
+    # a profiler lists a group's ranks; an NCCL log knows only its own rank in each
+    # communicator, so there the set is assembled from the rows of every rank
     comms = con.execute(
-        "SELECT comm, arg_max(ranks, len(ranks)) FROM communicators WHERE job = ? "
-        "AND ranks IS NOT NULL GROUP BY comm",
+        "SELECT comm, list_distinct(flatten(list(coalesce(ranks, []))) || list(rank)) "
+        "FROM communicators WHERE job = ? AND rank >= 0 GROUP BY comm",
         [job],
     ).fetchall()
     for comm, ranks in comms:

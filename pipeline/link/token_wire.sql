@@ -20,16 +20,29 @@ LEFT JOIN _tp_followers t USING (job, rank)
 LEFT JOIN _job_facts f USING (job)
 GROUP BY ALL;
 
+-- One source per rank (a log and a trace of the same rank would count each call twice):
+-- its profiler trace when it has one, else Nsight's, else its NCCL log, else its flight
+-- recorder dump (the order of views.sql's primary_sources).
+CREATE MACRO _source_order(source) AS CASE source WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1
+                                                  WHEN 'nccl_log' THEN 2 ELSE 3 END;
+
+CREATE VIEW _rank_sources AS
+SELECT job, rank, arg_min(source, _source_order(source)) AS source,
+       min(_source_order(source)) AS source_order
+FROM (SELECT DISTINCT job, rank, source FROM collectives)
+GROUP BY ALL;
+
+-- A rank counted from a lesser source than the job's best (a rank that was not profiled)
+-- adds only the calls placed in a step: the rest of its log lies outside the profiled
+-- window, where the profiled ranks count nothing either.
 CREATE TEMP TABLE _observed AS
 SELECT l.job, l.step, l.parallel_dim, c.op, l.phase,
        count(*) AS calls, sum(l.bytes) AS bytes
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id)
--- One source per job: profiler traces when there are any, else the others (a log and a
--- trace of the same rank would count each call twice).
-WHERE c.source = (SELECT arg_min(source, CASE source WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1
-                                              WHEN 'nccl_log' THEN 2 ELSE 3 END)
-                  FROM collectives c2 WHERE c2.job = c.job)
+JOIN _rank_sources r USING (job, rank, source)
+JOIN (SELECT job, min(source_order) AS best FROM _rank_sources GROUP BY ALL) j USING (job)
+WHERE r.source_order = j.best OR l.step IS NOT NULL
 GROUP BY ALL;
 
 CREATE VIEW _predicted AS

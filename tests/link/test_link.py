@@ -155,6 +155,39 @@ def test_link_reads_neither_ops_nor_kernels(linked_sample: Path, tmp_path: Path)
         assert after.equals(before), table
 
 
+def test_a_job_profiled_on_some_ranks_counts_every_rank(
+    linked_sample: Path, tmp_path: Path
+) -> None:
+    """Ranks 0-3 profiled, all 8 logged by NCCL: the calls of ranks 4-7 (a pipeline stage no
+    profiled rank shares a TP or DP group with) are placed in steps through the instances
+    they share with profiled ranks and their order in their own logs, so the bytes per step
+    and dimension are those of the fully profiled job."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    sample = REPO_ROOT / "sample_traces"
+    for path in [*sample.glob("rank[0-3].*.pt.trace.json.gz"), *sample.glob("*.nccl.log")]:
+        (folder / path.name).symlink_to(path)
+    dataset = tmp_path / "ds"
+    assert not ingest([folder], dataset, job="sample", jobs=1).errors
+    link(dataset, config=sample / "job.yaml")
+    totals = (
+        "SELECT step, parallel_dim, sum(calls), sum(bytes), sum(predicted_bytes) "
+        "FROM token_wire GROUP BY ALL ORDER BY ALL"
+    )
+    partial, full = pipeline.open(dataset), pipeline.open(linked_sample)
+    assert partial.sql(totals).rows() == full.sql(totals).rows()
+    placed = partial.sql(
+        "SELECT attributed_by = 'instance', count(*) FROM collective_links "
+        "WHERE rank >= 4 AND step IS NOT NULL GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    # send/recv with stage 0 take their step from it; TP and DP calls from the log order
+    assert [done for done, _ in placed] == [False, True]
+    unplaced = partial.sql(
+        "SELECT count(*) FROM collective_links WHERE rank >= 4 AND step IS NULL"
+    ).item()
+    assert unplaced == 0
+
+
 def test_straggler_is_found(linked_sample: Path) -> None:
     """The generator makes rank 5 late at the forward attention all-reduce of TP group {4,5}."""
     ds = pipeline.open(linked_sample)

@@ -96,3 +96,23 @@ def test_allow_writes(dataset: Path, tmp_path: Path) -> None:
     assert out.read_text() == f"n\n{json.loads(counted.stdout)[0]['n']}\n"
     result = sql(dataset, "CREATE TABLE t AS SELECT 1 AS a; SELECT a FROM t", "--allow-writes")
     assert result.exit_code == 0
+
+
+def test_a_reader_that_stops_early_gets_no_error(dataset: Path) -> None:
+    """``tokenwire sql ... | head -1``: the closed pipe ends the command quietly."""
+    import subprocess
+    import sys
+
+    query = "SELECT * FROM range(200000)"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "sql", str(dataset), query, "--format", "csv"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"range\n"
+    proc.stdout.close()  # what head does after its line
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert stderr == ""

@@ -1,0 +1,90 @@
+-- collective_links, completed across ranks: a call that nothing of its own rank places in a
+-- step (a rank that was not profiled, seen only in its NCCL log or flight recorder dump)
+-- takes the step, phase and layer of the same collective on the ranks that were
+-- (collective_instances), and says so (attributed_by 'instance'). Jobs where only some
+-- ranks ran the profiler then count every rank's calls in the right step.
+
+CREATE TEMP TABLE _instance_context AS
+SELECT r.job, r.rank, r.source, r.collective_id, i.step, i.phase, i.layer, i.layer_kind
+FROM _instance_rows r
+JOIN collective_instances i
+  ON i.job = r.job AND i.source = r.source AND i.comm = r.instance_comm
+ AND i.seq = r.instance_seq
+WHERE i.step IS NOT NULL;
+
+CREATE OR REPLACE TEMP TABLE collective_links AS
+WITH joined AS (
+    SELECT l.*, x.step AS x_step, x.phase AS x_phase, x.layer AS x_layer,
+           x.layer_kind AS x_layer_kind, l.step IS NULL AND x.step IS NOT NULL AS fill
+    FROM collective_links l
+    LEFT JOIN _instance_context x USING (job, rank, source, collective_id)
+)
+SELECT * EXCLUDE (x_step, x_phase, x_layer, x_layer_kind, fill) REPLACE (
+           CASE WHEN fill THEN x_step ELSE step END AS step,
+           CASE WHEN fill THEN x_phase ELSE phase END AS phase,
+           CASE WHEN fill THEN coalesce(layer, x_layer) ELSE layer END AS layer,
+           CASE WHEN fill THEN coalesce(layer_index, _layer_index(x_layer))
+                ELSE layer_index END AS layer_index,
+           CASE WHEN fill THEN coalesce(layer_kind, x_layer_kind) ELSE layer_kind END
+               AS layer_kind,
+           CASE WHEN fill THEN 'instance' ELSE attributed_by END AS attributed_by)
+FROM joined;
+
+-- Calls still without a step whose communicator had no profiled rank at all (a pipeline
+-- stage or a node left out of profiling) are placed by their order in their own rank's
+-- record: an NCCL log or a flight recorder dump lists the calls in the order the rank issued
+-- them (collective_id), so a call between two calls of step s and step s' (s <= s') belongs
+-- to step s. Before the first and after the last placed call, a record may reach into steps
+-- the profiler did not see: there the first and last step take only as many calls as the
+-- rank's fullest step had (training steps repeat the same calls), the closest ones first.
+CREATE TEMP TABLE _order_steps AS
+WITH ordered AS (
+    SELECT job, rank, source, file_id, collective_id, step,
+           last_value(step IGNORE NULLS) OVER (
+               PARTITION BY job, rank, source, file_id ORDER BY collective_id
+               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS step_before,
+           first_value(step IGNORE NULLS) OVER (
+               PARTITION BY job, rank, source, file_id ORDER BY collective_id
+               ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS step_after
+    FROM collective_links
+    WHERE source IN ('nccl_log', 'flight_recorder')
+),
+placed AS (
+    SELECT *, CASE WHEN step IS NULL AND step_before IS NOT NULL AND step_after IS NOT NULL
+                   THEN step_before END AS between_step
+    FROM ordered
+),
+steps_of_record AS (
+    SELECT job, rank, source, file_id, coalesce(step, between_step) AS step, count(*) AS calls
+    FROM placed WHERE coalesce(step, between_step) IS NOT NULL
+    GROUP BY ALL
+),
+record AS (
+    SELECT job, rank, source, file_id, max(calls) AS fullest,
+           min(step) AS first_step, arg_min(calls, step) AS first_calls,
+           max(step) AS last_step, arg_max(calls, step) AS last_calls
+    FROM steps_of_record GROUP BY ALL
+),
+edges AS (
+    SELECT p.job, p.rank, p.source, p.file_id, p.collective_id, p.step_before, p.step_after,
+           row_number() OVER (PARTITION BY p.job, p.rank, p.source, p.file_id,
+                                           p.step_before IS NULL
+                              ORDER BY CASE WHEN p.step_before IS NULL THEN -p.collective_id
+                                            ELSE p.collective_id END) AS k
+    FROM placed p
+    WHERE p.step IS NULL AND (p.step_before IS NULL OR p.step_after IS NULL)
+)
+SELECT job, rank, source, file_id, collective_id, between_step AS step
+FROM placed WHERE between_step IS NOT NULL
+UNION ALL
+SELECT e.job, e.rank, e.source, e.file_id, e.collective_id,
+       CASE WHEN e.step_before IS NULL THEN r.first_step ELSE r.last_step END
+FROM edges e
+JOIN record r USING (job, rank, source, file_id)
+WHERE e.step_before IS NULL AND e.step_after IS NOT NULL AND e.k <= r.fullest - r.first_calls
+   OR e.step_after IS NULL AND e.step_before IS NOT NULL AND e.k <= r.fullest - r.last_calls;
+
+CREATE OR REPLACE TEMP TABLE collective_links AS
+SELECT l.* REPLACE (coalesce(l.step, o.step) AS step)
+FROM collective_links l
+LEFT JOIN _order_steps o USING (job, rank, source, file_id, collective_id);
