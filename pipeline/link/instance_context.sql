@@ -4,31 +4,28 @@
 -- (collective_instances), and says so (attributed_by 'instance'). Jobs where only some
 -- ranks ran the profiler then count every rank's calls in the right step.
 
-CREATE TEMP TABLE _instance_context AS
-SELECT r.job, r.rank, r.source, r.collective_id, i.step, i.phase, i.layer, i.layer_kind
-FROM _instance_rows r
+-- The calls nothing placed yet (in a fully profiled job, few or none: every statement
+-- below then has next to nothing to do).
+CREATE TEMP TABLE _unplaced AS
+SELECT job, rank, source, file_id, collective_id FROM collective_links WHERE step IS NULL;
+
+CREATE TEMP TABLE _instance_fill AS
+SELECT u.job, u.rank, u.source, u.file_id, u.collective_id, i.step, i.phase, i.layer,
+       i.layer_kind
+FROM _unplaced u
+JOIN _instance_rows r USING (job, rank, source, collective_id)
 JOIN collective_instances i
   ON i.job = r.job AND i.source = r.source AND i.comm = r.instance_comm
  AND i.seq = r.instance_seq
 WHERE i.step IS NOT NULL;
 
-CREATE OR REPLACE TEMP TABLE collective_links AS
-WITH joined AS (
-    SELECT l.*, x.step AS x_step, x.phase AS x_phase, x.layer AS x_layer,
-           x.layer_kind AS x_layer_kind, l.step IS NULL AND x.step IS NOT NULL AS fill
-    FROM collective_links l
-    LEFT JOIN _instance_context x USING (job, rank, source, collective_id)
-)
-SELECT * EXCLUDE (x_step, x_phase, x_layer, x_layer_kind, fill) REPLACE (
-           CASE WHEN fill THEN x_step ELSE step END AS step,
-           CASE WHEN fill THEN x_phase ELSE phase END AS phase,
-           CASE WHEN fill THEN coalesce(layer, x_layer) ELSE layer END AS layer,
-           CASE WHEN fill THEN coalesce(layer_index, _layer_index(x_layer))
-                ELSE layer_index END AS layer_index,
-           CASE WHEN fill THEN coalesce(layer_kind, x_layer_kind) ELSE layer_kind END
-               AS layer_kind,
-           CASE WHEN fill THEN 'instance' ELSE attributed_by END AS attributed_by)
-FROM joined;
+UPDATE collective_links l
+SET step = f.step, phase = f.phase, layer = coalesce(l.layer, f.layer),
+    layer_index = coalesce(l.layer_index, _layer_index(f.layer)),
+    layer_kind = coalesce(l.layer_kind, f.layer_kind), attributed_by = 'instance'
+FROM _instance_fill f
+WHERE l.job = f.job AND l.rank = f.rank AND l.source = f.source AND l.file_id = f.file_id
+  AND l.collective_id = f.collective_id;
 
 -- Calls still without a step whose communicator had no profiled rank at all (a pipeline
 -- stage or a node left out of profiling) are placed by their order in their own rank's
@@ -47,7 +44,9 @@ WITH ordered AS (
                PARTITION BY job, rank, source, file_id ORDER BY collective_id
                ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS step_after
     FROM collective_links
-    WHERE source IN ('nccl_log', 'flight_recorder')
+    SEMI JOIN (SELECT DISTINCT job, rank, source, file_id FROM collective_links
+               WHERE step IS NULL AND source IN ('nccl_log', 'flight_recorder')) r
+         USING (job, rank, source, file_id)
 ),
 placed AS (
     SELECT *, CASE WHEN step IS NULL AND step_before IS NOT NULL AND step_after IS NOT NULL
@@ -84,7 +83,8 @@ JOIN record r USING (job, rank, source, file_id)
 WHERE e.step_before IS NULL AND e.step_after IS NOT NULL AND e.k <= r.fullest - r.first_calls
    OR e.step_after IS NULL AND e.step_before IS NOT NULL AND e.k <= r.fullest - r.last_calls;
 
-CREATE OR REPLACE TEMP TABLE collective_links AS
-SELECT l.* REPLACE (coalesce(l.step, o.step) AS step)
-FROM collective_links l
-LEFT JOIN _order_steps o USING (job, rank, source, file_id, collective_id);
+UPDATE collective_links l
+SET step = o.step
+FROM _order_steps o
+WHERE l.job = o.job AND l.rank = o.rank AND l.source = o.source AND l.file_id = o.file_id
+  AND l.collective_id = o.collective_id;
