@@ -661,7 +661,10 @@ def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) 
 
 def _with_rank(frame: pl.DataFrame, rank: int) -> pa.Table:
     keep = [c for c in frame.columns if c not in ("rank",)]
-    return frame.select(pl.lit(rank, pl.Int64).alias("rank"), *keep).to_arrow()
+    # Arrow's string views share Polars' buffers; the default export copies every string of
+    # every table at once (the writer casts one table at a time instead)
+    framed = frame.select(pl.lit(rank, pl.Int64).alias("rank"), *keep)
+    return framed.to_arrow(compat_level=pl.CompatLevel.newest())
 
 
 def _str(value: Any) -> str | None:

@@ -75,10 +75,13 @@ def columns(table: pa.Table | None, dtypes: dict[str, pl.DataType]) -> pl.DataFr
 def values_at(table: pa.Table, rows: np.ndarray, names: tuple[str, ...]) -> pl.DataFrame:
     """Columns ``names`` of ``table`` at ``rows`` only (a big trace's text columns would
     otherwise be copied whole), as strings; NULL where the parser left one out."""
-    at = pa.array(rows)
-    return pl.DataFrame(
-        [pl.from_arrow(_column(table, n).take(at)).cast(pl.String).alias(n) for n in names]
-    )
+    return pl.DataFrame([_take(_column(table, n), rows).cast(pl.String).alias(n) for n in names])
+
+
+def _take(column: pa.ChunkedArray, rows: np.ndarray) -> pl.Series:
+    if pa.types.is_string_view(column.type):  # Polars' own layout: shared, then gathered
+        return pl.from_arrow(column).gather(rows)
+    return pl.from_arrow(column.take(pa.array(rows)))
 
 
 def _column(table: pa.Table, name: str) -> pa.ChunkedArray:

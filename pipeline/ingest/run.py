@@ -18,7 +18,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -27,8 +27,10 @@ import pyarrow as pa
 
 from pipeline.dataset.schema import conform
 from pipeline.dataset.store import (
+    ROW_GROUP_ROWS,
     DatasetWriteError,
     FileEntry,
+    PartWriter,
     check_job_name,
     job_name_from,
     part_path,
@@ -364,17 +366,27 @@ def _remove_parts(dataset: Path, out: FileOutcome) -> None:
 
 
 def _write_tables(out: FileOutcome, tables: dict[str, pa.Table], dataset: Path) -> None:
-    """Write each table's parts; ``tables`` is emptied as they are written (memory)."""
+    """Write each table's parts; ``tables`` is emptied as they are written (memory).
+
+    A table is conformed (its columns cast to the schema's types, which copies them) and
+    written one row group at a time, so a big trace's ops are never copied whole.
+    """
     ranks: set[int] = set()
     for name in list(tables):
-        table = conform(name, tables.pop(name), job=out.job, source=out.format, file_id=out.file_id)
+        table = tables.pop(name)
         out.rows[name] = table.num_rows
-        for rank, rows in split_by_rank(name, table):
-            if rows.num_rows == 0:
-                continue
-            rel = part_path(name, out.job, rank, out.file_id)
-            write_part(dataset, rel, rows)
-            out.parts.setdefault(name, []).append(rel)
+        with ExitStack() as stack:
+            parts: dict[int | None, PartWriter] = {}
+            for start in range(0, table.num_rows, ROW_GROUP_ROWS):
+                piece = table.slice(start, ROW_GROUP_ROWS)
+                piece = conform(name, piece, job=out.job, source=out.format, file_id=out.file_id)
+                for rank, rows in split_by_rank(name, piece):
+                    if rank not in parts:
+                        rel = part_path(name, out.job, rank, out.file_id)
+                        parts[rank] = stack.enter_context(PartWriter(dataset, rel))
+                    parts[rank].write(rows)
+        for rank, part in parts.items():
+            out.parts.setdefault(name, []).append(part.rel)
             if rank is not None:
                 ranks.add(rank)
     out.ranks = sorted(ranks)

@@ -59,13 +59,14 @@ def _fail_after(n: int, real):
     return wrapper
 
 
-_WRITE_TABLE = pq.write_table
+# Parts are written through pyarrow's ParquetWriter (store.PartWriter), a row group at a time.
+_WRITE_TABLE = pq.ParquetWriter.write_table
 
 
-def _fail_on_files_rows(*args, **kwargs):
-    if "/files/" in str(args[1] if len(args) > 1 else kwargs["where"]):
+def _fail_on_files_rows(writer, *args, **kwargs):
+    if "/files/" in str(writer.where):
         _enospc()
-    return _WRITE_TABLE(*args, **kwargs)
+    return _WRITE_TABLE(writer, *args, **kwargs)
 
 
 _REPLACE = os.replace
@@ -80,8 +81,8 @@ def _fail_on_manifest(src, dst):
 @pytest.mark.parametrize(
     ("target", "patch"),
     [
-        ("write_table", lambda: _fail_after(1, pq.write_table)),  # the first part
-        ("write_table", lambda: _fail_after(5, pq.write_table)),  # some parts written
+        ("write_table", lambda: _fail_after(1, _WRITE_TABLE)),  # the first part
+        ("write_table", lambda: _fail_after(5, _WRITE_TABLE)),  # some parts written
         ("write_table", lambda: _fail_on_files_rows),  # every part written, not files rows
         ("replace", lambda: _fail_on_manifest),  # every part written, the commit fails
         ("replace", lambda: _fail_after(3, os.replace)),  # the rename of a finished part
@@ -93,7 +94,7 @@ def test_injected_disk_full(
 ) -> None:
     src = make_job(tmp_path / "more", events=5)
     before = tree_digest(dataset)
-    owner = {"write_table": store.pq, "replace": store.os}[target]
+    owner = {"write_table": store.pq.ParquetWriter, "replace": store.os}[target]
     monkeypatch.setattr(owner, target, patch())
     result = ingest(src, "-o", dataset)
     assert result.exit_code == 1, result.output
@@ -110,7 +111,7 @@ def test_disk_full_into_a_new_dataset_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = make_job(tmp_path / "job", events=5)
-    monkeypatch.setattr(store.pq, "write_table", _fail_after(3, pq.write_table))
+    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", _fail_after(3, _WRITE_TABLE))
     result = ingest(src, "-o", tmp_path / "new")
     assert result.exit_code == 1
     assert _errors(result) == [f"Error: {tmp_path / 'new'}: disk full while writing "]
@@ -125,7 +126,7 @@ def test_other_write_errors_are_clean_too(
 
     src = make_job(tmp_path / "more", events=5)
     before = tree_digest(dataset)
-    monkeypatch.setattr(store.pq, "write_table", eio)
+    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", eio)
     result = ingest(src, "-o", dataset)
     assert result.exit_code == 1
     assert f"Error: {dataset}: cannot write " in result.stderr
