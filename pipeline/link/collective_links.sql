@@ -66,6 +66,7 @@ FROM (SELECT DISTINCT layer FROM _collective_calls WHERE layer IS NOT NULL);
 
 CREATE TEMP TABLE _own_links AS
 SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step,
+       CASE WHEN l.step IS NOT NULL THEN 'trace' END AS step_from,
        -- forward, backward, optimizer or other
        coalesce(l.given_phase, CASE
            -- Pipeline schedules issue send/recv between the forward and backward ranges.
@@ -91,6 +92,8 @@ LEFT JOIN _layer_names n USING (layer);
 CREATE TEMP TABLE _collective_links AS
 SELECT o.* REPLACE (
            coalesce(o.step, p.step) AS step,
+           CASE WHEN o.step IS NULL AND p.step IS NOT NULL THEN 'matched'
+                ELSE o.step_from END AS step_from,
            CASE WHEN p.collective_id IS NOT NULL THEN p.phase ELSE o.phase END AS phase,
            coalesce(p.layer, o.layer) AS layer,
            coalesce(p.layer_index, o.layer_index) AS layer_index,

@@ -98,8 +98,8 @@ LEFT JOIN _world w USING (job);
 -- collective_links: _collective_links with the parallel dimension: the communicator's, or,
 -- on a 'world' / 'unknown' communicator, the collective's own evidence.
 CREATE TEMP TABLE collective_links AS
-SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step, l.phase, l.layer,
-       l.layer_index, l.layer_kind,
+SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step, l.step_from, l.phase,
+       l.layer, l.layer_index, l.layer_kind,
        coalesce(CASE WHEN d.parallel_dim NOT IN ('world', 'unknown') THEN d.parallel_dim END,
                 v.evidence) AS parallel_dim,
        l.attributed_by, l.bytes, l.dtype, l.size_source, l.op, l.comm

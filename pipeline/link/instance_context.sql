@@ -20,7 +20,8 @@ JOIN collective_instances i
 WHERE i.step IS NOT NULL;
 
 UPDATE collective_links l
-SET step = f.step, phase = f.phase, layer = coalesce(l.layer, f.layer),
+SET step = f.step, step_from = 'instance', phase = f.phase,
+    layer = coalesce(l.layer, f.layer),
     layer_index = coalesce(l.layer_index, _layer_index(f.layer)),
     layer_kind = coalesce(l.layer_kind, f.layer_kind), attributed_by = 'instance'
 FROM _instance_fill f
@@ -84,7 +85,7 @@ WHERE e.step_before IS NULL AND e.step_after IS NOT NULL AND e.k <= r.fullest - 
    OR e.step_after IS NULL AND e.step_before IS NOT NULL AND e.k <= r.fullest - r.last_calls;
 
 UPDATE collective_links l
-SET step = o.step
+SET step = o.step, step_from = 'log_order'
 FROM _order_steps o
 WHERE l.job = o.job AND l.rank = o.rank AND l.source = o.source AND l.file_id = o.file_id
   AND l.collective_id = o.collective_id;

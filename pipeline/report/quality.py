@@ -137,6 +137,18 @@ def section(ctx: Context) -> Section:
                 numeric=[False, False, True],
             )
         )
+        steps = ctx.query("quality_steps")
+        sec.add(
+            Table(
+                ["source", "step from", "collectives"],
+                [list(r) for r in steps.iter_rows()],
+                caption="How collectives got their step: trace (inside a ProfilerStep range of "
+                "their own record), matched (the profiler call matched to them), instance (the "
+                "same collective on a profiled rank), log_order (their place in their own log "
+                "between placed calls), none (outside every step)",
+                numeric=[False, False, True],
+            )
+        )
     else:
         sec.add(
             Note(

@@ -282,6 +282,13 @@ FROM collectives WHERE job = $job AND source <> 'flight_recorder';
 SELECT attributed_by, parallel_dim = 'unknown' AS dim_unknown, count(*) AS collectives
 FROM collective_links WHERE job = $job GROUP BY ALL ORDER BY collectives DESC;
 
+-- name: quality_steps
+-- After tokenwire link: how each source's collectives got their step (their own trace, a
+-- matched profiler call, the same collective on a profiled rank, their order in their log).
+SELECT source, coalesce(step_from, 'none') AS step_from, count(*) AS collectives
+FROM collective_links WHERE job = $job
+GROUP BY ALL ORDER BY source, collectives DESC, step_from;
+
 -- name: quality_matches
 -- After tokenwire link: how many calls of each other source (NCCL logs, Nsight, flight
 -- recorder) were paired with the profiler's, by which method, and whether sizes agreed.

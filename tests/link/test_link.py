@@ -177,15 +177,14 @@ def test_a_job_profiled_on_some_ranks_counts_every_rank(
     partial, full = pipeline.open(dataset), pipeline.open(linked_sample)
     assert partial.sql(totals).rows() == full.sql(totals).rows()
     placed = partial.sql(
-        "SELECT attributed_by = 'instance', count(*) FROM collective_links "
-        "WHERE rank >= 4 AND step IS NOT NULL GROUP BY ALL ORDER BY ALL"
+        "SELECT op IN ('send', 'recv'), step_from, attributed_by = 'instance', count(*) "
+        "FROM collectives_linked WHERE rank >= 4 GROUP BY ALL ORDER BY ALL"
     ).rows()
     # send/recv with stage 0 take their step from it; TP and DP calls from the log order
-    assert [done for done, _ in placed] == [False, True]
-    unplaced = partial.sql(
-        "SELECT count(*) FROM collective_links WHERE rank >= 4 AND step IS NULL"
-    ).item()
-    assert unplaced == 0
+    assert [row[:3] for row in placed] == [
+        (False, "log_order", False),
+        (True, "instance", True),
+    ]
 
 
 def test_straggler_is_found(linked_sample: Path) -> None:
