@@ -8,23 +8,26 @@
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
 CREATE TEMP TABLE _instance_rows AS
-SELECT c.job, c.rank, c.source, c.collective_id,
-       CASE WHEN c.op IN ('send', 'recv') AND p.peer IS NOT NULL
-            THEN coalesce(c.comm, '(none)') || ' p2p '
-                 || CAST(CASE WHEN c.op = 'send' THEN c.rank ELSE p.peer END AS VARCHAR) || '->'
-                 || CAST(CASE WHEN c.op = 'send' THEN p.peer ELSE c.rank END AS VARCHAR)
-            ELSE coalesce(c.comm, '(none)') END AS instance_comm,
-       CASE WHEN c.op IN ('send', 'recv') AND p.peer IS NOT NULL
-            THEN row_number() OVER (
-                PARTITION BY c.job, c.source, c.rank, c.comm, c.op, p.peer
-                ORDER BY c.enqueue_ns, c.start_ns, c.seq, c.collective_id) - 1
-            ELSE c.seq END AS instance_seq,
-       c.op, l.bytes, c.group_size, c.start_ns, c.end_ns, c.dur_ns
-FROM collectives c
-JOIN collective_links l USING (job, rank, source, file_id, collective_id)
-LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
-WHERE c.op NOT IN ('send', 'recv') AND c.seq IS NOT NULL
-   OR c.op IN ('send', 'recv') AND p.peer IS NOT NULL;
+WITH calls AS (
+    SELECT c.job, c.rank, c.source, c.collective_id, c.comm, c.op, c.seq, c.enqueue_ns,
+           c.group_size, c.start_ns, c.end_ns, c.dur_ns, l.bytes, p.peer
+    FROM collectives c
+    JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+    LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
+)
+SELECT job, rank, source, collective_id, coalesce(comm, '(none)') AS instance_comm,
+       seq AS instance_seq, op, bytes, group_size, start_ns, end_ns, dur_ns
+FROM calls WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
+UNION ALL
+-- (numbered apart: a window over every call would sort them all)
+SELECT job, rank, source, collective_id,
+       coalesce(comm, '(none)') || ' p2p '
+           || CAST(CASE WHEN op = 'send' THEN rank ELSE peer END AS VARCHAR) || '->'
+           || CAST(CASE WHEN op = 'send' THEN peer ELSE rank END AS VARCHAR),
+       row_number() OVER (PARTITION BY job, source, rank, comm, op, peer
+                          ORDER BY enqueue_ns, start_ns, seq, collective_id) - 1,
+       op, bytes, group_size, start_ns, end_ns, dur_ns
+FROM calls WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
 
 -- (sources may spell a host differently; the first name in sort order, so every run agrees)
 CREATE VIEW _rank_hosts AS

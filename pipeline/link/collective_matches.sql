@@ -35,11 +35,14 @@ JOIN _comm_sets k ON k.job = o.job AND k.source = 'kineto'
 WHERE o.source <> 'kineto'
 QUALIFY count(*) OVER (PARTITION BY o.job, o.source, o.comm) = 1;
 
+-- (only ranks another source also recorded: nothing else can match)
 CREATE TEMP TABLE _primary_calls AS
 SELECT job, rank, file_id, collective_id, comm, op, bytes, dtype, seq, enqueue_ns,
        row_number() OVER (PARTITION BY job, rank, comm, op ORDER BY seq, enqueue_ns,
                           collective_id) - 1 AS k
-FROM collectives WHERE source = 'kineto';
+FROM collectives
+SEMI JOIN (SELECT DISTINCT job, rank FROM collectives WHERE source <> 'kineto') USING (job, rank)
+WHERE source = 'kineto';
 
 CREATE TEMP TABLE _secondary_calls AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, m.primary_comm, c.op, c.bytes,
