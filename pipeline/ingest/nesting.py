@@ -85,39 +85,73 @@ def add_scope_path(
     """Add column ``out``: labels of the enclosing ranges where ``scope`` holds, outermost first.
 
     ``ranges`` must have ``op_id, parent_id, depth`` (see :func:`add_nesting`). A scope range
-    includes its own label. Runs one join per nesting level, not one step per range; the
-    levels carry ids and labels only (labels of scope ranges alone), and the paths are joined
-    back once, in the rows' order: for millions of ranges the wide rows are never copied.
+    includes its own label. Two passes, one join per nesting level each: the innermost scope
+    of every range (integers only), then the path of each scope range (scope rows only).
+    Every range then takes its scope's path: each distinct path is one string, shared by all
+    the ranges inside it, instead of one string per range (millions in a big trace).
     """
     frame = ranges.select(
         "op_id",
         "parent_id",
         "depth",
-        pl.when(scope.fill_null(False)).then(label).alias("_label"),  # null: not a scope
+        (scope.fill_null(False) & label.is_not_null()).alias("_is_scope"),
     )
-    known = pl.DataFrame(schema={"op_id": pl.Int64, out: pl.String})
+    scope_of = _by_level(
+        frame,
+        lambda level, parent: level.select(
+            "op_id",
+            pl.when(pl.col("_is_scope")).then(pl.col("op_id")).otherwise(parent).alias("_scope"),
+        ),
+        {"op_id": pl.Int64, "_scope": pl.Int64},
+    )
+    scopes = ranges.filter(scope.fill_null(False) & label.is_not_null()).select(
+        "op_id", "depth", label.alias("_label")
+    )
+    # a scope's enclosing scope: that of its parent range
+    scopes = (
+        scopes.join(frame.select("op_id", "parent_id"), on="op_id", how="left")
+        .join(
+            scope_of.rename({"op_id": "parent_id", "_scope": "parent_id_scope"}),
+            on="parent_id",
+            how="left",
+        )
+        .select("op_id", pl.col("parent_id_scope").alias("parent_id"), "depth", "_label")
+    )
+    paths = _by_level(
+        scopes,
+        lambda level, parent: level.select(
+            "op_id",
+            pl.when(parent.is_null())
+            .then(pl.col("_label"))
+            .otherwise(parent + sep + pl.col("_label"))
+            .alias("_scope"),
+        ),
+        {"op_id": pl.Int64, "_scope": pl.String},
+        parents_any_level=True,
+    ).rename({"op_id": "_scope", "_scope": out})
+    return (
+        ranges.join(scope_of, on="op_id", how="left", maintain_order="left")
+        .join(paths, on="_scope", how="left", maintain_order="left")
+        .drop("_scope")
+    )
+
+
+def _by_level(
+    frame: pl.DataFrame, step, schema: dict, *, parents_any_level: bool = False
+) -> pl.DataFrame:
+    """``step(level, parent)`` for each depth of ``frame`` in turn, outermost first, where
+    ``parent`` is the value already worked out for each row's ``parent_id`` (``_scope``).
+
+    A range's parent is one level up; with ``parents_any_level`` (scopes, whose enclosing
+    scope may be several levels up) it is looked up among every level done so far.
+    """
+    known = pl.DataFrame(schema=schema)
     pieces = []
     for depth in sorted(frame.get_column("depth").drop_nulls().unique().to_list()):
-        parent = pl.col("_parent_path")
-        known = (
-            frame.filter(pl.col("depth") == depth)
-            .join(
-                known.rename({"op_id": "parent_id", out: "_parent_path"}),
-                on="parent_id",
-                how="left",
-            )
-            .select(
-                "op_id",
-                pl.when(pl.col("_label").is_null())
-                .then(parent)
-                .when(parent.is_null())
-                .then(pl.col("_label"))
-                .otherwise(parent + sep + pl.col("_label"))
-                .alias(out),
-            )
+        parents = pl.concat(pieces) if parents_any_level and pieces else known
+        level = frame.filter(pl.col("depth") == depth).join(
+            parents.rename({"op_id": "parent_id", "_scope": "_parent"}), on="parent_id", how="left"
         )
+        known = step(level, pl.col("_parent"))
         pieces.append(known)
-    paths = (
-        pl.concat(pieces) if pieces else pl.DataFrame(schema={"op_id": pl.Int64, out: pl.String})
-    )
-    return ranges.join(paths, on="op_id", how="left", maintain_order="left")
+    return pl.concat(pieces) if pieces else pl.DataFrame(schema=schema)
