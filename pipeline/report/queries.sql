@@ -270,12 +270,16 @@ GROUP BY w ORDER BY files DESC, w LIMIT $limit;
 -- name: quality_collectives
 -- Collectives the report cannot fully use: no size, no step, and (after link) no layer or
 -- no parallel dimension. Counted, never dropped.
+-- (after link, a step is the one link found: a logged call matched to a profiled one, or
+-- placed through another rank or its log order, is no longer outside every step)
 SELECT
     count(*) AS collectives,
-    count(*) FILTER (WHERE bytes IS NULL) AS without_bytes,
-    count(*) FILTER (WHERE step IS NULL) AS without_step,
-    count(*) FILTER (WHERE dur_ns IS NULL) AS without_timing
-FROM collectives WHERE job = $job AND source <> 'flight_recorder';
+    count(*) FILTER (WHERE coalesce(l.bytes, c.bytes) IS NULL) AS without_bytes,
+    count(*) FILTER (WHERE coalesce(l.step, c.step) IS NULL) AS without_step,
+    count(*) FILTER (WHERE c.dur_ns IS NULL) AS without_timing
+FROM collectives c
+LEFT JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+WHERE c.job = $job AND c.source <> 'flight_recorder';
 
 -- name: quality_links
 -- After tokenwire link: collectives without a layer or a parallel dimension, by evidence.
