@@ -57,6 +57,7 @@ def connect(
         if derived or not schema.derived:
             con.execute(view_sql(con, dataset, manifest, schema))
             parts.extend(str(dataset / p) for p in manifest.parts(schema.name))
+    con.execute(resources.files("pipeline.dataset").joinpath("sources.sql").read_text())
     if derived:
         con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
     if read_only:

@@ -10,18 +10,8 @@ SELECT c.* EXCLUDE (step, phase, layer, attributed_by, bytes, dtype, size_source
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id);
 
--- primary_sources: per job and rank, the one source whose records traffic totals count. A
--- rank traced by the profiler and also logged by NCCL or exported by Nsight holds each call
--- two or three times; totals take the profiler's (kineto), else Nsight's, else the NCCL
--- log's, else the flight recorder's. Kernels: the profiler's, else Nsight's
--- (primary_kernel_sources).
-CREATE VIEW primary_sources AS
-SELECT job, rank,
-       arg_min(source, CASE source WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1
-                                   WHEN 'nccl_log' THEN 2 ELSE 3 END) AS source
-FROM (SELECT DISTINCT job, rank, source FROM collectives)
-GROUP BY ALL;
-
+-- primary_kernel_sources: per job and rank, the source whose kernels count: the profiler's,
+-- else Nsight's (primary_sources, for collectives, is in sources.sql).
 CREATE VIEW primary_kernel_sources AS
 SELECT job, rank, arg_min(source, CASE source WHEN 'kineto' THEN 0 ELSE 1 END) AS source
 FROM (SELECT DISTINCT job, rank, source FROM kernels)

@@ -78,7 +78,7 @@ def _launch_ops(calls: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Da
     calls = calls.with_row_index("call")
     if calls.get_column("launch_op_id").null_count():
         # no launch op from the parser (Nsight): the runtime call with the kernel's correlation
-        kind = values_at(ops, np.arange(ops.num_rows), ("kind",)).get_column("kind")
+        kind = columns(ops, {"kind": pl.String}).get_column("kind")
         is_runtime = kind.is_in(pl.Series(_RUNTIME_KINDS).implode()).fill_null(False)
         runtime = (
             host.filter(is_runtime & pl.col("correlation").is_not_null())

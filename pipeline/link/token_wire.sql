@@ -21,16 +21,9 @@ LEFT JOIN _job_facts f USING (job)
 GROUP BY ALL;
 
 -- One source per rank (a log and a trace of the same rank would count each call twice):
--- its profiler trace when it has one, else Nsight's, else its NCCL log, else its flight
--- recorder dump (the order of views.sql's primary_sources).
-CREATE MACRO _source_order(source) AS CASE source WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1
-                                                  WHEN 'nccl_log' THEN 2 ELSE 3 END;
-
+-- primary_sources (dataset/sources.sql).
 CREATE VIEW _rank_sources AS
-SELECT job, rank, arg_min(source, _source_order(source)) AS source,
-       min(_source_order(source)) AS source_order
-FROM (SELECT DISTINCT job, rank, source FROM collectives)
-GROUP BY ALL;
+SELECT job, rank, source, source_preference(source) AS source_order FROM primary_sources;
 
 -- A rank counted from a lesser source than the job's best (a rank that was not profiled)
 -- adds only the calls placed in a step: the rest of its log lies outside the profiled
