@@ -8,16 +8,10 @@
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
 CREATE TEMP TABLE _instance_rows AS
-WITH calls AS (
-    SELECT c.job, c.rank, c.source, c.collective_id, c.comm, c.op, c.seq, c.enqueue_ns,
-           c.group_size, c.start_ns, c.end_ns, c.dur_ns, l.bytes, p.peer
-    FROM collectives c
-    JOIN collective_links l USING (job, rank, source, file_id, collective_id)
-    LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
-)
 SELECT job, rank, source, collective_id, coalesce(comm, '(none)') AS instance_comm,
-       seq AS instance_seq, op, bytes, group_size, start_ns, end_ns, dur_ns
-FROM calls WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
+       seq AS instance_seq, op, bytes, group_size, start_ns, end_ns, dur_ns,
+       step, phase, layer, layer_kind, parallel_dim
+FROM collective_links WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
 UNION ALL
 -- (numbered apart: a window over every call would sort them all)
 SELECT job, rank, source, collective_id,
@@ -26,8 +20,9 @@ SELECT job, rank, source, collective_id,
            || CAST(CASE WHEN op = 'send' THEN peer ELSE rank END AS VARCHAR),
        row_number() OVER (PARTITION BY job, source, rank, comm, op, peer
                           ORDER BY enqueue_ns, start_ns, seq, collective_id) - 1,
-       op, bytes, group_size, start_ns, end_ns, dur_ns
-FROM calls WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
+       op, bytes, group_size, start_ns, end_ns, dur_ns,
+       step, phase, layer, layer_kind, parallel_dim
+FROM collective_links WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
 
 -- (sources may spell a host differently; the first name in sort order, so every run agrees)
 CREATE VIEW _rank_hosts AS

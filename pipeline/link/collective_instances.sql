@@ -5,13 +5,11 @@
 -- all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
 
 CREATE VIEW _instance_aligned AS
-SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns, l.step, l.phase, l.layer,
-       l.layer_kind, l.parallel_dim,
+SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns,
        -- ranks with a step first, then by rank (one integer: faster than a pair)
-       r.rank + CASE WHEN l.step IS NULL THEN 1000000000000 ELSE 0 END AS context_order
+       r.rank + CASE WHEN r.step IS NULL THEN 1000000000000 ELSE 0 END AS context_order
 FROM _instance_rows r
-JOIN clock_offsets o USING (job, rank)
-JOIN collective_links l USING (job, rank, source, collective_id);
+JOIN clock_offsets o USING (job, rank);
 
 -- The op most of an instance's ranks report (the first by name of equals), so that the
 -- table is the same on every run when ranks disagree.

@@ -23,19 +23,6 @@ LEFT JOIN (SELECT job, source, comm, rank_in_comm, min(rank) AS rank FROM commun
     ON m.job = c.job AND m.source = c.source AND m.comm = c.comm AND m.rank_in_comm = c.peer
 WHERE c.peer IS NOT NULL;
 
--- Each collective with the sizes another source filled and its peer's global rank.
-CREATE TEMP TABLE _collective_calls AS
-SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step, c.op, c.comm, p.peer,
-       coalesce(c.bytes, f.bytes) AS bytes, coalesce(c.dtype, f.dtype) AS dtype,
-       CASE WHEN c.bytes IS NULL AND f.bytes IS NOT NULL THEN f.filled_from
-            ELSE c.size_source END AS size_source,
-       c.phase AS given_phase, c.layer, c.attributed_by, c.backward_op
-FROM collectives c
-LEFT JOIN _filled_sizes f ON f.job = c.job AND f.rank = c.rank AND f.source = c.source
-   AND f.file_id = c.file_id AND f.collective_id = c.collective_id
-LEFT JOIN _collective_peers p ON p.job = c.job AND p.rank = c.rank AND p.source = c.source
-   AND p.file_id = c.file_id AND p.collective_id = c.collective_id;
-
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE
     WHEN regexp_matches(lower(c), 'moe|expert|router') THEN 'moe'
@@ -62,46 +49,83 @@ CREATE MACRO _layer_index(path) AS TRY_CAST(list_last(list_filter(
 -- The kind and number of each distinct layer path (a job has few; its collectives many).
 CREATE TEMP TABLE _layer_names AS
 SELECT layer, _layer_index(layer) AS layer_index, _layer_kind(layer) AS layer_kind
-FROM (SELECT DISTINCT layer FROM _collective_calls WHERE layer IS NOT NULL);
+FROM (SELECT DISTINCT layer FROM collectives WHERE layer IS NOT NULL);
 
-CREATE TEMP TABLE _own_links AS
-SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step,
-       CASE WHEN l.step IS NOT NULL THEN 'trace' END AS step_from,
+-- What each collective's own record says, with the sizes another source filled. A view:
+-- only collective_links below is materialized (each copy of 80 k wide rows costs more than
+-- the joins).
+CREATE VIEW _own_links AS
+SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
+       CASE WHEN c.step IS NOT NULL THEN 'trace' END AS step_from,
        -- forward, backward, optimizer or other
-       coalesce(l.given_phase, CASE
+       coalesce(c.phase, CASE
            -- Pipeline schedules issue send/recv between the forward and backward ranges.
            -- Stages follow rank order (Megatron puts pp outermost), so activations flow to
            -- higher ranks (forward) and gradients to lower ones (backward).
-           WHEN l.op = 'send' AND l.peer > l.rank OR l.op = 'recv' AND l.peer < l.rank
+           WHEN c.op = 'send' AND p.peer > c.rank OR c.op = 'recv' AND p.peer < c.rank
                THEN 'forward'
-           WHEN l.op = 'send' AND l.peer < l.rank OR l.op = 'recv' AND l.peer > l.rank
+           WHEN c.op = 'send' AND p.peer < c.rank OR c.op = 'recv' AND p.peer > c.rank
                THEN 'backward'
            ELSE 'other' END) AS phase,
        -- module path or NVTX range of the layer
-       l.layer,
+       c.layer,
        -- the number in the path's last numbered layer component (per process: a pipeline
        -- stage's layers count from 0 in PyTorch's module instance names)
        n.layer_index,
        n.layer_kind,
-       coalesce(l.attributed_by, 'none') AS attributed_by,
-       l.op, l.comm, l.backward_op, l.bytes, l.dtype, l.size_source
-FROM _collective_calls l
-LEFT JOIN _layer_names n USING (layer);
+       coalesce(c.attributed_by, 'none') AS attributed_by,
+       c.op, c.comm, c.backward_op,
+       coalesce(c.bytes, f.bytes) AS bytes, coalesce(c.dtype, f.dtype) AS dtype,
+       CASE WHEN c.bytes IS NULL AND f.bytes IS NOT NULL THEN f.filled_from
+            ELSE c.size_source END AS size_source,
+       -- for matching one collective across ranks (clock_offsets.sql), not published
+       p.peer, c.seq, c.group_size, c.enqueue_ns, c.start_ns, c.end_ns, c.dur_ns
+FROM collectives c
+LEFT JOIN _filled_sizes f USING (job, rank, source, file_id, collective_id)
+LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
+LEFT JOIN _layer_names n ON n.layer = c.layer;
 
--- A call another source matched to a profiler collective takes the profiler's context.
-CREATE TEMP TABLE _collective_links AS
-SELECT o.* REPLACE (
-           coalesce(o.step, p.step) AS step,
-           CASE WHEN o.step IS NULL AND p.step IS NOT NULL THEN 'matched'
-                ELSE o.step_from END AS step_from,
-           CASE WHEN p.collective_id IS NOT NULL THEN p.phase ELSE o.phase END AS phase,
-           coalesce(p.layer, o.layer) AS layer,
-           coalesce(p.layer_index, o.layer_index) AS layer_index,
-           coalesce(p.layer_kind, o.layer_kind) AS layer_kind,
-           CASE WHEN p.collective_id IS NOT NULL AND p.attributed_by <> 'none'
-                THEN 'matched:' || p.attributed_by ELSE o.attributed_by END AS attributed_by,
-           coalesce(p.backward_op, o.backward_op) AS backward_op)
-FROM _own_links o
-LEFT JOIN collective_matches m USING (job, rank, source, file_id, collective_id)
-LEFT JOIN _own_links p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source
+-- The profiler's context of each call another source matched to a profiler collective.
+CREATE TEMP TABLE _matched_context AS
+SELECT m.job, m.rank, m.source, m.file_id, m.collective_id, p.step, p.phase, p.layer,
+       p.layer_index, p.layer_kind, p.attributed_by, p.backward_op
+FROM collective_matches m
+JOIN _own_links p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source
     AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id;
+
+-- What one collective's traffic looks like (communicator_dims.sql weighs it per
+-- communicator): send/recv -> pp; all_to_all -> ep; an all-reduce issued from inside a
+-- layer, or from the backward of a layer's op (not from a gradient-accumulation hook) -> tp;
+-- all_gather / reduce_scatter and other all-reduces (gradient buckets, loss) -> dp; anything
+-- else -> unknown.
+CREATE MACRO _dim_evidence(op, layer, layer_kind, backward_op) AS CASE
+    WHEN op IN ('send', 'recv', 'send_recv') THEN 'pp'
+    WHEN op = 'all_to_all' THEN 'ep'
+    WHEN op = 'all_reduce' AND coalesce(layer_kind, '') <> 'loss' AND (
+         layer IS NOT NULL
+         OR backward_op IS NOT NULL AND backward_op NOT LIKE '%AccumulateGrad%')
+        THEN 'tp'
+    WHEN op IN ('all_reduce', 'all_gather', 'reduce_scatter') THEN 'dp'
+    ELSE 'unknown' END;
+
+-- A matched call takes the profiler's context. parallel_dim starts as the call's own
+-- evidence; communicator_dims.sql puts the communicator's dimension in its place.
+CREATE TEMP TABLE collective_links AS
+WITH linked AS (
+    SELECT o.* REPLACE (
+               coalesce(o.step, p.step) AS step,
+               CASE WHEN o.step IS NULL AND p.step IS NOT NULL THEN 'matched'
+                    ELSE o.step_from END AS step_from,
+               CASE WHEN p.collective_id IS NOT NULL THEN p.phase ELSE o.phase END AS phase,
+               coalesce(p.layer, o.layer) AS layer,
+               coalesce(p.layer_index, o.layer_index) AS layer_index,
+               coalesce(p.layer_kind, o.layer_kind) AS layer_kind,
+               CASE WHEN p.collective_id IS NOT NULL AND p.attributed_by <> 'none'
+                    THEN 'matched:' || p.attributed_by ELSE o.attributed_by END AS attributed_by,
+               coalesce(p.backward_op, o.backward_op) AS backward_op)
+    FROM _own_links o
+    LEFT JOIN _matched_context p USING (job, rank, source, file_id, collective_id)
+)
+SELECT *, _dim_evidence(op, layer, layer_kind, backward_op) AS evidence,
+       _dim_evidence(op, layer, layer_kind, backward_op) AS parallel_dim
+FROM linked;

@@ -1,26 +1,10 @@
 -- communicator_dims: the parallel dimension each communicator serves, one row per job and
 -- comm. From job.yaml's layout when given (_job_layout, made by the runner; a communicator of
 -- another source through the process group collective_matches maps it to); otherwise from
--- what runs on it (the most common evidence of its collectives, below), and for a
+-- what runs on it (the most common evidence of its collectives, collective_links.sql), and for a
 -- communicator with no collectives from its rank set (a contiguous block is tp, a strided
 -- set dp). A communicator that spans every rank and carries several kinds of traffic is
--- 'world': its collectives then keep their own evidence (collectives_linked).
-
--- What one collective's traffic looks like: send/recv -> pp; all_to_all -> ep; an
--- all-reduce issued from inside a layer, or from the backward of a layer's op (not from a
--- gradient-accumulation hook) -> tp; all_gather / reduce_scatter and other all-reduces
--- (gradient buckets, loss) -> dp; anything else -> unknown.
-CREATE TEMP TABLE _collective_dim_evidence AS
-SELECT job, rank, source, file_id, collective_id, comm,
-       CASE WHEN op IN ('send', 'recv', 'send_recv') THEN 'pp'
-            WHEN op = 'all_to_all' THEN 'ep'
-            WHEN op = 'all_reduce' AND coalesce(layer_kind, '') <> 'loss' AND (
-                 layer IS NOT NULL
-                 OR backward_op IS NOT NULL AND backward_op NOT LIKE '%AccumulateGrad%')
-                THEN 'tp'
-            WHEN op IN ('all_reduce', 'all_gather', 'reduce_scatter') THEN 'dp'
-            ELSE 'unknown' END AS evidence
-FROM _collective_links;
+-- 'world': its collectives then keep their own evidence.
 
 -- Members: a per-rank source (NCCL logs) knows only its own global rank in each
 -- communicator, so the set is assembled from every row that names the communicator.
@@ -43,7 +27,7 @@ SELECT job, comm,
        bool_and(evidence IN ('ep', 'unknown')) AS only_ep,
        bool_or(evidence = 'tp') AS any_tp
 FROM (SELECT job, comm, evidence, count(*) AS n
-      FROM _collective_dim_evidence WHERE comm IS NOT NULL GROUP BY ALL)
+      FROM collective_links WHERE comm IS NOT NULL GROUP BY ALL)
 GROUP BY ALL;
 
 CREATE VIEW _world AS
@@ -95,14 +79,9 @@ LEFT JOIN _job_layout y ON y.job = m.job AND y.comm = coalesce(p.primary_comm, m
 LEFT JOIN _comm_evidence e USING (job, comm)
 LEFT JOIN _world w USING (job);
 
--- collective_links: _collective_links with the parallel dimension: the communicator's, or,
--- on a 'world' / 'unknown' communicator, the collective's own evidence.
-CREATE TEMP TABLE collective_links AS
-SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step, l.step_from, l.phase,
-       l.layer, l.layer_index, l.layer_kind,
-       coalesce(CASE WHEN d.parallel_dim NOT IN ('world', 'unknown') THEN d.parallel_dim END,
-                v.evidence) AS parallel_dim,
-       l.attributed_by, l.bytes, l.dtype, l.size_source, l.op, l.comm
-FROM _collective_links l
-JOIN _collective_dim_evidence v USING (job, rank, source, file_id, collective_id)
-LEFT JOIN communicator_dims d ON d.job = l.job AND d.comm = l.comm;
+-- A collective takes its communicator's dimension; on a 'world' or 'unknown' communicator
+-- it keeps its own evidence (collective_links.sql).
+UPDATE collective_links l
+SET parallel_dim = d.parallel_dim
+FROM communicator_dims d
+WHERE d.job = l.job AND d.comm = l.comm AND d.parallel_dim NOT IN ('world', 'unknown');

@@ -89,12 +89,19 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
                 con.execute(sql_text(name))
             except duckdb.Error as exc:  # a bug in our SQL, not bad input
                 raise RuntimeError(f"link step {name} failed: {exc}") from exc
-        tables = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in DERIVED}
+        # (the temp tables carry working columns beside the published ones)
+        tables = {t: con.sql(_published(t)).to_arrow_table() for t in DERIVED}
         tables["predictions"] = con.sql("SELECT * FROM predictions").to_arrow_table()
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
         rows = _materialize(dataset, tables)
     return LinkSummary(rows=rows, config=str(config) if config else None)
+
+
+def _published(name: str) -> str:
+    """The query that reads derived table ``name``'s schema columns from its temp table."""
+    columns = ", ".join(f'"{c.name}"' for c in table_schema(name).columns)
+    return f"SELECT {columns} FROM {name}"
 
 
 def _register_job_inputs(

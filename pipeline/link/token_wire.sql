@@ -29,10 +29,9 @@ SELECT job, rank, source, source_preference(source) AS source_order FROM primary
 -- adds only the calls placed in a step: the rest of its log lies outside the profiled
 -- window, where the profiled ranks count nothing either.
 CREATE TEMP TABLE _observed AS
-SELECT l.job, l.step, l.parallel_dim, c.op, l.phase,
+SELECT l.job, l.step, l.parallel_dim, l.op, l.phase,
        count(*) AS calls, sum(l.bytes) AS bytes
-FROM collectives c
-JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+FROM collective_links l
 JOIN _rank_sources r USING (job, rank, source)
 JOIN (SELECT job, min(source_order) AS best FROM _rank_sources GROUP BY ALL) j USING (job)
 WHERE r.source_order = j.best OR l.step IS NOT NULL
