@@ -11,24 +11,16 @@ SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns,
 FROM _instance_rows r
 JOIN clock_offsets o USING (job, rank);
 
--- The op most of an instance's ranks report (the first by name of equals), so that the
--- table is the same on every run when ranks disagree.
-CREATE VIEW _instance_usual_op AS
-SELECT job, source, instance_comm, instance_seq, first(op ORDER BY n DESC, op) AS usual_op
-FROM (SELECT job, source, instance_comm, instance_seq, op, count(*) AS n
-      FROM _instance_rows GROUP BY ALL)
-GROUP BY ALL;
-
 CREATE TEMP TABLE collective_instances AS
 WITH g AS (
     SELECT job, source, instance_comm AS comm, instance_seq AS seq,
-           CASE WHEN count(DISTINCT op) = 2 AND bool_and(op IN ('send', 'recv'))
-                THEN 'send_recv' ELSE any_value(u.usual_op) END AS op,
+           -- (op is never null: min = max says every rank reports the same op)
+           min(op) AS min_op, max(op) AS max_op,
+           bool_and(op IN ('send', 'recv')) AS p2p,
            max(bytes) AS bytes,
            max(group_size) AS group_size,
            count(DISTINCT rank) AS ranks_seen,
-           count(DISTINCT bytes) <= 1
-               AND (count(DISTINCT op) = 1 OR bool_and(op IN ('send', 'recv'))) AS consistent,
+           min(bytes) IS NOT DISTINCT FROM max(bytes) AS same_bytes,
            min(aligned_start_ns) AS first_start_ns,
            max(aligned_start_ns) AS last_start_ns,
            arg_max(rank, (aligned_start_ns, -rank)) AS late_rank,  -- equal starts: lowest rank
@@ -42,8 +34,27 @@ WITH g AS (
            arg_min(layer_kind, context_order) AS layer_kind,
            arg_min(parallel_dim, context_order) AS parallel_dim
     FROM _instance_aligned
-    JOIN _instance_usual_op u USING (job, source, instance_comm, instance_seq)
     GROUP BY job, source, instance_comm, instance_seq
+),
+-- Where ranks disagree on the op (rare): the op most of them report, the first by name of
+-- equals, so that the table is the same on every run.
+usual AS (
+    SELECT job, source, comm, seq, first(op ORDER BY n DESC, op) AS usual_op
+    FROM (SELECT r.job, r.source, r.instance_comm AS comm, r.instance_seq AS seq, r.op,
+                 count(*) AS n
+          FROM _instance_rows r
+          SEMI JOIN (SELECT * FROM g WHERE min_op <> max_op) d
+              ON d.job = r.job AND d.source = r.source AND d.comm = r.instance_comm
+             AND d.seq = r.instance_seq
+          GROUP BY ALL)
+    GROUP BY ALL
+),
+i AS (
+    SELECT g.*,
+           CASE WHEN p2p AND min_op <> max_op THEN 'send_recv'
+                WHEN min_op = max_op THEN min_op ELSE u.usual_op END AS op,
+           same_bytes AND (min_op = max_op OR p2p) AS consistent
+    FROM g LEFT JOIN usual u USING (job, source, comm, seq)
 )
 SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,
        first_start_ns, last_start_ns, last_start_ns - first_start_ns AS skew_ns,
@@ -57,4 +68,4 @@ SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,
                THEN (coalesce(group_size, ranks_seen) - 1.0) / coalesce(group_size, ranks_seen)
            ELSE 1.0 END AS busbw_gbps,
        step, phase, layer, layer_kind, parallel_dim
-FROM g;
+FROM i;
