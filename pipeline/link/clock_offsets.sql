@@ -33,12 +33,15 @@ FROM ranks GROUP BY ALL;
 CREATE VIEW _reference_host AS
 SELECT job, arg_min(coalesce(host, ''), rank) AS host FROM _rank_hosts GROUP BY ALL;
 
--- Median end time of each instance on each host.
+-- Median end time of each instance on each host (of jobs on several hosts: on one host
+-- there is no offset to find).
 CREATE TEMP TABLE _host_ends AS
 SELECT r.job, coalesce(h.host, '') AS host, r.source, r.instance_comm, r.instance_seq,
        median(r.end_ns) AS end_ns
 FROM _instance_rows r
 JOIN _rank_hosts h USING (job, rank)
+SEMI JOIN (SELECT job FROM _rank_hosts GROUP BY ALL
+           HAVING count(DISTINCT coalesce(host, '')) > 1) USING (job)
 WHERE r.end_ns IS NOT NULL
 GROUP BY ALL;
 
@@ -54,28 +57,31 @@ JOIN _host_ends ref ON ref.job = e.job AND ref.host = rh.host AND ref.source = e
 GROUP BY ALL;
 
 -- Each rank's end times against its instances' median end, on the aligned clock.
-CREATE TEMP TABLE _rank_gaps AS
-WITH aligned AS (
-    SELECT r.job, r.rank, r.source, r.instance_comm, r.instance_seq,
-           r.end_ns - coalesce(o.offset_ns, 0) AS end_ns
-    FROM _instance_rows r
-    JOIN _rank_hosts h USING (job, rank)
-    LEFT JOIN _host_offsets o ON o.job = r.job AND o.host = coalesce(h.host, '')
-    WHERE r.end_ns IS NOT NULL
-)
-SELECT job, rank, end_ns - median(end_ns) OVER (
-           PARTITION BY job, source, instance_comm, instance_seq) AS gap_ns,
-       count(*) OVER (PARTITION BY job, source, instance_comm, instance_seq) AS ranks_seen
-FROM aligned;
+CREATE VIEW _aligned_ends AS
+SELECT r.job, r.rank, r.source, r.instance_comm, r.instance_seq,
+       r.end_ns - coalesce(o.offset_ns, 0) AS end_ns
+FROM _instance_rows r
+JOIN _rank_hosts h USING (job, rank)
+LEFT JOIN _host_offsets o ON o.job = r.job AND o.host = coalesce(h.host, '')
+WHERE r.end_ns IS NOT NULL;
+
+CREATE VIEW _rank_residuals AS
+SELECT a.job, a.rank, CAST(round(median(abs(a.end_ns - c.end_ns))) AS BIGINT) AS residual_ns,
+       count(*) AS instances
+FROM _aligned_ends a
+-- (an instance seen on one rank says nothing of the clocks)
+JOIN (SELECT job, source, instance_comm, instance_seq, median(end_ns) AS end_ns
+      FROM _aligned_ends GROUP BY ALL HAVING count(*) > 1) c
+    USING (job, source, instance_comm, instance_seq)
+GROUP BY ALL;
 
 CREATE TEMP TABLE clock_offsets AS
 SELECT h.job, h.rank, h.host,
        -- subtract from the rank's times to put them on the reference host's clock
        coalesce(o.offset_ns, 0) AS offset_ns,
        -- median |end gap| left after the correction
-       (SELECT CAST(round(median(abs(g.gap_ns))) AS BIGINT) FROM _rank_gaps g
-        WHERE g.job = h.job AND g.rank = h.rank AND g.ranks_seen > 1) AS residual_ns,
-       (SELECT count(*) FROM _rank_gaps g
-        WHERE g.job = h.job AND g.rank = h.rank AND g.ranks_seen > 1) AS instances
+       g.residual_ns,
+       coalesce(g.instances, 0) AS instances
 FROM _rank_hosts h
-LEFT JOIN _host_offsets o ON o.job = h.job AND o.host = coalesce(h.host, '');
+LEFT JOIN _host_offsets o ON o.job = h.job AND o.host = coalesce(h.host, '')
+LEFT JOIN _rank_residuals g ON g.job = h.job AND g.rank = h.rank;
