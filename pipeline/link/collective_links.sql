@@ -1,7 +1,8 @@
--- _own_links / _collective_links: for every collective of every source, the step, phase, layer and the
--- evidence behind them (communicator_dims.sql adds the parallel dimension and makes the
--- public collective_links). One row per collectives row; unattributed rows stay (phase 'other',
--- layer NULL, attributed_by 'none'), so they can be counted and shown.
+-- collective_links: for every collective of every source, the step, phase, layer and the
+-- evidence behind them, and (communicator_dims.sql sets it) the parallel dimension. One row
+-- per collectives row; unattributed rows stay (phase 'other', layer NULL, attributed_by
+-- 'none'), so they can be counted and shown. The table is materialized once: each copy of
+-- every collective costs more than the joins that make it.
 --
 -- What a collective's own file says (the launch op, and the phase and layer from the ops
 -- enclosing it) was worked out at ingest (pipeline/ingest/attribution.py) and sits on the
@@ -51,9 +52,7 @@ CREATE TEMP TABLE _layer_names AS
 SELECT layer, _layer_index(layer) AS layer_index, _layer_kind(layer) AS layer_kind
 FROM (SELECT DISTINCT layer FROM collectives WHERE layer IS NOT NULL);
 
--- What each collective's own record says, with the sizes another source filled. A view:
--- only collective_links below is materialized (each copy of 80 k wide rows costs more than
--- the joins).
+-- What each collective's own record says, with the sizes another source filled.
 CREATE VIEW _own_links AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
        CASE WHEN c.step IS NOT NULL THEN 'trace' END AS step_from,

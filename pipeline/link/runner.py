@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -211,8 +212,7 @@ def _materialize(dataset: Path, tables: dict[str, pa.Table]) -> dict[str, int]:
         schema = table_schema(name)
         table = table.select([c.name for c in schema.columns]).cast(schema.arrow)
         rows[name] = table.num_rows
-        for job in sorted(set(table.column("job").to_pylist())):
-            rows_of_job = table.filter(pa.compute.equal(table.column("job"), job))
+        for job, rows_of_job in _by_job(table):
             for rank, part in split_by_rank(name, rows_of_job):
                 rank_dir = f"/rank={rank}" if rank is not None else ""
                 rel = f"{name}/job={job}{rank_dir}/part-link-{_stamp()}.parquet"
@@ -223,6 +223,16 @@ def _materialize(dataset: Path, tables: dict[str, pa.Table]) -> dict[str, int]:
     for rel in old:
         (dataset / rel).unlink(missing_ok=True)
     return rows
+
+
+def _by_job(table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """(job, its rows) for each job in ``table``, in name order."""
+    jobs = sorted(table.column("job").unique().to_pylist())
+    if len(jobs) == 1:  # the usual case: no filtered copy
+        yield jobs[0], table
+        return
+    for job in jobs:
+        yield job, table.filter(pa.compute.equal(table.column("job"), job))
 
 
 def _stamp() -> str:
