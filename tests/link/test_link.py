@@ -361,3 +361,49 @@ def test_nccl_logs_fill_sizes_an_old_trace_lacks(linked_sample: Path, tmp_path: 
     assert ds.sql("SELECT parallel_dim, op, phase, bytes FROM token_wire ORDER BY ALL").equals(
         before
     )
+
+
+def test_an_instance_whose_ranks_disagree_takes_the_op_most_report(tmp_path: Path) -> None:
+    """A desynchronized job: at one sequence number one rank of four issued another op, at
+    another two ranks did. The instance takes the op most ranks report (the first by name
+    of equals) and is flagged inconsistent; the instances around them are untouched."""
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from pipeline.synth.job import JobSpec, job_traces
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name, text in job_traces(JobSpec(tp=1, pp=1, dp=4, layers=2, global_batch=8)).items():
+        (traces / name).write_text(text)
+    dataset = tmp_path / "ds"
+    assert not ingest([traces], dataset, job="desync", jobs=1).errors
+    ds = pipeline.open(dataset)
+    comm, first_seq = ds.sql(
+        "SELECT comm, min(seq) FROM collectives WHERE op = 'all_reduce' GROUP BY comm "
+        "ORDER BY count(*) DESC LIMIT 1"
+    ).row(0)
+    changed = {0: {first_seq: "all_gather", first_seq + 1: "all_gather"},
+               1: {first_seq + 1: "all_gather"}}  # fmt: skip
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    for entry in manifest["files"].values():
+        for rel in entry["parts"]["collectives"]:
+            rank = int(rel.split("rank=")[1].split("/")[0])
+            if rank not in changed:
+                continue
+            frame = pl.from_arrow(pq.read_table(dataset / rel))
+            op = pl.col("op")
+            for seq, new_op in changed[rank].items():
+                at = (pl.col("comm") == comm) & (pl.col("seq") == seq)
+                op = pl.when(at).then(pl.lit(new_op)).otherwise(op)
+            pq.write_table(frame.with_columns(op.alias("op")).to_arrow(), dataset / rel)
+    link(dataset)
+    rows = pipeline.open(dataset).sql(
+        "SELECT seq, op, ranks_seen, consistent FROM collective_instances "
+        f"WHERE comm = '{comm}' AND seq BETWEEN {first_seq} AND {first_seq + 2} ORDER BY seq"
+    ).rows()
+    assert rows == [
+        (first_seq, "all_reduce", 4, False),
+        (first_seq + 1, "all_gather", 4, False),
+        (first_seq + 2, "all_reduce", 4, True),
+    ]
