@@ -398,10 +398,11 @@ def test_an_instance_whose_ranks_disagree_takes_the_op_most_report(tmp_path: Pat
                 op = pl.when(at).then(pl.lit(new_op)).otherwise(op)
             pq.write_table(frame.with_columns(op.alias("op")).to_arrow(), dataset / rel)
     link(dataset)
-    rows = pipeline.open(dataset).sql(
+    query = (
         "SELECT seq, op, ranks_seen, consistent FROM collective_instances "
         f"WHERE comm = '{comm}' AND seq BETWEEN {first_seq} AND {first_seq + 2} ORDER BY seq"
-    ).rows()
+    )
+    rows = pipeline.open(dataset).sql(query).rows()
     assert rows == [
         (first_seq, "all_reduce", 4, False),
         (first_seq + 1, "all_gather", 4, False),
