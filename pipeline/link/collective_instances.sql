@@ -27,12 +27,13 @@ WITH g AS (
            min(dur_ns) AS min_dur_ns,
            max(dur_ns) AS max_dur_ns,
            -- the context of the lowest rank that a step places (a rank without a profiler
-           -- trace has none of its own)
-           arg_min(step, context_order) AS step,
-           arg_min(phase, context_order) AS phase,
-           arg_min(layer, context_order) AS layer,
-           arg_min(layer_kind, context_order) AS layer_kind,
-           arg_min(parallel_dim, context_order) AS parallel_dim
+           -- trace has none of its own); of one rank's calls in an instance (a job whose
+           -- sequence numbers restarted), the first, so that every run agrees
+           arg_min(step, (context_order, collective_id)) AS step,
+           arg_min(phase, (context_order, collective_id)) AS phase,
+           arg_min(layer, (context_order, collective_id)) AS layer,
+           arg_min(layer_kind, (context_order, collective_id)) AS layer_kind,
+           arg_min(parallel_dim, (context_order, collective_id)) AS parallel_dim
     FROM _instance_aligned
     GROUP BY job, source, instance_comm, instance_seq
 ),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -90,19 +89,22 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
                 con.execute(sql_text(name))
             except duckdb.Error as exc:  # a bug in our SQL, not bad input
                 raise RuntimeError(f"link step {name} failed: {exc}") from exc
-        # (the temp tables carry working columns beside the published ones)
-        tables = {t: con.sql(_published(t)).to_arrow_table() for t in DERIVED}
-        tables["predictions"] = con.sql("SELECT * FROM predictions").to_arrow_table()
+        tables = {t: _published(con, t) for t in (*DERIVED, "predictions")}
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
         rows = _materialize(dataset, tables)
     return LinkSummary(rows=rows, config=str(config) if config else None)
 
 
-def _published(name: str) -> str:
-    """The query that reads derived table ``name``'s schema columns from its temp table."""
+def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]:
+    """Derived table ``name``, one Arrow table per job: its schema's columns (the temp tables
+    carry working columns beside them), split by DuckDB rather than by a filtered copy."""
     columns = ", ".join(f'"{c.name}"' for c in table_schema(name).columns)
-    return f"SELECT {columns} FROM {name}"
+    jobs = con.execute(f"SELECT DISTINCT job FROM {name} ORDER BY job").fetchall()
+    return {
+        job: con.sql(f"SELECT {columns} FROM {name} WHERE job = ?", params=[job]).to_arrow_table()
+        for (job,) in jobs
+    }
 
 
 def _register_job_inputs(
@@ -202,18 +204,21 @@ def _comm_dims_from_layout(
     return out
 
 
-def _materialize(dataset: Path, tables: dict[str, pa.Table]) -> dict[str, int]:
-    """Write the derived tables and swap them into the manifest in one commit."""
+def _materialize(dataset: Path, tables: dict[str, dict[str, pa.Table]]) -> dict[str, int]:
+    """Write the derived tables (each as {job: rows}) and swap them into the manifest in one
+    commit."""
     manifest = read_manifest(dataset)
     old = [rel for rels in manifest.derived.values() for rel in rels]
     derived: dict[str, list[str]] = {}
     rows: dict[str, int] = {}
-    for name, table in tables.items():
-        schema = table_schema(name)
-        table = table.select([c.name for c in schema.columns]).cast(schema.arrow)
-        rows[name] = table.num_rows
-        for job, rows_of_job in _by_job(table):
-            for rank, part in split_by_rank(name, rows_of_job):
+    for name, by_job in tables.items():
+        rows[name] = 0
+        for job, table in by_job.items():
+            # (casts only a column whose type differs: they usually agree, and a cast of the
+            # whole table would import pyarrow.compute, 50 ms of a fresh process)
+            table = conform(name, table)
+            rows[name] += table.num_rows
+            for rank, part in split_by_rank(name, table):
                 rank_dir = f"/rank={rank}" if rank is not None else ""
                 rel = f"{name}/job={job}{rank_dir}/part-link-{_stamp()}.parquet"
                 write_part(dataset, rel, part)
@@ -223,16 +228,6 @@ def _materialize(dataset: Path, tables: dict[str, pa.Table]) -> dict[str, int]:
     for rel in old:
         (dataset / rel).unlink(missing_ok=True)
     return rows
-
-
-def _by_job(table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
-    """(job, its rows) for each job in ``table``, in name order."""
-    jobs = sorted(table.column("job").unique().to_pylist())
-    if len(jobs) == 1:  # the usual case: no filtered copy
-        yield jobs[0], table
-        return
-    for job in jobs:
-        yield job, table.filter(pa.compute.equal(table.column("job"), job))
 
 
 def _stamp() -> str:

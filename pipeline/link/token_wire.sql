@@ -13,8 +13,8 @@ WHERE d.parallel_dim IN ('tp', 'cp') AND c.rank_in_comm > 0;
 
 CREATE VIEW _step_tokens AS
 SELECT s.job, s.step,
-       coalesce(any_value(f.tokens_per_step),
-                sum(s.tokens) FILTER (t.rank IS NULL)) AS tokens
+       CAST(coalesce(any_value(f.tokens_per_step),
+                     sum(s.tokens) FILTER (t.rank IS NULL)) AS BIGINT) AS tokens
 FROM steps s
 LEFT JOIN _tp_followers t USING (job, rank)
 LEFT JOIN _job_facts f USING (job)
