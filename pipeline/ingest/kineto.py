@@ -33,7 +33,7 @@ from pipeline.ingest.kineto_comms import (
 from pipeline.ingest.kineto_stream import BATCH_BYTES, EventStream
 from pipeline.ingest.nesting import add_nesting, add_scope_path
 from pipeline.ingest.result import ParseResult, Warnings
-from pipeline.ingest.vocab import kernel_kind_expr
+from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr
 
 HOST_KINDS = (
     "cpu_op",
@@ -314,15 +314,18 @@ class _Batches:
         evs = [batch[i] for i in kept]
         if not evs:
             return
-        frame = _batch_frame(evs, warnings, path, [first + i for i in kept]).with_columns(
+        frame, meta = _batch_frame(evs, warnings, path, [first + i for i in kept])
+        frame = frame.with_columns(
             (pl.int_range(pl.len(), dtype=pl.Int64) + self.count).alias("event_id")
         )
         self.count += frame.height
         is_gpu = pl.col("cat").is_in(GPU_KINDS)
         self.host.append(frame.filter(~is_gpu).select(_HOST_FRAME))
         self.gpu.append(frame.filter(is_gpu).select(_GPU_FRAME))
-        has_meta = pl.any_horizontal(pl.col(c).is_not_null() for c in _META_COLUMNS)
-        self.meta.append(frame.filter(has_meta).select("event_id", *_META_COLUMNS))
+        if meta.height:  # (an event skipped for its time or pid drops out here)
+            ids = frame.select("_index", "event_id")
+            meta = ids.join(meta, on="_index").sort("event_id")
+            self.meta.append(meta.select("event_id", *_META_COLUMNS))
 
     def frames(self, base_ns: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         """(host, gpu, meta), times made unix-epoch with ``base_ns`` and ``end_ns`` added."""
@@ -346,9 +349,11 @@ class _Batches:
 
 def _batch_frame(
     evs: list[Event], warnings: Warnings, path: Path, index: list[int]
-) -> pl.DataFrame:
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The events' columns, with ``start_ns`` still relative to ``baseTimeNanoseconds``
-    (which may come after the events in the file).
+    (which may come after the events in the file), and apart from them the collective
+    metadata of the events that carry some; both keep ``_index`` (the place in
+    ``traceEvents``).
 
     Each column is one ``map(attrgetter)`` over the structs (C loops, no Python frame per
     event).
@@ -370,15 +375,17 @@ def _batch_frame(
     # Args are read only on the events whose tables keep them (measured: reading every
     # field of every event was the largest part of the time spent here).
     is_gpu = frame.get_column("cat").is_in(GPU_KINDS)
-    carries_meta = (frame.get_column("cat") == "kernel") | (
-        frame.get_column("name") == "record_param_comms"
-    )
+    # (only communication kernels and record_param_comms become collectives)
+    carries_meta = frame.select(
+        (pl.col("cat") == "kernel") & pl.col("name").str.contains(f"(?i){COMM_KERNEL}")
+        | (pl.col("name") == "record_param_comms")
+    ).to_series()
     frame = frame.with_columns(
         *_args_at(args, None, _COMMON_ARGS),
         *_args_at(args, is_gpu, _GPU_ONLY_ARGS),
         *_args_at(args, ~is_gpu, _HOST_ONLY_ARGS),
-        *_args_at(args, carries_meta, _META_ARGS),
     )
+    meta = _meta_frame(args, index, carries_meta)
     # pid: an int where the trace has one (null marks a string pid, never a default)
     bad = pl.col("pid").is_null() | (pl.col("ts") == "")
     skipped = frame.select(bad.sum()).item()
@@ -389,7 +396,7 @@ def _batch_frame(
     start = us_text_to_ns(pl.col("ts"))
     dur_text = pl.when(pl.col("dur") == "").then(pl.lit("0")).otherwise(pl.col("dur"))
     dur = us_text_to_ns(dur_text).clip(lower_bound=0)
-    return frame.select(
+    frame = frame.select(
         "cat",
         "name",
         "pid",
@@ -399,10 +406,26 @@ def _batch_frame(
         _raw_text(pl.col("input_dims")).alias("input_dims"),
         _raw_text(pl.col("input_type")).alias("input_types"),
         _raw_text(pl.col("concrete_inputs")).alias("concrete_inputs"),
-        *_ARG_COLUMNS,
+        *(c for c in _ARG_COLUMNS if c not in _META_ARGS),
         start.alias("start_ns"),
         dur.alias("dur_ns"),
+        "_index",
     )
+    return frame, meta
+
+
+def _meta_frame(args: list[Args], index: list[int], rows: pl.Series) -> pl.DataFrame:
+    """``_index`` and the collective metadata of the events at ``rows`` that carry any: few
+    events, so the columns are built at their length, not the batch's."""
+    where = rows.arg_true().to_list()
+    picked = list(map(args.__getitem__, where))
+    frame = pl.DataFrame(
+        [
+            pl.Series("_index", list(map(index.__getitem__, where)), dtype=pl.Int64),
+            *(_arg_column(f, kind, _values(picked, f)) for f, kind in _META_ARGS.items()),
+        ]
+    )
+    return frame.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in _META_COLUMNS))
 
 
 #: A JSON list of integers, nothing else (what :func:`int_list` accepts).

@@ -83,9 +83,11 @@ def message_bytes_expr(
     return pl.when(op.is_in(["send_recv", "unknown"])).then(None).otherwise(elements * size)
 
 
+#: Communication kernels (case-insensitive): the only kernels whose collective metadata is read.
+COMM_KERNEL = r"nccl|rccl|msccl"
 #: Kernel name pattern (case-insensitive) -> kind; first match wins.
 _KERNEL_KINDS: list[tuple[str, str]] = [
-    ("comm", r"nccl|rccl|msccl"),
+    ("comm", COMM_KERNEL),
     ("attention", r"flash|fmha|attention|attn|sdpa|mha_"),
     ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|matmul|gemv|wgmma|[sh](?:884|1688|16816)"),
     ("conv", r"conv|cudnn|winograd|implicit"),
