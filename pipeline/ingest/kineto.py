@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -519,14 +520,23 @@ def _steps(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_of(frame: pl.DataFrame, steps: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
-    """Add ``step``: the step whose host range holds ``frame[at]``, else null."""
+    """Add ``step``: the step whose host range holds ``frame[at]``, else null.
+
+    A sorted search of the (few) step starts; the rows keep their order, so a wide frame is
+    never sorted or joined (each would be another copy of it).
+    """
     if steps.is_empty():
         return frame.with_columns(pl.lit(None, pl.Int64).alias("step"))
-    marks = steps.select(pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), "step")
-    joined = frame.sort(at).join_asof(marks, left_on=at, right_on="_s", strategy="backward")
-    return joined.with_columns(
-        pl.when(pl.col(at) <= pl.col("_e")).then(pl.col("step")).alias("step")
-    ).drop("_s", "_e")
+    marks = steps.sort("start_ns")
+    times = frame.get_column(at)
+    known = times.is_not_null().to_numpy()
+    t = times.fill_null(0).to_numpy()
+    # the last step that starts at or before each time (-1: none)
+    i = np.searchsorted(marks.get_column("start_ns").to_numpy(), t, side="right") - 1
+    found = np.maximum(i, 0)
+    inside = known & (i >= 0) & (t <= marks.get_column("end_ns").to_numpy()[found])
+    step = pl.Series("step", marks.get_column("step").to_numpy()[found], dtype=pl.Int64)
+    return frame.with_columns(pl.when(pl.Series(inside)).then(step).alias("step"))
 
 
 def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
