@@ -6,7 +6,7 @@
 
 CREATE VIEW _instance_aligned AS
 SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns,
-       -- ranks with a step first, then by rank (one integer: faster than a pair)
+       -- ranks with a step first, then by rank
        r.rank + CASE WHEN r.step IS NULL THEN 1000000000000 ELSE 0 END AS context_order
 FROM _instance_rows r
 JOIN clock_offsets o USING (job, rank);
