@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from pipeline.ingest.nesting import rows_of
 from pipeline.ingest.result import columns, values_at
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
@@ -89,31 +90,15 @@ def _launch_ops(calls: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Da
         calls = calls.join(
             runtime, on=["rank", "correlation"], how="left", nulls_equal=True, maintain_order="left"
         ).with_columns(pl.coalesce("launch_op_id", "runtime_op_id").alias("launch_op_id"))
-    rows = _rows_of(host.get_column("op_id"), calls.get_column("launch_op_id"))
+    rows = rows_of(host.get_column("op_id"), calls.get_column("launch_op_id"))
     return calls.select("call", "rank", "launch_op_id").with_columns(
         pl.Series("pos", rows).replace(-1, None)
     )
 
 
-def _rows_of(op_ids: pl.Series, wanted: pl.Series) -> np.ndarray:
-    """The row in ``op_ids`` of each id in ``wanted`` (-1: NULL, or not in the file).
-
-    Both parsers number ops uniquely per file, so an op_id names one row even in a file that
-    holds several ranks.
-    """
-    ids = op_ids.to_numpy()
-    order = None if np.all(ids[1:] > ids[:-1]) else np.argsort(ids, kind="stable")
-    ordered = ids if order is None else ids[order]
-    want = wanted.fill_null(-1).to_numpy()
-    at = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
-    found = wanted.is_not_null().to_numpy() & (ordered[at] == want)
-    rows = at if order is None else order[at]
-    return np.where(found, rows, -1)
-
-
 def _walk(launch: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     """(call, hops, pos) for the launch op (hops 0) and every op enclosing it."""
-    parent = _rows_of(host.get_column("op_id"), host.get_column("parent_id"))
+    parent = rows_of(host.get_column("op_id"), host.get_column("parent_id"))
     start = launch.filter(pl.col("pos").is_not_null())
     calls = start["call"].to_numpy().astype(np.int64)
     rows = start["pos"].to_numpy().astype(np.int64)

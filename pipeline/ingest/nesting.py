@@ -85,10 +85,11 @@ def add_scope_path(
     """Add column ``out``: labels of the enclosing ranges where ``scope`` holds, outermost first.
 
     ``ranges`` must have ``op_id, parent_id, depth`` (see :func:`add_nesting`). A scope range
-    includes its own label. Two passes, one join per nesting level each: the innermost scope
-    of every range (integers only), then the path of each scope range (scope rows only).
-    Every range then takes its scope's path: each distinct path is one string, shared by all
-    the ranges inside it, instead of one string per range (millions in a big trace).
+    includes its own label. Two passes: the innermost scope of every range (integers only,
+    :func:`_innermost_scopes`), then the path of each scope range (scope rows only, one join
+    per nesting level). Every range then takes its scope's path: each distinct path is one
+    string, shared by all the ranges inside it, instead of one string per range (millions in
+    a big trace).
     """
     frame = ranges.select(
         "op_id",
@@ -96,14 +97,8 @@ def add_scope_path(
         "depth",
         (scope.fill_null(False) & label.is_not_null()).alias("_is_scope"),
     )
-    scope_of = _by_level(
-        frame,
-        lambda level, parent: level.select(
-            "op_id",
-            pl.when(pl.col("_is_scope")).then(pl.col("op_id")).otherwise(parent).alias("_scope"),
-        ),
-        {"op_id": pl.Int64, "_scope": pl.Int64},
-    )
+    innermost = _innermost_scopes(frame).alias("_scope")
+    scope_of = frame.select("op_id", innermost)
     scopes = ranges.filter(scope.fill_null(False) & label.is_not_null()).select(
         "op_id", "depth", label.alias("_label")
     )
@@ -127,31 +122,65 @@ def add_scope_path(
             .alias("_scope"),
         ),
         {"op_id": pl.Int64, "_scope": pl.String},
-        parents_any_level=True,
     ).rename({"op_id": "_scope", "_scope": out})
     return (
-        ranges.join(scope_of, on="op_id", how="left", maintain_order="left")
+        ranges.with_columns(innermost)
         .join(paths, on="_scope", how="left", maintain_order="left")
         .drop("_scope")
     )
 
 
-def _by_level(
-    frame: pl.DataFrame, step, schema: dict, *, parents_any_level: bool = False
-) -> pl.DataFrame:
-    """``step(level, parent)`` for each depth of ``frame`` in turn, outermost first, where
-    ``parent`` is the value already worked out for each row's ``parent_id`` (``_scope``).
+def rows_of(op_ids: pl.Series, wanted: pl.Series) -> np.ndarray:
+    """The row in ``op_ids`` of each id in ``wanted`` (-1: NULL, or not in the file).
 
-    A range's parent is one level up; with ``parents_any_level`` (scopes, whose enclosing
-    scope may be several levels up) it is looked up among every level done so far.
+    Both parsers number ops uniquely per file, so an op_id names one row even in a file that
+    holds several ranks.
     """
-    known = pl.DataFrame(schema=schema)
+    ids = op_ids.to_numpy()
+    order = None if np.all(ids[1:] > ids[:-1]) else np.argsort(ids, kind="stable")
+    ordered = ids if order is None else ids[order]
+    want = wanted.fill_null(-1).to_numpy()
+    at = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
+    found = wanted.is_not_null().to_numpy() & (ordered[at] == want)
+    rows = at if order is None else order[at]
+    return np.where(found, rows, -1)
+
+
+def _innermost_scopes(frame: pl.DataFrame) -> pl.Series:
+    """The op_id of the innermost scope range around each range (itself when it is one),
+    null outside every scope.
+
+    Pointer jumping on row numbers: each row points at itself when it is a scope, else at
+    its parent; a row whose target is no scope takes its target's pointer, which doubles the
+    distance covered each round, so a nesting depth d takes about log2(d) rounds of numpy
+    gathers instead of a join per level.
+    """
+    parent = rows_of(frame.get_column("op_id"), frame.get_column("parent_id"))
+    is_scope = frame.get_column("_is_scope").to_numpy()
+    target = np.where(is_scope, np.arange(len(parent)), parent)
+    for _ in range(64):  # nesting is acyclic: a depth of 2**64 is never reached
+        safe = np.maximum(target, 0)
+        moving = (target >= 0) & ~is_scope[safe]
+        if not moving.any():
+            break
+        target = np.where(moving, target[safe], target)
+    op_ids = frame.get_column("op_id").to_numpy()
+    found = target >= 0
+    scope_ids = np.where(found, op_ids[np.maximum(target, 0)], 0)
+    return pl.Series(scope_ids, dtype=pl.Int64).set(pl.Series(~found), None)
+
+
+def _by_level(frame: pl.DataFrame, step, schema: dict) -> pl.DataFrame:
+    """``step(level, parent)`` for each depth of ``frame`` in turn, outermost first, where
+    ``parent`` is the value already worked out for each row's ``parent_id`` (``_scope``),
+    looked up among every level done so far (a scope's enclosing scope may be several levels
+    up).
+    """
     pieces = []
     for depth in sorted(frame.get_column("depth").drop_nulls().unique().to_list()):
-        parents = pl.concat(pieces) if parents_any_level and pieces else known
+        parents = pl.concat(pieces) if pieces else pl.DataFrame(schema=schema)
         level = frame.filter(pl.col("depth") == depth).join(
             parents.rename({"op_id": "parent_id", "_scope": "_parent"}), on="parent_id", how="left"
         )
-        known = step(level, pl.col("_parent"))
-        pieces.append(known)
+        pieces.append(step(level, pl.col("_parent")))
     return pl.concat(pieces) if pieces else pl.DataFrame(schema=schema)
