@@ -315,13 +315,18 @@ class _Batches:
         evs = [batch[i] for i in kept]
         if not evs:
             return
-        host, gpu, meta = _batch_frames(evs, warnings, path, [first + i for i in kept])
-        event_id = (pl.col("_seq") + self.count).alias("event_id")
-        self.count += host.height + gpu.height
-        self.host.append(host.select(event_id, *_HOST_FRAME[1:]))
-        self.gpu.append(gpu.select(event_id, *_GPU_FRAME[1:]))
-        if meta.height:
-            self.meta.append(meta.select(event_id, *_META_COLUMNS))
+        frame, meta = _batch_frame(evs, warnings, path, [first + i for i in kept])
+        frame = frame.with_columns(
+            (pl.int_range(pl.len(), dtype=pl.Int64) + self.count).alias("event_id")
+        )
+        self.count += frame.height
+        is_gpu = pl.col("cat").is_in(GPU_KINDS)
+        self.host.append(frame.filter(~is_gpu).select(_HOST_FRAME))
+        self.gpu.append(frame.filter(is_gpu).select(_GPU_FRAME))
+        if meta.height:  # (an event skipped for its time or pid drops out here)
+            ids = frame.select("_index", "event_id")
+            meta = ids.join(meta, on="_index").sort("event_id")
+            self.meta.append(meta.select("event_id", *_META_COLUMNS))
 
     def frames(self, base_ns: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         """(host, gpu, meta), times made unix-epoch with ``base_ns`` and ``end_ns`` added."""
@@ -343,18 +348,16 @@ class _Batches:
         )
 
 
-def _batch_frames(
+def _batch_frame(
     evs: list[Event], warnings: Warnings, path: Path, index: list[int]
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The host ranges, the GPU activity and the collective metadata of one batch of
-    events, each with ``_seq`` (the event's place among the batch's events kept, in file
-    order: what ``event_id`` counts) and ``start_ns`` still relative to
-    ``baseTimeNanoseconds`` (which may come after the events in the file).
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The events' columns, with ``start_ns`` still relative to ``baseTimeNanoseconds``
+    (which may come after the events in the file), and apart from them the collective
+    metadata of the events that carry some; both keep ``_index`` (the place in
+    ``traceEvents``).
 
     Each column is one ``map(attrgetter)`` over the structs (C loops, no Python frame per
-    event). Host and GPU events are split before their args are read, so each side's args
-    are columns as long as that side: no column of the whole batch that is null on the
-    other side.
+    event).
     """
     none = Args()
     args = [e.args or none for e in evs]
@@ -368,14 +371,21 @@ def _batch_frames(
             _raw_column("ts", _values(evs, "ts")),
             _raw_column("dur", _values(evs, "dur")),
             pl.Series("_index", index, dtype=pl.Int64),
-            pl.Series("_pos", range(len(evs)), dtype=pl.Int64),
         ]
     )
+    # Args are read only on the events whose tables keep them (measured: reading every
+    # field of every event was the largest part of the time spent here).
+    is_gpu = frame.get_column("cat").is_in(GPU_KINDS)
     # (only communication kernels and record_param_comms become collectives)
     carries_meta = frame.select(
         (pl.col("cat") == "kernel") & pl.col("name").str.contains(f"(?i){COMM_KERNEL}")
         | (pl.col("name") == "record_param_comms")
     ).to_series()
+    frame = frame.with_columns(
+        *_args_at(args, None, _COMMON_ARGS),
+        *_args_at(args, is_gpu, _GPU_ONLY_ARGS),
+        *_args_at(args, ~is_gpu, _HOST_ONLY_ARGS),
+    )
     meta = _meta_frame(args, index, carries_meta)
     # pid: an int where the trace has one (null marks a string pid, never a default)
     bad = pl.col("pid").is_null() | (pl.col("ts") == "")
@@ -384,39 +394,25 @@ def _batch_frames(
         warnings.add("events without a time or with a non-numeric pid were skipped", skipped)
         frame = frame.filter(~bad)
     _check_times(path, frame)
-    frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_seq"))
-    # (an event skipped for its time or pid drops out of the metadata here)
-    meta = frame.select("_index", "_seq").join(meta, on="_index").sort("_seq")
     start = us_text_to_ns(pl.col("ts"))
     dur_text = pl.when(pl.col("dur") == "").then(pl.lit("0")).otherwise(pl.col("dur"))
     dur = us_text_to_ns(dur_text).clip(lower_bound=0)
-    common = ("_seq", "cat", "name", "pid", "tid", start.alias("start_ns"), dur.alias("dur_ns"))
-    # Args are read only on the events whose tables keep them (measured: reading every
-    # field of every event was the largest part of the time spent here).
-    is_gpu = pl.col("cat").is_in(GPU_KINDS)
-    host = frame.filter(~is_gpu)
-    host = host.with_columns(*_args_of(args, host, {**_COMMON_ARGS, **_HOST_ONLY_ARGS})).select(
-        *common,
+    frame = frame.select(
+        "cat",
+        "name",
+        "pid",
+        "tid",
+        _int_list(pl.col("grid")).alias("grid"),
+        _int_list(pl.col("block")).alias("block"),
         _raw_text(pl.col("input_dims")).alias("input_dims"),
         _raw_text(pl.col("input_type")).alias("input_types"),
         _raw_text(pl.col("concrete_inputs")).alias("concrete_inputs"),
-        *_HOST_ARGS,
+        *(c for c in _ARG_COLUMNS if c not in _META_ARGS),
+        start.alias("start_ns"),
+        dur.alias("dur_ns"),
+        "_index",
     )
-    gpu = frame.filter(is_gpu)
-    gpu = gpu.with_columns(*_args_of(args, gpu, {**_COMMON_ARGS, **_GPU_ONLY_ARGS})).select(
-        *common,
-        _int_list(pl.col("grid")).alias("grid"),
-        _int_list(pl.col("block")).alias("block"),
-        *_GPU_ARGS,
-    )
-    return host, gpu, meta
-
-
-def _args_of(args: list[Args], frame: pl.DataFrame, fields: dict[str, Any]) -> list[pl.Series]:
-    """Columns of ``fields`` (name -> column type, or ``"raw"`` for JSON text) read from the
-    args of ``frame``'s events (``_pos``: their place in ``args``)."""
-    picked = list(map(args.__getitem__, frame.get_column("_pos").to_list()))
-    return [_arg_column(field, kind, _values(picked, field)) for field, kind in fields.items()]
+    return frame, meta
 
 
 def _meta_frame(args: list[Args], index: list[int], rows: pl.Series) -> pl.DataFrame:
@@ -440,6 +436,23 @@ _INT_LIST = r"^\[\s*(-?\d+(\s*,\s*-?\d+)*)?\s*\]$"
 def _values(objs: list, field: str) -> list:
     """One field of every struct: a C loop, no Python frame per struct."""
     return list(map(attrgetter(field), objs))
+
+
+def _args_at(args: list[Args], rows: pl.Series | None, fields: dict[str, Any]) -> list[pl.Series]:
+    """Columns of ``fields`` (name -> column type, or ``"raw"`` for JSON text) read from the
+    args where ``rows`` holds (all of them when None); null elsewhere."""
+    if rows is None:
+        return [_arg_column(field, kind, _values(args, field)) for field, kind in fields.items()]
+    where = rows.arg_true()
+    picked = list(map(args.__getitem__, where.to_list()))
+    out = []
+    for field, kind in fields.items():
+        dtype = pl.String if kind == "raw" else kind
+        column = pl.Series(field, dtype=dtype).extend_constant(None, len(args))
+        if picked:
+            column = column.scatter(where, _arg_column(field, kind, _values(picked, field)))
+        out.append(column)
+    return out
 
 
 def _arg_column(field: str, kind: Any, values: list) -> pl.Series:
