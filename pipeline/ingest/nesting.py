@@ -91,26 +91,19 @@ def add_scope_path(
     string, shared by all the ranges inside it, instead of one string per range (millions in
     a big trace).
     """
-    frame = ranges.select(
-        "op_id",
-        "parent_id",
-        "depth",
-        (scope.fill_null(False) & label.is_not_null()).alias("_is_scope"),
-    )
+    is_scope = scope.fill_null(False) & label.is_not_null()
+    frame = ranges.select("op_id", "parent_id", is_scope.alias("_is_scope"))
     innermost = _innermost_scopes(frame).alias("_scope")
-    scope_of = frame.select("op_id", innermost)
-    scopes = ranges.filter(scope.fill_null(False) & label.is_not_null()).select(
-        "op_id", "depth", label.alias("_label")
-    )
     # a scope's enclosing scope: that of its parent range
     scopes = (
-        scopes.join(frame.select("op_id", "parent_id"), on="op_id", how="left")
+        ranges.filter(is_scope)
+        .select("op_id", "parent_id", "depth", label.alias("_label"))
         .join(
-            scope_of.rename({"op_id": "parent_id", "_scope": "parent_id_scope"}),
+            frame.select(pl.col("op_id").alias("parent_id"), innermost.alias("parent_scope")),
             on="parent_id",
             how="left",
         )
-        .select("op_id", pl.col("parent_id_scope").alias("parent_id"), "depth", "_label")
+        .select("op_id", pl.col("parent_scope").alias("parent_id"), "depth", "_label")
     )
     paths = _by_level(
         scopes,
