@@ -190,10 +190,11 @@ def check_job_name(name: str) -> str:
     return name
 
 
-def part_path(table: str, job: str, rank: int | None, file_id: str) -> str:
-    """Relative path of the part of ``table`` that holds one file's rows for one rank."""
+def part_path(table: str, job: str, rank: int | None, part_id: str) -> str:
+    """Relative path of one part of ``table``: one file's rows for one rank (``part_id`` is
+    the file's id), or one link run's derived rows (``link-<stamp>``)."""
     rank_dir = f"/rank={rank}" if rank is not None else ""
-    return f"{table}/job={job}{rank_dir}/part-{file_id}.parquet"
+    return f"{table}/job={job}{rank_dir}/part-{part_id}.parquet"
 
 
 def write_part(dataset: Path, rel: str, table: pa.Table) -> None:

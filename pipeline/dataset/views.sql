@@ -10,9 +10,9 @@ SELECT c.* EXCLUDE (step, phase, layer, attributed_by, bytes, dtype, size_source
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id);
 
--- primary_kernel_sources: per job and rank, the source whose kernels count: the profiler's,
--- else Nsight's (primary_sources, for collectives, is in sources.sql).
+-- primary_kernel_sources: per job and rank, the source whose kernels count, in the order of
+-- source_preference (sources.sql): the profiler's, else Nsight's (the only sources of kernels).
 CREATE VIEW primary_kernel_sources AS
-SELECT job, rank, arg_min(source, CASE source WHEN 'kineto' THEN 0 ELSE 1 END) AS source
+SELECT job, rank, arg_min(source, source_preference(source)) AS source
 FROM (SELECT DISTINCT job, rank, source FROM kernels)
 GROUP BY ALL;

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
+    part_path,
     read_manifest,
     require_current,
     split_by_rank,
@@ -219,8 +220,7 @@ def _materialize(dataset: Path, tables: dict[str, dict[str, pa.Table]]) -> dict[
             table = conform(name, table)
             rows[name] += table.num_rows
             for rank, part in split_by_rank(name, table):
-                rank_dir = f"/rank={rank}" if rank is not None else ""
-                rel = f"{name}/job={job}{rank_dir}/part-link-{_stamp()}.parquet"
+                rel = part_path(name, job, rank, f"link-{_stamp()}")
                 write_part(dataset, rel, part)
                 derived.setdefault(name, []).append(rel)
     manifest.derived = derived
