@@ -57,3 +57,20 @@ def _own_cache_dir(tmp_path_factory) -> None:
     from the user's ~/.cache."""
     if "TOKENWIRE_CACHE_DIR" not in os.environ:
         os.environ["TOKENWIRE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+
+
+def edit_parts(dataset: Path, table: str, change) -> None:
+    """Rewrite every Parquet part of ``table`` in place with ``change(frame)``, a Polars
+    frame that has ``rank`` whether the part keeps it in its folder or, merged, as a column.
+    For tests that make a dataset another job could have written."""
+    import polars as pl
+
+    for part in (dataset / table).rglob("*.parquet"):
+        frame = pl.read_parquet(part, hive_partitioning=False)
+        folder = part.parent.name
+        if folder.startswith("rank="):
+            frame = frame.with_columns(pl.lit(int(folder.split("=")[1]), pl.Int64).alias("rank"))
+        frame = change(frame)
+        if folder.startswith("rank="):
+            frame = frame.drop("rank")
+        frame.write_parquet(part)

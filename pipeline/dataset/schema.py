@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,15 +60,11 @@ class TableSchema:
         """The full schema, partition columns included."""
         return pa.schema([pa.field(c.name, c.type, c.nullable) for c in self.columns])
 
-    @property
-    def file_arrow(self) -> pa.Schema:
-        """The schema of one Parquet part: partition columns live in the path, not the file."""
+    def part_arrow(self, folders: Collection[str]) -> pa.Schema:
+        """The schema of one Parquet part whose path has the partition ``folders``: those
+        columns live in the path, not the file (a merged part has no rank folder)."""
         return pa.schema(
-            [
-                pa.field(c.name, c.type, c.nullable)
-                for c in self.columns
-                if c.name not in self.partition
-            ]
+            [pa.field(c.name, c.type, c.nullable) for c in self.columns if c.name not in folders]
         )
 
     def column(self, name: str) -> Column:

@@ -1,7 +1,9 @@
 """The dataset on disk: Parquet parts, the manifest that lists them, and the writer's lock.
 
 A dataset is a folder holding ``manifest.json`` and Hive-partitioned parts
-``<table>/job=<job>/rank=<rank>/part-<file_id>.parquet``. The manifest is the commit point:
+``<table>/job=<job>/rank=<rank>/part-<file_id>.parquet`` (small ones are merged at commit
+into ``<table>/job=<job>/part-<id>.parquet``, ``rank`` then a column: see
+:mod:`pipeline.dataset.compact`). The manifest is the commit point:
 a part that is not listed in it is not part of the dataset (a crash leaves, at worst, an
 unlisted part that the next ingest of the same file overwrites). Every file write is atomic:
 write to a temporary name in the same folder, fsync, then ``os.replace``.
@@ -12,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +34,11 @@ LOCK = ".lock"
 FORMAT_NAME = "tokenwire-dataset"
 #: 2: collectives carry their launch op, phase and layer from ingest (tokenwire link no
 #: longer reads the ops), so a version 1 dataset can be read but not linked or added to.
-FORMAT_VERSION = 2
+#: 3: a part may hold the rows of several files and ranks (merged small parts), listed under
+#: each of those files; a version 2 dataset is a valid version 3 one, so it can be added to.
+FORMAT_VERSION = 3
+#: The oldest version this tokenwire adds to (and links); older ones it only reads.
+WRITABLE_FROM = 2
 
 #: Rows per Parquet row group. The writer encodes a whole row group in memory: at pyarrow's
 #: default (1 Mi rows) writing a big trace's ops table rose above the parse's own peak.
@@ -71,9 +78,10 @@ class Manifest:
     version: int = FORMAT_VERSION
 
     def parts(self, table: str) -> list[str]:
-        """Relative paths of every part of ``table``, raw and derived."""
+        """Relative paths of every part of ``table``, raw and derived, each once (a merged
+        part is listed under each file whose rows it holds)."""
         out = [p for e in self.files.values() for p in e.parts.get(table, [])]
-        return out + self.derived.get(table, [])
+        return list(dict.fromkeys(out)) + self.derived.get(table, [])
 
     def has_sha256(self, sha256: str) -> bool:
         """Whether a file with these bytes is already in the dataset."""
@@ -119,9 +127,9 @@ def require_current(dataset: Path, manifest: Manifest) -> None:
     Raises
     ------
     DatasetError
-        When ``manifest`` lists files and is older than :data:`FORMAT_VERSION`.
+        When ``manifest`` lists files and is older than :data:`WRITABLE_FROM`.
     """
-    if manifest.files and manifest.version < FORMAT_VERSION:
+    if manifest.files and manifest.version < WRITABLE_FROM:
         raise DatasetError(
             f"{dataset}: dataset version {manifest.version} was written by an older tokenwire "
             f"(now {FORMAT_VERSION}); ingest its traces again into a new folder to link it "
@@ -195,6 +203,12 @@ def part_path(table: str, job: str, rank: int | None, part_id: str) -> str:
     the file's id), or one link run's derived rows (``link-<stamp>``)."""
     rank_dir = f"/rank={rank}" if rank is not None else ""
     return f"{table}/job={job}{rank_dir}/part-{part_id}.parquet"
+
+
+def part_id(names: Iterable[str]) -> str:
+    """The id of a part that holds the rows of several files or parts (hex, like a file's
+    id): the same ``names`` always give the same id."""
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]
 
 
 def write_part(dataset: Path, rel: str, table: pa.Table) -> None:

@@ -7,6 +7,7 @@ still a typed view and queries never depend on which sources a job happened to h
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -70,28 +71,65 @@ def connect(
 def view_sql(
     con: duckdb.DuckDBPyConnection, dataset: Path, manifest: Manifest, schema: TableSchema
 ) -> str:
-    """The ``CREATE VIEW`` statement for one table.
+    """The ``CREATE VIEW`` statement for one table (see :func:`parts_select`)."""
+    select = parts_select(con, dataset, manifest.parts(schema.name), schema)
+    return f"CREATE VIEW {_ident(schema.name)} AS {select}"
 
-    Parts written before a column was added to the schema lack it; the view gives NULL there.
+
+def parts_select(
+    con: duckdb.DuckDBPyConnection, dataset: Path, parts: list[str], schema: TableSchema
+) -> str:
+    """A ``SELECT`` of the rows of ``parts`` (relative paths) of a table: every column of its
+    schema, with its type.
+
+    Parts written before a column was added to the schema lack it; the select gives NULL
+    there. Parts are read in groups of the same columns, each without ``union_by_name``:
+    with it, DuckDB reads the schema of every part again each time a query names the view
+    (measured: 0.2 s per reference of a table of 2,048 parts, more than the scan itself).
     """
-    parts = [str(dataset / p) for p in manifest.parts(schema.name)]
     if not parts:
-        return f"CREATE VIEW {_ident(schema.name)} AS SELECT {_null_row(schema)} WHERE false"
-    files = "[" + ", ".join(_literal(p) for p in parts) + "]"
-    hive_types = ", ".join(
-        f"{_literal(c)}: '{_DUCKDB_TYPES[schema.column(c).type_name]}'" for c in schema.partition
-    )
-    source = (
-        f"read_parquet({files}, hive_partitioning = true, hive_types = {{{hive_types}}}, "
-        "union_by_name = true)"
-    )
-    present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    casts = ", ".join(
-        f"CAST({_ident(c.name) if c.name in present else 'NULL'} AS "
-        f"{_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}"
-        for c in schema.columns
-    )
-    return f"CREATE VIEW {_ident(schema.name)} AS SELECT {casts} FROM {source}"
+        return f"SELECT {_null_row(schema)} WHERE false"
+    selects = []
+    for folders, group in _parts_by_columns(con, dataset, parts):
+        # a merged part has no rank folder: its rank is a column (pipeline.dataset.compact)
+        hive_types = ", ".join(
+            f"{_literal(c)}: '{_DUCKDB_TYPES[schema.column(c).type_name]}'"
+            for c in schema.partition
+            if c in folders
+        )
+        files = "[" + ", ".join(_literal(p) for p in group) + "]"
+        options = f"hive_partitioning = true, hive_types = {{{hive_types}}}"
+        first = f"read_parquet([{_literal(group[0])}], {options})"
+        present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {first}").fetchall()}
+        casts = ", ".join(
+            f"CAST({_ident(c.name) if c.name in present else 'NULL'} AS "
+            f"{_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}"
+            for c in schema.columns
+        )
+        selects.append(f"SELECT {casts} FROM read_parquet({files}, {options})")
+    return "\nUNION ALL\n".join(selects)
+
+
+def _parts_by_columns(
+    con: duckdb.DuckDBPyConnection, dataset: Path, parts: list[str]
+) -> list[tuple[list[str], list[str]]]:
+    """``parts`` (relative paths) grouped by their Parquet columns (names and types) and
+    partition folders: (partition folders, absolute paths in the order of ``parts``) per
+    group, which is read without ``union_by_name``. One read of every footer, which the
+    metadata cache then keeps."""
+    paths = [str(dataset / p) for p in parts]
+    rows = con.execute(
+        "SELECT file_name, list(name || ':' || coalesce(type, '') ORDER BY name, type) "
+        "FROM parquet_schema(?) GROUP BY file_name",
+        [paths],
+    ).fetchall()
+    columns_of = {file: tuple(columns) for file, columns in rows}
+    groups: dict[tuple, tuple[list[str], list[str]]] = {}
+    for rel, path in zip(parts, paths, strict=True):
+        folders = re.findall(r"(\w+)=[^/]*/", rel)
+        key = (columns_of[path], tuple(folders))
+        groups.setdefault(key, (folders, []))[1].append(path)
+    return list(groups.values())
 
 
 def _null_row(schema: TableSchema) -> str:

@@ -33,6 +33,7 @@ from pipeline.dataset.store import (
     PartWriter,
     check_job_name,
     job_name_from,
+    part_id,
     part_path,
     read_manifest,
     remove_unlisted,
@@ -49,7 +50,6 @@ from pipeline.ingest.time_breakdown import add_time_breakdown
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
 POOL_MIN_BYTES = 64 * 1024 * 1024
-MANIFEST_EVERY_S = 2.0
 
 
 @dataclass
@@ -423,53 +423,59 @@ def _check_ranks(results: list[FileOutcome], manifest, dataset: Path) -> list[Fi
 
 
 def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
-    """Write the ``files`` rows and list the accepted files in the manifest.
+    """Write the ``files`` rows (one part per job), list the accepted files in the manifest,
+    then merge the small parts of their jobs (:mod:`pipeline.dataset.compact`).
 
-    New rows make the derived tables stale: they leave the manifest with the first new file
+    New rows make the derived tables stale: they leave the manifest with the new files
     (``tokenwire link`` makes them again), and their parts are deleted after the commit.
     """
     if not accepted:
         return
     stale = [rel for rels in manifest.derived.values() for rel in rels]
     manifest.derived = {}
-    last = time.monotonic()
-    for i, out in enumerate(accepted):
-        rel = part_path("files", out.job, None, out.file_id)
-        write_part(dataset, rel, _files_row(out))
-        out.parts["files"] = [rel]
-        out.rows["files"] = 1
-        manifest.files[out.file_id] = FileEntry(
-            file_id=out.file_id,
-            sha256=out.sha256,
-            path=str(out.path.resolve()),
-            job=out.job,
-            format=out.format,
-            ranks=out.ranks,
-            parts=out.parts,
-        )
-        if time.monotonic() - last > MANIFEST_EVERY_S or i == len(accepted) - 1:
-            write_manifest(dataset, manifest)
-            last = time.monotonic()
-    for rel in stale:
+    for job in dict.fromkeys(out.job for out in accepted):
+        outs = [out for out in accepted if out.job == job]
+        rel = part_path("files", job, None, part_id(out.file_id for out in outs))
+        write_part(dataset, rel, _files_rows(job, outs))
+        for out in outs:
+            out.parts["files"] = [rel]
+            out.rows["files"] = 1
+            manifest.files[out.file_id] = FileEntry(
+                file_id=out.file_id,
+                sha256=out.sha256,
+                path=str(out.path.resolve()),
+                job=out.job,
+                format=out.format,
+                ranks=out.ranks,
+                parts=out.parts,
+            )
+    # here, not at the top: the parsing workers import this module and never need DuckDB
+    from pipeline.dataset.compact import compact
+
+    merged = compact(dataset, manifest, {out.job for out in accepted})
+    write_manifest(dataset, manifest)  # the commit: until here the dataset is as it was
+    for rel in stale + merged:
         (dataset / rel).unlink(missing_ok=True)
 
 
-def _files_row(out: FileOutcome) -> pa.Table:
-    row = {
-        "file_id": [out.file_id],
-        "sha256": [out.sha256],
-        "path": [str(out.path.resolve())],
-        "format": [out.format],
-        "format_version": [out.format_version],
-        "size_bytes": [out.path.stat().st_size],
-        "ranks": [out.ranks],
-        "rank_source": [out.rank_source],
-        "rows": [sum(out.rows.values())],
-        "warnings": [out.warning_count],
-        "warning_messages": [out.warnings],
-        "ingested_at_ns": [time.time_ns()],
+def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
+    """One ``files`` row per outcome of ``job``, as its part holds them."""
+    now = time.time_ns()
+    rows = {
+        "file_id": [out.file_id for out in outs],
+        "sha256": [out.sha256 for out in outs],
+        "path": [str(out.path.resolve()) for out in outs],
+        "format": [out.format for out in outs],
+        "format_version": [out.format_version for out in outs],
+        "size_bytes": [out.path.stat().st_size for out in outs],
+        "ranks": [out.ranks for out in outs],
+        "rank_source": [out.rank_source for out in outs],
+        "rows": [sum(out.rows.values()) for out in outs],
+        "warnings": [out.warning_count for out in outs],
+        "warning_messages": [out.warnings for out in outs],
+        "ingested_at_ns": [now] * len(outs),
     }
-    table = conform("files", pa.table(row), job=out.job)
+    table = conform("files", pa.table(rows), job=job)
     return table.drop_columns(["job"])
 
 

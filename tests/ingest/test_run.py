@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -85,18 +86,23 @@ def test_layout_and_rows(dataset: Path) -> None:
         ("good", 1, "all_reduce", 4096),
     ]
     assert con.execute("SELECT count(*) FROM files").fetchall()[0] == (2,)
+    # each table's small parts of a job are merged into one, with rank as a column
     parts = sorted(p.relative_to(dataset).as_posix() for p in dataset.rglob("*.parquet"))
-    assert "collectives/job=good/rank=0/" in parts[0] or any(
-        p.startswith("collectives/job=good/rank=0/part-") for p in parts
+    assert [p for p in parts if p.startswith("collectives/")] == read_manifest(dataset).parts(
+        "collectives"
     )
-    assert all(p.split("/")[-1].startswith("part-") for p in parts)
+    assert re.fullmatch(r"collectives/job=good/part-[0-9a-f]{16}\.parquet", parts[0])
+    assert pq.read_table(dataset / parts[0]).column("rank").to_pylist() == [0, 1]
+    assert not [p for p in parts if "/rank=" in p]
 
 
 def test_every_part_matches_its_schema_exactly(dataset: Path) -> None:
     manifest = read_manifest(dataset)
     for name, schema in load_schemas().items():
         for rel in manifest.parts(name):
-            assert pq.read_schema(dataset / rel).remove_metadata() == schema.file_arrow, rel
+            folders = re.findall(r"(\w+)=[^/]*/", rel)
+            expected = schema.part_arrow(folders)
+            assert pq.read_schema(dataset / rel).remove_metadata() == expected, rel
 
 
 def test_reingest_is_a_noop(dataset: Path, tmp_path: Path) -> None:

@@ -69,6 +69,13 @@ def _fail_on_files_rows(writer, *args, **kwargs):
     return _WRITE_TABLE(writer, *args, **kwargs)
 
 
+def _fail_on_merged_parts(writer, *args, **kwargs):
+    # a merged part is the only one neither in a rank folder nor of the files table
+    if "/rank=" not in str(writer.where) and "/files/" not in str(writer.where):
+        _enospc()
+    return _WRITE_TABLE(writer, *args, **kwargs)
+
+
 _REPLACE = os.replace
 
 
@@ -84,10 +91,11 @@ def _fail_on_manifest(src, dst):
         ("write_table", lambda: _fail_after(1, _WRITE_TABLE)),  # the first part
         ("write_table", lambda: _fail_after(5, _WRITE_TABLE)),  # some parts written
         ("write_table", lambda: _fail_on_files_rows),  # every part written, not files rows
+        ("write_table", lambda: _fail_on_merged_parts),  # the small parts being merged
         ("replace", lambda: _fail_on_manifest),  # every part written, the commit fails
         ("replace", lambda: _fail_after(3, os.replace)),  # the rename of a finished part
     ],
-    ids=["first-part", "later-part", "files-rows", "manifest", "rename"],
+    ids=["first-part", "later-part", "files-rows", "merge", "manifest", "rename"],
 )
 def test_injected_disk_full(
     dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, patch

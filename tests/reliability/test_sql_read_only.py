@@ -32,7 +32,7 @@ def sql(dataset: Path, query: str, *extra: str):
 
 
 def part(dataset: Path) -> Path:
-    return next(dataset.glob("collectives/job=job/rank=0/part-*.parquet"))
+    return next(dataset.glob("collectives/job=job/**/part-*.parquet"))
 
 
 REFUSED = [

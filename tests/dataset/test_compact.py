@@ -1,0 +1,125 @@
+"""Small parts of a job merged at commit: the same rows, fewer files, every later ingest
+merging its own small parts with them, a dataset of the version before still added to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import pipeline
+from pipeline.dataset import compact
+from pipeline.dataset.schema import load_schemas
+from pipeline.dataset.store import FORMAT_VERSION, read_manifest
+from pipeline.ingest.run import ingest
+from pipeline.synth.job import JobSpec, job_traces
+
+RAW = [name for name, schema in load_schemas().items() if not schema.derived]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Kineto traces of a 4-rank job, one folder per pair of ranks."""
+    root = tmp_path_factory.mktemp("traces")
+    for name, text in job_traces(JobSpec(tp=2, pp=1, dp=2, layers=2, global_batch=4)).items():
+        rank = int(name.split(".")[0].removeprefix("rank"))
+        folder = root / ("first" if rank < 2 else "second")
+        folder.mkdir(exist_ok=True)
+        (folder / name).write_text(text)
+    return root
+
+
+def _ingest(dataset: Path, *folders: Path) -> None:
+    assert not ingest(list(folders), dataset, job="job", jobs=1).errors
+
+
+def _rows(dataset: Path) -> dict[str, list[tuple]]:
+    """Every row of every raw table, sorted; the time a file was ingested left out."""
+    ds = pipeline.open(dataset)
+    return {
+        name: ds.sql(f"SELECT * EXCLUDE (ingested_at_ns) FROM {name} ORDER BY ALL").rows()
+        if name == "files"
+        else ds.sql(f"SELECT * FROM {name} ORDER BY ALL").rows()
+        for name in RAW
+    }
+
+
+def _on_disk(dataset: Path) -> set[str]:
+    return {p.relative_to(dataset).as_posix() for p in dataset.rglob("*.parquet")}
+
+
+def _listed(dataset: Path) -> set[str]:
+    manifest = read_manifest(dataset)
+    return {p for name in load_schemas() for p in manifest.parts(name)}
+
+
+def test_small_parts_merge_into_one_per_table_with_the_same_rows(
+    traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merged = tmp_path / "merged"
+    _ingest(merged, traces / "first", traces / "second")
+    monkeypatch.setattr(compact, "SMALL_PART_ROWS", 0)  # nothing is small: a part per file
+    apart = tmp_path / "apart"
+    _ingest(apart, traces / "first", traces / "second")
+
+    assert _rows(merged) == _rows(apart)
+    manifest = read_manifest(merged)
+    for name in RAW:
+        parts = manifest.parts(name)
+        small = [p for p in parts if pq.read_metadata(merged / p).num_rows < 4096]
+        assert len(small) <= 1, (name, parts)
+    assert len(_on_disk(merged)) < len(_on_disk(apart))
+    assert any("/rank=" in p for p in _on_disk(apart))
+    # a merged part is listed under each of the four files whose rows it holds
+    assert all(len(e.parts["steps"]) == 1 for e in manifest.files.values())
+    assert len({e.parts["steps"][0] for e in manifest.files.values()}) == 1
+
+
+def test_a_later_ingest_merges_its_small_parts_with_the_earlier_ones(
+    traces: Path, tmp_path: Path
+) -> None:
+    dataset = tmp_path / "ds"
+    _ingest(dataset, traces / "first")
+    first = _on_disk(dataset)
+    _ingest(dataset, traces / "second")
+    once = tmp_path / "once"
+    _ingest(once, traces / "first", traces / "second")
+
+    assert _rows(dataset) == _rows(once)
+    # the parts merged again are gone; every file on disk is listed
+    assert _on_disk(dataset) == _listed(dataset)
+    assert {p.split("/")[0] for p in first - _on_disk(dataset)} >= {"ranks", "steps", "files"}
+    # re-ingest of the same files changes nothing
+    before = _on_disk(dataset)
+    _ingest(dataset, traces / "first", traces / "second")
+    assert _on_disk(dataset) == before
+
+
+def test_a_part_written_before_a_column_was_added_is_merged_with_nulls_there(
+    traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parts of the version before (one per file and rank), one of them older still
+    (a nullable column missing): the next ingest merges them all under the current schema,
+    and the dataset is now of the current version."""
+    dataset = tmp_path / "ds"
+    with monkeypatch.context() as patch:
+        patch.setattr(compact, "SMALL_PART_ROWS", 0)
+        _ingest(dataset, traces / "first")
+    doc = json.loads((dataset / "manifest.json").read_text())
+    doc["version"] = 2
+    (dataset / "manifest.json").write_text(json.dumps(doc))
+    old = sorted((dataset / "ranks").rglob("*.parquet"))[0]
+    table = pq.read_table(old)
+    assert table.column("pid").null_count == 0
+    pq.write_table(table.drop_columns(["pid"]), old)
+
+    _ingest(dataset, traces / "second")
+    assert json.loads((dataset / "manifest.json").read_text())["version"] == FORMAT_VERSION == 3
+    ranks = read_manifest(dataset).parts("ranks")
+    assert len(ranks) == 1 and "/rank=" not in ranks[0]
+    ds = pipeline.open(dataset)
+    assert ds.sql("SELECT count(*) FROM ranks WHERE pid IS NULL").item() == table.num_rows > 0
+    assert ds.sql("SELECT count(DISTINCT rank) FROM ranks").item() == 4
+    assert ds.sql("SELECT count(DISTINCT rank) FROM steps").item() == 4
