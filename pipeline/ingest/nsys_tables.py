@@ -98,7 +98,7 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
             ops.select("pid", pl.lit(None, pl.Int64).alias("device")),
         ]
     ).unique()
-    has_dev = units_keys.filter(pl.col("device").is_not_null())["pid"].unique()
+    has_dev = units_keys.filter(pl.col("device").is_not_null())["pid"].unique().implode()
     units_keys = units_keys.filter(pl.col("device").is_not_null() | ~pl.col("pid").is_in(has_dev))
     units = nsys_ranks.assign(raw, units_keys, inits, path, warnings)
     primary = (
