@@ -53,15 +53,17 @@ def infer_version(sample: pl.DataFrame, warnings: Warnings) -> str | None:
     Returns None when no rule fires; when the rules contradict each other (a log from several
     jobs, or a shape this table has wrong) a warning is added and None returned.
     """
-    lo, hi = 0, _NEWEST
-    fired = 0
-    for kind, pattern, first, last in RULES:
-        rows = sample.filter(pl.col("kind") == kind)
-        if rows.height and rows["msg"].str.contains(pattern).any():
-            fired += 1
-            lo, hi = max(lo, first), min(hi, last)
+    # every rule in one pass: a log of a few KB is parsed in tens of ms, a query per rule
+    # was a fifth of that
+    hits = sample.select(
+        ((pl.col("kind") == kind) & pl.col("msg").str.contains(pattern)).any().alias(str(i))
+        for i, (kind, pattern, _, _) in enumerate(RULES)
+    ).row(0)
+    fired = [(first, last) for (_, _, first, last), hit in zip(RULES, hits, strict=True) if hit]
     if not fired:
         return None
+    lo = max(first for first, _ in fired)
+    hi = min(last for _, last in fired)
     if lo > hi:
         warnings.add("NCCL version: line shapes of different versions; none inferred")
         return None

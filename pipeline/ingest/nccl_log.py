@@ -483,7 +483,8 @@ def _with_rank(frame: pl.DataFrame, rank_map, pid_map, warnings: Warnings) -> pl
     )
     unknown = out.filter(pl.col("rank") == -1)
     if unknown.height:
-        for host, pid, n in unknown.group_by("host", "pid").len().iter_rows():
+        by_process = unknown.group_by("host", "pid").len().sort("host", "pid", nulls_last=True)
+        for host, pid, n in by_process.iter_rows():  # sorted: the same warnings every run
             who = f"{host}:{pid}" if host else "lines without a host:pid prefix"
             warnings.add(f"rank unknown for {who}; rank -1 used", n)
     return out.drop("pid_rank")

@@ -114,7 +114,7 @@ def decode_payloads(ranges: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
     have = ranges.filter(pl.col("payload").is_not_null() & pl.col("name").is_in(list(_LAYOUTS)))
     have = have.with_columns(pl.col("payload").bin.size().alias("size"))
     parts = [pl.DataFrame(schema=PAYLOAD_SCHEMA)]
-    for (name, size), group in have.group_by(["name", "size"]):
+    for (name, size), group in have.group_by(["name", "size"], maintain_order=True):
         layout = next((lay for lay in _LAYOUTS[name] if _size(lay) == size), None)
         if layout is None:
             warnings.add(

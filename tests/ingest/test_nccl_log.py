@@ -327,3 +327,18 @@ def test_batches_give_the_same_result(real_traces, monkeypatch):
     small = _parse(path)
     for name in whole:
         assert whole[name].equals(small[name]), name
+
+
+def test_unknown_ranks_are_warned_in_process_order(real_traces):
+    """Processes whose rank the log never states are named table by table in (host, pid)
+    order, so the same log gives the same warnings (and ``files`` rows) every time; they came
+    in the order of a join, which changed from run to run."""
+    result = nccl_log.parse(real_traces / "nccl_logs" / "nccl-issue-147.log")
+    named = [m.split(";")[0] for m in result.warnings.messages() if "rank unknown for" in m]
+    assert named == [
+        "rank unknown for learnfair062:32617",  # the only one in the first table warned
+        "rank unknown for learnfair062:32615",
+        "rank unknown for learnfair062:32625",
+        "rank unknown for learnfair062:32629",
+        "rank unknown for lines without a host:pid prefix",
+    ]
