@@ -17,7 +17,9 @@ from pathlib import Path
 import polars as pl
 
 from benchmarks.measure import measure
+from pipeline.dataset.schema import conform
 from pipeline.dataset.store import FileEntry, Manifest, part_path, write_manifest, write_part
+from pipeline.dataset.views import connect
 from pipeline.ingest.run import ingest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,12 +59,15 @@ def build_job(sample: Path, out: Path, *, ranks: int, repeat: int) -> int:
         .item()
         + 1_000_000
     )
+    con = connect(base)
     for rank in range(ranks):
         src = rank % 8
         file_id = f"bench{rank:012d}"
         entry = FileEntry(file_id, file_id * 4, f"bench/rank{rank}", "bench", "kineto", [rank])
         for table in (*TIMED_TABLES, "ranks", "communicators"):
-            frame = pl.read_parquet(next((base / table).glob(f"job=sample/rank={src}/*.parquet")))
+            # (through the view: the small tables' ranks share one merged part)
+            rows = con.sql(f"SELECT * FROM {table} WHERE rank = ?", params=[src]).to_arrow_table()
+            frame = pl.from_arrow(conform(table, rows).drop_columns(["job", "rank"]))
             copies = (
                 [_shift(frame, table, k, span) for k in range(repeat)]
                 if table in (TIMED_TABLES)
