@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import bench_kineto, bench_link, bench_nccl_log, bench_nsys
+from benchmarks import bench_kineto, bench_link, bench_nccl_log, bench_nsys, bench_ranks
 
 
 def main() -> None:
@@ -23,6 +23,7 @@ def main() -> None:
     bench_nsys.main()
     sys.argv = ["bench_link", "--events", "2000000" if args.quick else "20000000"]
     bench_link.main()
+    bench_ranks.main(["--quick"] if args.quick else [])
 
 
 if __name__ == "__main__":

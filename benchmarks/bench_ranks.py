@@ -1,0 +1,106 @@
+"""A job of many ranks: the dataset with its small parts merged at commit, next to the same
+rows kept as a part per file and rank (the layout before merging), in one run.
+
+The job is generated (``pipeline.synth``, TP8 x PP4 x DP``--dp``, 2 steps, 8 layers, a
+Kineto trace and an NCCL debug log per rank: 1,024 ranks by default, 128 with ``--quick``).
+It is ingested twice with 2 workers: as tokenwire does it, and with merging turned off
+(``compact.SMALL_PART_ROWS = 0``). On each dataset the benchmark times ``tokenwire link``,
+``tokenwire report``, an ad hoc query (bytes per rank and op over every collective) and a
+DuckDB ``count(*)`` of every table, each in its own child process, and prints the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.bench_kineto import _TIMED, COUNT, LINK, REPORT
+from benchmarks.measure import REPO, Measurement, line, measure
+
+INGEST = (
+    _TIMED
+    + """
+from pipeline.dataset import compact
+from pipeline.ingest.run import ingest
+merge, dataset, folder = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+if merge == "apart":
+    compact.SMALL_PART_ROWS = 0  # no part is small: each stays as ingest wrote it
+t0 = time.perf_counter()
+errors = ingest([folder], dataset, jobs=2).errors
+done(t0)
+sys.exit(1 if errors else 0)
+"""
+)
+QUERY = (
+    _TIMED
+    + """
+from pipeline.dataset.views import connect
+t0 = time.perf_counter()
+con = connect(sys.argv[1], read_only=True)
+con.execute("SELECT rank, op, sum(bytes) FROM collectives GROUP BY ALL").fetchall()
+done(t0)
+"""
+)
+
+
+def generate(out: Path, dp: int) -> int:
+    """Write the job (TP8 x PP4 x DP``dp``) in a child process (the writer's memory would
+    otherwise count in every child's peak: they start as copies of this process); return
+    its number of files."""
+    command = [sys.executable, "-m", "pipeline.synth", str(out), "--tp", "8", "--pp", "4"]
+    command += ["--dp", str(dp), "--steps", "2", "--layers", "8", "--global-batch", "128"]
+    subprocess.run(
+        [*command, "--formats", "kineto,nccl"], cwd=REPO, check=True, stdout=subprocess.DEVNULL
+    )
+    return sum(1 for _ in out.iterdir())
+
+
+def run(folder: Path, work: Path) -> dict[str, dict[str, Measurement]]:
+    """Ingest ``folder`` both ways and time what reads each dataset."""
+    out: dict[str, dict[str, Measurement]] = {}
+    for layout in ("merged", "apart"):
+        dataset = work / f"ds-{layout}"
+        shutil.rmtree(dataset, ignore_errors=True)
+        steps = out[layout] = {}
+        steps["ingest"] = measure(
+            f"ingest, 2 workers ({layout})", INGEST, layout, str(dataset), str(folder)
+        )
+        steps["link"] = measure(f"tokenwire link ({layout})", LINK, str(dataset))
+        steps["report"] = measure(
+            f"tokenwire report ({layout})", REPORT, str(dataset), str(work / "report.html")
+        )
+        steps["query"] = measure(f"ad hoc query ({layout})", QUERY, str(dataset))
+        steps["count"] = measure(f"DuckDB count(*) ({layout})", COUNT, str(dataset))
+        parts = sum(1 for _ in dataset.rglob("*.parquet"))
+        print(f"  ({layout}: {parts:,} Parquet files after link)", flush=True)
+        for m in steps.values():
+            print(f"{line(m)}  (timed part {m.inner_seconds:.3f} s)", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Generate the job, run both layouts, print the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="128 ranks instead of 1,024")
+    parser.add_argument("--work", type=Path, default=REPO / "bench_out")
+    args = parser.parse_args(argv)
+    dp = 4 if args.quick else 32
+    args.work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        folder = Path(tmp) / "job"
+        files = generate(folder, dp)
+        print(f"== many ranks: {32 * dp:,} ranks, {files:,} files (Kineto + NCCL log)", flush=True)
+        out = run(folder, Path(tmp))
+    print("== merged small parts / a part per file and rank (timed parts)")
+    for step in ("ingest", "link", "report", "query", "count"):
+        merged, apart = out["merged"][step], out["apart"][step]
+        ours, base = merged.inner_seconds, apart.inner_seconds
+        print(f"  {step:<8} {ours:7.2f} s against {base:7.2f} s: x{ours / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
