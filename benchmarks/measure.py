@@ -5,8 +5,10 @@ named by ``$TW_TIMING``; that becomes ``inner_seconds``.
 
 Peak memory is that of the child's whole process tree (HTA parses ranks in a process pool;
 tokenwire may use workers): the sum of the resident sizes of the child and all its
-descendants, sampled every 20 ms from ``/proc``, and never less than the largest single
-process's own peak (``ru_maxrss``).
+descendants, sampled every 20 ms from ``/proc``, and never less than the child's own peak
+(``VmHWM``, which a sample between two peaks of the sum cannot miss). Not ``ru_maxrss``:
+Linux counts in it the parent's resident size at the moment the child was started, so a
+benchmark process that had grown to 2 GB showed every child at 2 GB.
 """
 
 from __future__ import annotations
@@ -62,6 +64,18 @@ def _tree_rss(root: int) -> int:
     return total
 
 
+def _high_water(pid: int) -> int:
+    """The peak resident bytes of ``pid`` itself since it started its program (``VmHWM``)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for row in f:
+                if row.startswith(b"VmHWM:"):
+                    return int(row.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def measure(label: str, code: str, *args: str, check: bool = True) -> Measurement:
     """Run ``python -c code args...`` from the repository root and measure it.
 
@@ -79,24 +93,24 @@ def measure(label: str, code: str, *args: str, check: bool = True) -> Measuremen
         stderr=subprocess.PIPE,
         text=True,
     )
-    peak = [0]
+    peak = [0, 0]  # the tree's summed RSS, the child's own high-water mark
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
             peak[0] = max(peak[0], _tree_rss(proc.pid))
+            peak[1] = max(peak[1], _high_water(proc.pid))
             done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     stderr = proc.stderr.read() if proc.stderr is not None else ""
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, _ = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     done.set()
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    own = usage.ru_maxrss * 1024
-    peak_mb = max(peak[0], own) / 2**20
+    peak_mb = max(peak) / 2**20
     inner_text = timing.read_text().strip()
     timing.unlink(missing_ok=True)
     inner = float(inner_text) if inner_text else None
