@@ -18,7 +18,14 @@ import polars as pl
 
 from benchmarks.measure import measure
 from pipeline.dataset.schema import conform
-from pipeline.dataset.store import FileEntry, Manifest, part_path, write_manifest, write_part
+from pipeline.dataset.store import (
+    FileEntry,
+    Manifest,
+    part_columns,
+    part_path,
+    write_manifest,
+    write_part,
+)
 from pipeline.dataset.views import connect
 from pipeline.ingest.run import ingest
 
@@ -67,14 +74,16 @@ def build_job(sample: Path, out: Path, *, ranks: int, repeat: int) -> int:
         for table in (*TIMED_TABLES, "ranks", "communicators"):
             # (through the view: the small tables' ranks share one merged part)
             rows = con.sql(f"SELECT * FROM {table} WHERE rank = ?", params=[src]).to_arrow_table()
-            frame = pl.from_arrow(conform(table, rows).drop_columns(["job", "rank"]))
+            frame = pl.from_arrow(part_columns(table, conform(table, rows)))
             copies = (
                 [_shift(frame, table, k, span) for k in range(repeat)]
                 if table in (TIMED_TABLES)
                 else [frame]
             )
-            rows = pl.concat(copies).with_columns(pl.lit(file_id).alias("file_id"))
-            rel = part_path(table, "bench", rank, file_id)
+            rows = pl.concat(copies).with_columns(
+                pl.lit(file_id).alias("file_id"), pl.lit(rank, pl.Int64).alias("rank")
+            )
+            rel = part_path(table, "bench", file_id)
             write_part(out, rel, rows.to_arrow())
             entry.parts[table] = [rel]
             if table in ("ops", "kernels", "collectives"):

@@ -18,7 +18,14 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.dataset.schema import TableSchema, conform, load_schemas
-from pipeline.dataset.store import ROW_GROUP_ROWS, Manifest, PartWriter, part_id, part_path
+from pipeline.dataset.store import (
+    ROW_GROUP_ROWS,
+    Manifest,
+    PartWriter,
+    part_columns,
+    part_id,
+    part_path,
+)
 from pipeline.dataset.views import parts_select
 
 #: A part with fewer rows is merged with the other small parts of its table and job.
@@ -49,7 +56,7 @@ def compact(dataset: Path, manifest: Manifest, jobs: set[str]) -> list[str]:
             small = _small_parts(con, dataset, manifest, schema.name, job)
             if len(small) < 2:
                 continue
-            merged = part_path(schema.name, job, None, part_id(small))
+            merged = part_path(schema.name, job, part_id(small))
             _merge(con, dataset, schema, small, merged)
             _relist(manifest, job, schema.name, set(small), merged)
             replaced.extend(small)
@@ -101,7 +108,7 @@ def _merge(
 
 def _as_written(schema: TableSchema, batches: list[pa.RecordBatch]) -> pa.Table:
     """The rows as a merged part holds them: the schema's types, ``job`` in the folder."""
-    return conform(schema.name, pa.Table.from_batches(batches)).drop_columns(["job"])
+    return part_columns(schema.name, conform(schema.name, pa.Table.from_batches(batches)))
 
 
 def _relist(manifest: Manifest, job: str, table: str, parts: set[str], merged: str) -> None:

@@ -62,7 +62,7 @@ class TableSchema:
 
     def part_arrow(self, folders: Collection[str]) -> pa.Schema:
         """The schema of one Parquet part whose path has the partition ``folders``: those
-        columns live in the path, not the file (a merged part has no rank folder)."""
+        columns live in the path, not the file (version 2 parts had a rank folder too)."""
         return pa.schema(
             [pa.field(c.name, c.type, c.nullable) for c in self.columns if c.name not in folders]
         )

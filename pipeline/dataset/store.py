@@ -1,11 +1,12 @@
 """The dataset on disk: Parquet parts, the manifest that lists them, and the writer's lock.
 
-A dataset is a folder holding ``manifest.json`` and Hive-partitioned parts
-``<table>/job=<job>/rank=<rank>/part-<file_id>.parquet`` (small ones are merged at commit
-into ``<table>/job=<job>/part-<id>.parquet``, ``rank`` then a column: see
-:mod:`pipeline.dataset.compact`). The manifest is the commit point:
-a part that is not listed in it is not part of the dataset (a crash leaves, at worst, an
-unlisted part that the next ingest of the same file overwrites). Every file write is atomic:
+A dataset is a folder holding ``manifest.json`` and parts Hive-partitioned by job,
+``<table>/job=<job>/part-<id>.parquet``: one per table and input file (``id`` the file's),
+the small ones of a job merged into one at commit (:mod:`pipeline.dataset.compact`), and
+one per derived table and job (``link-<stamp>``). ``rank`` is a column inside the parts
+(datasets of version 2 and older had a ``rank=<rank>`` folder instead). The manifest is the
+commit point: a part that is not listed in it is not part of the dataset (a crash leaves,
+at worst, an unlisted part that the next ingest removes). Every file write is atomic:
 write to a temporary name in the same folder, fsync, then ``os.replace``.
 """
 
@@ -34,11 +35,11 @@ LOCK = ".lock"
 FORMAT_NAME = "tokenwire-dataset"
 #: 2: collectives carry their launch op, phase and layer from ingest (tokenwire link no
 #: longer reads the ops), so a version 1 dataset can be read but not linked or added to.
-#: 3: a part may hold the rows of several files and ranks (merged small parts), listed under
-#: each of those files; a version 2 dataset is a valid version 3 one, so it can be added to.
+#: 3: ``rank`` is a column of every part, no longer a folder, and a part may hold the rows
+#: of several files (merged small parts, listed under each of them). A version 2 dataset can
+#: be read but not linked or added to: its rank folders beside version 3's parts would be a
+#: layout other engines cannot read as one table.
 FORMAT_VERSION = 3
-#: The oldest version this tokenwire adds to (and links); older ones it only reads.
-WRITABLE_FROM = 2
 
 #: Rows per Parquet row group. The writer encodes a whole row group in memory: at pyarrow's
 #: default (1 Mi rows) writing a big trace's ops table rose above the parse's own peak.
@@ -127,9 +128,9 @@ def require_current(dataset: Path, manifest: Manifest) -> None:
     Raises
     ------
     DatasetError
-        When ``manifest`` lists files and is older than :data:`WRITABLE_FROM`.
+        When ``manifest`` lists files and is older than :data:`FORMAT_VERSION`.
     """
-    if manifest.files and manifest.version < WRITABLE_FROM:
+    if manifest.files and manifest.version < FORMAT_VERSION:
         raise DatasetError(
             f"{dataset}: dataset version {manifest.version} was written by an older tokenwire "
             f"(now {FORMAT_VERSION}); ingest its traces again into a new folder to link it "
@@ -198,11 +199,10 @@ def check_job_name(name: str) -> str:
     return name
 
 
-def part_path(table: str, job: str, rank: int | None, part_id: str) -> str:
-    """Relative path of one part of ``table``: one file's rows for one rank (``part_id`` is
-    the file's id), or one link run's derived rows (``link-<stamp>``)."""
-    rank_dir = f"/rank={rank}" if rank is not None else ""
-    return f"{table}/job={job}{rank_dir}/part-{part_id}.parquet"
+def part_path(table: str, job: str, part_id: str) -> str:
+    """Relative path of one part of ``table``: one file's rows (``part_id`` is the file's id),
+    merged small parts (:func:`part_id`), or one link run's derived rows (``link-<stamp>``)."""
+    return f"{table}/job={job}/part-{part_id}.parquet"
 
 
 def part_id(names: Iterable[str]) -> str:
@@ -259,20 +259,10 @@ class PartWriter:
                 self._tmp.unlink()
 
 
-def split_by_rank(name: str, table: pa.Table) -> Iterator[tuple[int | None, pa.Table]]:
-    """Yield (rank, rows without partition columns) for each rank present in ``table``."""
-    schema = table_schema(name)
-    keep = [c for c in table.column_names if c not in schema.partition]
-    if "rank" not in schema.partition:
-        yield None, table.select(keep)
-        return
-    ranks = table.column("rank").unique().to_pylist()
-    if len(ranks) == 1:  # the usual case: no filtered copy of a table that may be GBs
-        yield ranks[0], table.select(keep)
-        return
-    for rank in sorted(ranks):
-        rows = table.filter(pa.compute.equal(table.column("rank"), rank))
-        yield rank, rows.select(keep)
+def part_columns(name: str, table: pa.Table) -> pa.Table:
+    """``table`` (conformed to its schema) as a part of it holds it: without the partition
+    columns, which are folders."""
+    return table.drop_columns(list(table_schema(name).partition))
 
 
 _PART_NAME = re.compile(r"\.?part-[0-9a-f]+\.parquet(\.tmp-\d+)?")

@@ -91,7 +91,7 @@ def parts_select(
         return f"SELECT {_null_row(schema)} WHERE false"
     selects = []
     for folders, group in _parts_by_columns(con, dataset, parts):
-        # a merged part has no rank folder: its rank is a column (pipeline.dataset.compact)
+        # version 2 parts have a rank folder and no rank column; version 3 the other way
         hive_types = ", ".join(
             f"{_literal(c)}: '{_DUCKDB_TYPES[schema.column(c).type_name]}'"
             for c in schema.partition

@@ -18,7 +18,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -33,12 +33,12 @@ from pipeline.dataset.store import (
     PartWriter,
     check_job_name,
     job_name_from,
+    part_columns,
     part_id,
     part_path,
     read_manifest,
     remove_unlisted,
     require_current,
-    split_by_rank,
     write_manifest,
     write_part,
     writer_lock,
@@ -366,7 +366,7 @@ def _remove_parts(dataset: Path, out: FileOutcome) -> None:
 
 
 def _write_tables(out: FileOutcome, tables: dict[str, pa.Table], dataset: Path) -> None:
-    """Write each table's parts; ``tables`` is emptied as they are written (memory).
+    """Write each table's part; ``tables`` is emptied as they are written (memory).
 
     A table is conformed (its columns cast to the schema's types, which copies them) and
     written one row group at a time, so a big trace's ops are never copied whole.
@@ -375,21 +375,17 @@ def _write_tables(out: FileOutcome, tables: dict[str, pa.Table], dataset: Path) 
     for name in list(tables):
         table = tables.pop(name)
         out.rows[name] = table.num_rows
-        with ExitStack() as stack:
-            parts: dict[int | None, PartWriter] = {}
+        if not table.num_rows:
+            continue
+        if "rank" in table.column_names:
+            ranks.update(table.column("rank").unique().to_pylist())
+        with PartWriter(dataset, part_path(name, out.job, out.file_id)) as part:
             for start in range(0, table.num_rows, ROW_GROUP_ROWS):
                 piece = table.slice(start, ROW_GROUP_ROWS)
                 piece = conform(name, piece, job=out.job, source=out.format, file_id=out.file_id)
-                for rank, rows in split_by_rank(name, piece):
-                    if rank not in parts:
-                        rel = part_path(name, out.job, rank, out.file_id)
-                        parts[rank] = stack.enter_context(PartWriter(dataset, rel))
-                    parts[rank].write(rows)
-        for rank, part in parts.items():
-            out.parts.setdefault(name, []).append(part.rel)
-            if rank is not None:
-                ranks.add(rank)
-    out.ranks = sorted(ranks)
+                part.write(part_columns(name, piece))
+        out.parts[name] = [part.rel]
+    out.ranks = sorted(r for r in ranks if r is not None)
 
 
 def _check_ranks(results: list[FileOutcome], manifest, dataset: Path) -> list[FileOutcome]:
@@ -435,7 +431,7 @@ def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
     manifest.derived = {}
     for job in dict.fromkeys(out.job for out in accepted):
         outs = [out for out in accepted if out.job == job]
-        rel = part_path("files", job, None, part_id(out.file_id for out in outs))
+        rel = part_path("files", job, part_id(out.file_id for out in outs))
         write_part(dataset, rel, _files_rows(job, outs))
         for out in outs:
             out.parts["files"] = [rel]
@@ -475,8 +471,7 @@ def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
         "warning_messages": [out.warnings for out in outs],
         "ingested_at_ns": [now] * len(outs),
     }
-    table = conform("files", pa.table(rows), job=job)
-    return table.drop_columns(["job"])
+    return part_columns("files", conform("files", pa.table(rows), job=job))
 
 
 def _sha256_or_error(path: Path) -> str | OSError:

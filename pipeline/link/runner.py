@@ -18,10 +18,10 @@ import pyarrow as pa
 
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
+    part_columns,
     part_path,
     read_manifest,
     require_current,
-    split_by_rank,
     write_manifest,
     write_part,
     writer_lock,
@@ -219,10 +219,9 @@ def _materialize(dataset: Path, tables: dict[str, dict[str, pa.Table]]) -> dict[
             # whole table would import pyarrow.compute, 50 ms of a fresh process)
             table = conform(name, table)
             rows[name] += table.num_rows
-            for rank, part in split_by_rank(name, table):
-                rel = part_path(name, job, rank, f"link-{_stamp()}")
-                write_part(dataset, rel, part)
-                derived.setdefault(name, []).append(rel)
+            rel = part_path(name, job, f"link-{_stamp()}")
+            write_part(dataset, rel, part_columns(name, table))
+            derived.setdefault(name, []).append(rel)
     manifest.derived = derived
     write_manifest(dataset, manifest)
     for rel in old:

@@ -1,9 +1,11 @@
 """Small parts of a job merged at commit: the same rows, fewer files, every later ingest
-merging its own small parts with them, a dataset of the version before still added to."""
+merging its own small parts with them; a dataset of the version before (rank folders) still
+read as it was."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,7 +14,7 @@ import pytest
 import pipeline
 from pipeline.dataset import compact
 from pipeline.dataset.schema import load_schemas
-from pipeline.dataset.store import FORMAT_VERSION, read_manifest
+from pipeline.dataset.store import read_manifest
 from pipeline.ingest.run import ingest
 from pipeline.synth.job import JobSpec, job_traces
 
@@ -71,7 +73,7 @@ def test_small_parts_merge_into_one_per_table_with_the_same_rows(
         small = [p for p in parts if pq.read_metadata(merged / p).num_rows < 4096]
         assert len(small) <= 1, (name, parts)
     assert len(_on_disk(merged)) < len(_on_disk(apart))
-    assert any("/rank=" in p for p in _on_disk(apart))
+    assert len(read_manifest(apart).parts("steps")) == 4  # a part per file
     # a merged part is listed under each of the four files whose rows it holds
     assert all(len(e.parts["steps"]) == 1 for e in manifest.files.values())
     assert len({e.parts["steps"][0] for e in manifest.files.values()}) == 1
@@ -100,26 +102,77 @@ def test_a_later_ingest_merges_its_small_parts_with_the_earlier_ones(
 def test_a_part_written_before_a_column_was_added_is_merged_with_nulls_there(
     traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The parts of the version before (one per file and rank), one of them older still
-    (a nullable column missing): the next ingest merges them all under the current schema,
-    and the dataset is now of the current version."""
+    """A part per file, one of them older (a nullable column missing): the next ingest into
+    the job merges them all under the current schema."""
     dataset = tmp_path / "ds"
     with monkeypatch.context() as patch:
         patch.setattr(compact, "SMALL_PART_ROWS", 0)
         _ingest(dataset, traces / "first")
-    doc = json.loads((dataset / "manifest.json").read_text())
-    doc["version"] = 2
-    (dataset / "manifest.json").write_text(json.dumps(doc))
     old = sorted((dataset / "ranks").rglob("*.parquet"))[0]
     table = pq.read_table(old)
     assert table.column("pid").null_count == 0
     pq.write_table(table.drop_columns(["pid"]), old)
 
     _ingest(dataset, traces / "second")
-    assert json.loads((dataset / "manifest.json").read_text())["version"] == FORMAT_VERSION == 3
     ranks = read_manifest(dataset).parts("ranks")
-    assert len(ranks) == 1 and "/rank=" not in ranks[0]
+    assert len(ranks) == 1 and {p for p in _on_disk(dataset) if p.startswith("ranks/")} == {
+        ranks[0]
+    }
     ds = pipeline.open(dataset)
     assert ds.sql("SELECT count(*) FROM ranks WHERE pid IS NULL").item() == table.num_rows > 0
     assert ds.sql("SELECT count(DISTINCT rank) FROM ranks").item() == 4
-    assert ds.sql("SELECT count(DISTINCT rank) FROM steps").item() == 4
+
+
+def test_a_version_2_dataset_with_rank_folders_reads_the_same(
+    traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 2 kept each rank's part in a ``rank=<rank>`` folder, without the column: the
+    views read such a dataset (here one made from a version 3 one) row for row the same."""
+    monkeypatch.setattr(compact, "SMALL_PART_ROWS", 0)
+    current = tmp_path / "v3"
+    _ingest(current, traces / "first", traces / "second")
+    old = tmp_path / "v2"
+    shutil.copytree(current, old)
+    doc = json.loads((old / "manifest.json").read_text())
+    doc["version"] = 2
+    for entry in doc["files"].values():
+        for table, rels in entry["parts"].items():
+            if table == "files":
+                continue
+            [rel] = rels
+            rows = pq.read_table(old / rel)
+            [rank] = set(rows.column("rank").to_pylist())
+            moved = rel.replace("/part-", f"/rank={rank}/part-")
+            (old / moved).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows.drop_columns(["rank"]), old / moved)
+            (old / rel).unlink()
+            entry["parts"][table] = [moved]
+    (old / "manifest.json").write_text(json.dumps(doc))
+    assert any("/rank=" in p for p in _on_disk(old))
+    assert _rows(old) == _rows(current)
+
+
+def test_other_engines_read_each_table_folder_as_it_is(traces: Path, tmp_path: Path) -> None:
+    """Two jobs, one merged and one of a single file (its parts left as written), then
+    link: DuckDB and Polars read every table's folder with its job folders and get the rows
+    and ranks tokenwire's views give."""
+    import duckdb
+    import polars as pl
+
+    from pipeline.link.runner import link
+
+    dataset = tmp_path / "ds"
+    _ingest(dataset, traces / "first")
+    one = next((traces / "second").iterdir())
+    assert not ingest([one], dataset, job="single", jobs=1).errors
+    link(dataset)
+    ds = pipeline.open(dataset)
+    for name in ("ops", "steps", "collectives", "ranks", "collective_links", "clock_offsets"):
+        query = f"SELECT job, rank, count(*) AS n FROM {name} GROUP BY ALL ORDER BY ALL"
+        expected = ds.sql(query).rows()
+        assert {job for job, _, _ in expected} == {"job", "single"}, name
+        glob = str(dataset / name / "**" / "*.parquet")
+        source = f"read_parquet('{glob}', hive_partitioning = true)"
+        assert duckdb.sql(query.replace(f"FROM {name}", f"FROM {source}")).fetchall() == expected
+        frame = pl.scan_parquet(glob, hive_partitioning=True).group_by("job", "rank").len()
+        assert frame.sort("job", "rank").collect().rows() == expected, name

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
-from pipeline.dataset import store
+from pipeline.dataset import compact, store
 from tests.conftest import tree_digest
 from tests.reliability.corpus import write_inline_seeds
 from tests.reliability.procs import RANKS, make_job, rows
@@ -69,13 +69,6 @@ def _fail_on_files_rows(writer, *args, **kwargs):
     return _WRITE_TABLE(writer, *args, **kwargs)
 
 
-def _fail_on_merged_parts(writer, *args, **kwargs):
-    # a merged part is the only one neither in a rank folder nor of the files table
-    if "/rank=" not in str(writer.where) and "/files/" not in str(writer.where):
-        _enospc()
-    return _WRITE_TABLE(writer, *args, **kwargs)
-
-
 _REPLACE = os.replace
 
 
@@ -91,11 +84,10 @@ def _fail_on_manifest(src, dst):
         ("write_table", lambda: _fail_after(1, _WRITE_TABLE)),  # the first part
         ("write_table", lambda: _fail_after(5, _WRITE_TABLE)),  # some parts written
         ("write_table", lambda: _fail_on_files_rows),  # every part written, not files rows
-        ("write_table", lambda: _fail_on_merged_parts),  # the small parts being merged
         ("replace", lambda: _fail_on_manifest),  # every part written, the commit fails
         ("replace", lambda: _fail_after(3, os.replace)),  # the rename of a finished part
     ],
-    ids=["first-part", "later-part", "files-rows", "merge", "manifest", "rename"],
+    ids=["first-part", "later-part", "files-rows", "manifest", "rename"],
 )
 def test_injected_disk_full(
     dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, patch
@@ -113,6 +105,29 @@ def test_injected_disk_full(
     # Space again: the same ingest now goes through.
     assert ingest(src, "-o", dataset).exit_code == 0
     assert rows(dataset)["files"] == 5 + RANKS
+
+
+def test_disk_full_while_merging_small_parts(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every part written and the files rows too, then the disk fills while the small parts
+    are merged: the commit has not happened, the dataset is as it was."""
+    src = make_job(tmp_path / "more", events=5)
+    before = tree_digest(dataset)
+    merged = "part-" + "f" * 16  # the merged parts' name, to tell them from the others
+    monkeypatch.setattr(compact, "part_id", lambda names: "f" * 16)
+
+    def fail_on_merged_parts(writer, *args, **kwargs):
+        if merged in str(writer.where):
+            _enospc()
+        return _WRITE_TABLE(writer, *args, **kwargs)
+
+    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", fail_on_merged_parts)
+    result = ingest(src, "-o", dataset)
+    assert result.exit_code == 1, result.output
+    assert _errors(result) == [f"Error: {dataset}: disk full while writing "]
+    assert merged in result.stderr
+    assert tree_digest(dataset) == before
 
 
 def test_disk_full_into_a_new_dataset_leaves_nothing(

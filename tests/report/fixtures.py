@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     FileEntry,
+    part_columns,
     part_path,
     read_manifest,
-    split_by_rank,
     write_manifest,
 )
 from pipeline.ingest.run import ingest
@@ -64,13 +64,12 @@ def add_table(
             file_id, FileEntry(file_id, file_id, f"test/{file_id}", job, "kineto", [])
         )
         parts = entry.parts.setdefault(name, [])
-    for rank, rows in split_by_rank(name, table):
-        rel = part_path(name, job, rank, file_id)
-        # plain writes: the store's fsync per part makes a 1,000-rank fixture slow
-        (dataset / rel).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(rows, dataset / rel)
-        if rel not in parts:
-            parts.append(rel)
+    rel = part_path(name, job, file_id)
+    # a plain write: the store's fsync per part makes a 1,000-rank fixture slow
+    (dataset / rel).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(part_columns(name, table), dataset / rel)
+    if rel not in parts:
+        parts.append(rel)
     write_manifest(dataset, manifest)
     return table
 
