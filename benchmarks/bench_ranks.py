@@ -1,5 +1,5 @@
 """A job of many ranks: the dataset with its small parts merged at commit, next to the same
-rows kept as a part per file and rank (the layout before merging), in one run.
+rows kept as a part per table and file (merging turned off), in one run.
 
 The job is generated (``pipeline.synth``, TP8 x PP4 x DP``--dp``, 2 steps, 8 layers, a
 Kineto trace and an NCCL debug log per rank: 1,024 ranks by default, 128 with ``--quick``).
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         files = generate(folder, dp)
         print(f"== many ranks: {32 * dp:,} ranks, {files:,} files (Kineto + NCCL log)", flush=True)
         out = run(folder, Path(tmp))
-    print("== merged small parts / a part per file and rank (timed parts)")
+    print("== merged small parts / a part per table and file (timed parts)")
     for step in ("ingest", "link", "report", "query", "count"):
         merged, apart = out["merged"][step], out["apart"][step]
         ours, base = merged.inner_seconds, apart.inner_seconds
