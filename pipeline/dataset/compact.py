@@ -25,6 +25,7 @@ from pipeline.dataset.store import (
     part_columns,
     part_id,
     part_path,
+    require_parts,
 )
 from pipeline.dataset.views import parts_select
 
@@ -73,6 +74,7 @@ def _small_parts(
     )
     if len(parts) < 2:
         return []
+    require_parts(dataset, parts)
     rows = dict(
         con.execute(
             "SELECT file_name, num_rows FROM parquet_file_metadata(?)",

@@ -138,6 +138,24 @@ def require_current(dataset: Path, manifest: Manifest) -> None:
         )
 
 
+def require_parts(dataset: Path, parts: Iterable[str]) -> None:
+    """Refuse a dataset whose manifest lists a part that is gone (deleted by hand, or merged
+    away by an ingest that committed after this process read the manifest).
+
+    Raises
+    ------
+    DatasetError
+        Naming the first missing part.
+    """
+    missing = [rel for rel in parts if not (dataset / rel).is_file()]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise DatasetError(
+            f"{dataset}: {missing[0]}{more} is listed in the manifest but missing; if an "
+            "ingest or link was writing the dataset, run this again"
+        )
+
+
 def write_manifest(dataset: Path, manifest: Manifest) -> None:
     """Replace the manifest atomically."""
     doc = {

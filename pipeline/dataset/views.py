@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from pipeline.dataset.schema import TableSchema, load_schemas
-from pipeline.dataset.store import MANIFEST, Manifest, read_manifest
+from pipeline.dataset.store import MANIFEST, Manifest, read_manifest, require_parts
 from pipeline.errors import DatasetError
 
 _DUCKDB_TYPES = {
@@ -49,6 +49,8 @@ def connect(
     if not (dataset / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
     manifest = read_manifest(dataset)
+    names = [name for name, schema in load_schemas().items() if derived or not schema.derived]
+    require_parts(dataset, [rel for name in names for rel in manifest.parts(name)])
     # Progress bars would go to stdout, among the data.
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")

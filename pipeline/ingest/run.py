@@ -43,7 +43,7 @@ from pipeline.dataset.store import (
     write_part,
     writer_lock,
 )
-from pipeline.errors import TokenwireError, TraceFormatError
+from pipeline.errors import DatasetError, TokenwireError, TraceFormatError
 from pipeline.ingest.attribution import attribute_collectives
 from pipeline.ingest.detect import detect, module_for
 from pipeline.ingest.time_breakdown import add_time_breakdown
@@ -185,8 +185,9 @@ def ingest(
             results = _parse_all(planned, len(inputs), sum(sizes), jobs, on_file, scheduler)
             accepted = _check_ranks(results, manifest, dataset)
             _commit(dataset, manifest, accepted)
-        except DatasetWriteError:
-            # The disk refused a write: drop every part not committed, keep what was.
+        except DatasetError:
+            # The disk refused a write, or a listed part is gone: drop every part not
+            # committed, keep what was.
             remove_unlisted(dataset, read_manifest(dataset))
             if created:
                 shutil.rmtree(dataset, ignore_errors=True)

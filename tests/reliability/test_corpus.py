@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 from pipeline.dataset.schema import load_schemas
 from pipeline.ingest import nsys
-from tests.conftest import tree_digest
+from tests.conftest import REPO_ROOT, tree_digest
 from tests.reliability import corpus
 from tests.reliability.corpus import Case
 
@@ -206,3 +206,35 @@ def test_a_dataset_of_another_version_is_not_written_to(tmp_path: Path, version:
     assert tree_digest(ds) == before
     query = runner.invoke(cli, ["sql", str(ds), "SELECT count(*) AS n FROM files"])
     assert (query.exit_code == 0) == (version < 3), query.output
+
+
+def test_a_listed_part_that_is_gone_is_one_line(tmp_path: Path) -> None:
+    """A part the manifest lists was deleted (by hand, or merged away by an ingest that
+    committed after a reader read the manifest): every command names it in one line, exit
+    1, and an ingest into the job leaves the dataset as it was."""
+    folder = tmp_path / "job"
+    corpus.write_inline_seeds(folder)
+    ds = tmp_path / "ds"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["ingest", str(folder), "-o", str(ds)]).exit_code == 0
+    manifest = json.loads((ds / "manifest.json").read_text())
+    gone = next(iter(manifest["files"].values()))["parts"]["ranks"][0]
+    (ds / gone).unlink()
+    before = tree_digest(ds)
+    more = tmp_path / "more"  # a rank the job lacks: the ingest has something to commit
+    more.mkdir()
+    shutil.copy(REPO_ROOT / "sample_traces" / "rank4.nccl.log", more)
+    for args in (
+        ["sql", str(ds), "SELECT count(*) FROM ranks"],
+        ["report", str(ds), "-o", str(tmp_path / "r.html")],
+        ["link", str(ds)],
+        ["ingest", str(more), "-o", str(ds), "--job", "job"],
+    ):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 1, (args, result.output)
+        error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+        assert error == [
+            f"Error: {ds}: {gone} is listed in the manifest but missing; if an ingest or "
+            "link was writing the dataset, run this again"
+        ], (args, result.output)
+        assert tree_digest(ds) == before
