@@ -1,13 +1,13 @@
 """Merging a job's small Parquet parts, so that a job of thousands of ranks is a few files
 per table rather than thousands.
 
-Ingest writes one part per table, input file and rank: a job of 1,024 ranks with a Kineto
-trace and an NCCL log each is some 13,000 parts, most of a few hundred rows. Every query
+Ingest writes one part per table and input file: a job of 1,024 ranks with a Kineto trace
+and an NCCL log each is some 11,000 to 13,000 parts, most of a few hundred rows. Every query
 opens every part it reads (measured: 0.15 s per scan of a table of 2,048 parts, more than the
 rows cost), so at commit the parts of each table and job under :data:`SMALL_PART_ROWS` rows
-are rewritten as one part, ``<table>/job=<job>/part-<id>.parquet``, with ``rank`` as a column
-instead of a folder. The manifest then lists that part under every file whose rows it holds;
-the parts it replaces are deleted once the manifest no longer lists them.
+are rewritten as one part, ``<table>/job=<job>/part-<id>.parquet`` (``rank`` is a column of
+every part). The manifest then lists that part under every file whose rows it holds; the
+parts it replaces are deleted once the manifest no longer lists them.
 """
 
 from __future__ import annotations

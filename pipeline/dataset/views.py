@@ -117,8 +117,8 @@ def _parts_by_columns(
 ) -> list[tuple[list[str], list[str]]]:
     """``parts`` (relative paths) grouped by their Parquet columns (names and types) and
     partition folders: (partition folders, absolute paths in the order of ``parts``) per
-    group, which is read without ``union_by_name``. One read of every footer, which the
-    metadata cache then keeps."""
+    group, which is read without ``union_by_name``. One read of every footer (which a
+    connection with ``parquet_metadata_cache`` keeps for the queries after)."""
     paths = [str(dataset / p) for p in parts]
     rows = con.execute(
         "SELECT file_name, list(name || ':' || coalesce(type, '') ORDER BY name, type) "
