@@ -37,14 +37,14 @@ from pathlib import Path
 
 from benchmarks.measure import REPO, Measurement, line, measure
 
-_TIMED = """
+TIMED = """
 import os, sys, time
 from pathlib import Path
 def done(t0):
     open(os.environ["TW_TIMING"], "w").write(str(time.perf_counter() - t0))
 """
 JSON_LOAD = (
-    _TIMED
+    TIMED
     + """
 import gzip, json
 t0 = time.perf_counter()
@@ -71,7 +71,7 @@ for e in errors:
 sys.exit(1 if errors else 0)
 """
 INGEST = (
-    _TIMED
+    TIMED
     + """
 from pipeline.ingest.run import ingest
 jobs, dataset, folders = int(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
@@ -82,7 +82,7 @@ done(t0)
     + _EXIT_ON_ERRORS
 )
 INGEST_DASK = (
-    _TIMED
+    TIMED
     + """
 import dask
 from distributed import LocalCluster
@@ -102,7 +102,7 @@ with dask.config.set(settings), LocalCluster(n_workers=2, threads_per_worker=1,
     + _EXIT_ON_ERRORS
 )
 HTA_LOAD = (
-    _TIMED
+    TIMED
     + """
 import logging
 logging.disable(logging.CRITICAL)
@@ -117,7 +117,7 @@ done(t0)
 """
 )
 LINK = (
-    _TIMED
+    TIMED
     + """
 from pipeline.link.runner import link
 t0 = time.perf_counter()
@@ -126,7 +126,7 @@ done(t0)
 """
 )
 SCAN = (
-    _TIMED
+    TIMED
     + """
 from pipeline.dataset.views import connect
 from pipeline.dataset.schema import load_schemas
@@ -139,7 +139,7 @@ done(t0)
 """
 )
 REPORT = (
-    _TIMED
+    TIMED
     + """
 from pipeline.report import build_report
 t0 = time.perf_counter()
@@ -148,7 +148,7 @@ done(t0)
 """
 )
 COUNT = (
-    _TIMED
+    TIMED
     + """
 import duckdb
 dataset = Path(sys.argv[1])

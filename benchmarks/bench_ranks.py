@@ -18,11 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_kineto import _TIMED, COUNT, LINK, REPORT
+from benchmarks.bench_kineto import COUNT, LINK, REPORT, TIMED
 from benchmarks.measure import REPO, Measurement, line, measure
 
 INGEST = (
-    _TIMED
+    TIMED
     + """
 from pipeline.dataset import compact
 from pipeline.ingest.run import ingest
@@ -36,7 +36,7 @@ sys.exit(1 if errors else 0)
 """
 )
 QUERY = (
-    _TIMED
+    TIMED
     + """
 from pipeline.dataset.views import connect
 t0 = time.perf_counter()
