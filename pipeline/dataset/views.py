@@ -49,22 +49,20 @@ def connect(
     if not (dataset / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
     manifest = read_manifest(dataset)
-    names = [name for name, schema in load_schemas().items() if derived or not schema.derived]
-    require_parts(dataset, [rel for name in names for rel in manifest.parts(name)])
+    schemas = [s for s in load_schemas().values() if derived or not s.derived]
+    parts = [rel for schema in schemas for rel in manifest.parts(schema.name)]
+    require_parts(dataset, parts)
     # Progress bars would go to stdout, among the data.
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.execute("SET parquet_metadata_cache = true")
-    parts: list[str] = []
-    for schema in load_schemas().values():
-        if derived or not schema.derived:
-            con.execute(view_sql(con, dataset, manifest, schema))
-            parts.extend(str(dataset / p) for p in manifest.parts(schema.name))
+    for schema in schemas:
+        con.execute(view_sql(con, dataset, manifest, schema))
     con.execute(resources.files("pipeline.dataset").joinpath("sources.sql").read_text())
     if derived:
         con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
     if read_only:
-        con.execute("SET allowed_paths = ?", [parts])
+        con.execute("SET allowed_paths = ?", [[str(dataset / rel) for rel in parts]])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return con
