@@ -61,16 +61,9 @@ def _own_cache_dir(tmp_path_factory) -> None:
 
 def edit_parts(dataset: Path, table: str, change) -> None:
     """Rewrite every Parquet part of ``table`` in place with ``change(frame)``, a Polars
-    frame that has ``rank`` whether the part keeps it in its folder or, merged, as a column.
-    For tests that make a dataset another job could have written."""
+    frame of the part's rows (``rank`` among its columns). For tests that make a dataset
+    another job could have written."""
     import polars as pl
 
     for part in (dataset / table).rglob("*.parquet"):
-        frame = pl.read_parquet(part, hive_partitioning=False)
-        folder = part.parent.name
-        if folder.startswith("rank="):
-            frame = frame.with_columns(pl.lit(int(folder.split("=")[1]), pl.Int64).alias("rank"))
-        frame = change(frame)
-        if folder.startswith("rank="):
-            frame = frame.drop("rank")
-        frame.write_parquet(part)
+        change(pl.read_parquet(part, hive_partitioning=False)).write_parquet(part)
