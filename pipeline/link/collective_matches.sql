@@ -18,10 +18,11 @@
 
 -- A communicator's rank set, assembled across its rows: an NCCL log knows only its own
 -- global rank in each communicator (the others are nulls), the job's logs together know all.
+-- Every rank's row of a group repeats the group's list (a world-sized group: world^2
+-- members in all), so only distinct lists are gathered (list_distinct drops the nulls).
 CREATE TEMP TABLE _comm_sets AS
 SELECT job, source, comm, max(nranks) AS nranks,
-       list_sort(list_distinct(flatten(list(
-           list_filter(coalesce(ranks, []), lambda x: x IS NOT NULL) || [rank])))) AS ranks
+       list_sort(list_distinct(flatten(list(DISTINCT ranks)) || list(rank))) AS ranks
 FROM communicators
 GROUP BY ALL;
 

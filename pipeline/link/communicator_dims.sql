@@ -6,14 +6,12 @@
 -- set dp). A communicator that spans every rank and carries several kinds of traffic is
 -- 'world': its collectives then keep their own evidence.
 
--- Members: a per-rank source (NCCL logs) knows only its own global rank in each
--- communicator, so the set is assembled from every row that names the communicator.
+-- Members: the rank sets of every source (_comm_sets, collective_matches.sql) and the ranks
+-- that ran a collective on the communicator.
 CREATE VIEW _comm_members AS
 SELECT job, comm, max(nranks) AS nranks,
-       nullif(list_sort(list_distinct(flatten(list(members)))), []) AS ranks
-FROM (SELECT job, comm, nranks,
-             list_filter(coalesce(ranks, []), lambda x: x IS NOT NULL) || [rank] AS members
-      FROM communicators
+       nullif(list_sort(list_distinct(flatten(list(ranks)))), []) AS ranks
+FROM (SELECT job, comm, nranks, ranks FROM _comm_sets
       UNION ALL
       SELECT job, comm, group_size, [rank] FROM collectives
       WHERE comm IS NOT NULL)

@@ -177,9 +177,10 @@ def _comm_dims_from_layout(
     world = job_spec.parallel.world_size
     out = []
     # a profiler lists a group's ranks; an NCCL log knows only its own rank in each
-    # communicator, so there the set is assembled from the rows of every rank
+    # communicator, so there the set is assembled from the rows of every rank (each distinct
+    # list once: a world-sized group repeats its list on every rank's row)
     comms = con.execute(
-        "SELECT comm, list_distinct(flatten(list(coalesce(ranks, []))) || list(rank)) "
+        "SELECT comm, list_distinct(flatten(list(DISTINCT ranks)) || list(rank)) "
         "FROM communicators WHERE job = ? AND rank >= 0 GROUP BY comm",
         [job],
     ).fetchall()
