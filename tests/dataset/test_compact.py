@@ -1,6 +1,6 @@
-"""Small parts of a job merged at commit: the same rows, fewer files, every later ingest
-merging its own small parts with them; a dataset of the version before (rank folders) still
-read as it was."""
+"""Small tables written as one part per table and job at commit, and small parts of a job
+merged then: the same rows, fewer files, every later ingest merging its own small parts with
+them; a dataset of the version before (rank folders) still read as it was."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pipeline
 from pipeline.dataset import compact
 from pipeline.dataset.schema import load_schemas
 from pipeline.dataset.store import read_manifest
+from pipeline.ingest import run
 from pipeline.ingest.run import ingest
 from pipeline.synth.job import JobSpec, job_traces
 
@@ -33,8 +34,8 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _ingest(dataset: Path, *folders: Path) -> None:
-    assert not ingest(list(folders), dataset, job="job", jobs=1).errors
+def _ingest(dataset: Path, *folders: Path, jobs: int = 1) -> None:
+    assert not ingest(list(folders), dataset, job="job", jobs=jobs).errors
 
 
 def _rows(dataset: Path) -> dict[str, list[tuple]]:
@@ -77,6 +78,47 @@ def test_small_parts_merge_into_one_per_table_with_the_same_rows(
     # a merged part is listed under each of the four files whose rows it holds
     assert all(len(e.parts["steps"]) == 1 for e in manifest.files.values())
     assert len({e.parts["steps"][0] for e in manifest.files.values()}) == 1
+
+
+def test_small_tables_from_worker_processes_are_written_once_per_table(
+    traces: Path, tmp_path: Path
+) -> None:
+    """Two spawned workers send their small tables back: the commit writes them as it does
+    in-process, one part per table, the same rows in the same files."""
+    inline = tmp_path / "inline"
+    _ingest(inline, traces / "first", traces / "second")
+    pooled = tmp_path / "pooled"
+    _ingest(pooled, traces / "first", traces / "second", jobs=2)
+
+    assert _rows(pooled) == _rows(inline)
+    assert _on_disk(pooled) == _on_disk(inline) == _listed(pooled)
+    for name in RAW:
+        assert len(read_manifest(pooled).parts(name)) <= 1, name
+
+
+def test_small_tables_past_the_memory_limit_are_parts_of_their_own_then_merged(
+    traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past :data:`run.SMALL_TABLES_BYTES`, each file's small tables are written as they come
+    (memory stays bounded), and the commit merges those parts: the same rows and files."""
+    held = tmp_path / "held"
+    _ingest(held, traces / "first", traces / "second")
+    monkeypatch.setattr(run, "SMALL_TABLES_BYTES", 0)
+    written: list[str] = []
+    write_part = run.write_part
+
+    def spy(dataset: Path, rel: str, table) -> None:
+        written.append(rel)
+        write_part(dataset, rel, table)
+
+    monkeypatch.setattr(run, "write_part", spy)
+    apart = tmp_path / "apart"
+    _ingest(apart, traces / "first", traces / "second")
+
+    assert _rows(apart) == _rows(held)
+    assert sum(rel.startswith("steps/") for rel in written) == 4  # a part per file at first
+    assert len(_on_disk(apart)) == len(_on_disk(held))
+    assert _on_disk(apart) == _listed(apart)
 
 
 def test_a_later_ingest_merges_its_small_parts_with_the_earlier_ones(
