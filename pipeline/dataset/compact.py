@@ -1,13 +1,16 @@
 """Merging a job's small Parquet parts, so that a job of thousands of ranks is a few files
 per table rather than thousands.
 
-Ingest writes one part per table and input file: a job of 1,024 ranks with a Kineto trace
-and an NCCL log each is some 11,000 to 13,000 parts, most of a few hundred rows. Every query
-opens every part it reads (measured: 0.15 s per scan of a table of 2,048 parts, more than the
-rows cost), so at commit the parts of each table and job under :data:`SMALL_PART_ROWS` rows
-are rewritten as one part, ``<table>/job=<job>/part-<id>.parquet`` (``rank`` is a column of
-every part). The manifest then lists that part under every file whose rows it holds; the
-parts it replaces are deleted once the manifest no longer lists them.
+A part per table and input file would make a job of 1,024 ranks with a Kineto trace and an
+NCCL log each some 11,000 parts, most of a few hundred rows, and every query opens every
+part it reads (measured: 0.15 s per scan of a table of 2,048 parts, more than the rows
+cost). Ingest therefore writes the tables under :data:`SMALL_PART_ROWS` rows of the files
+of one run as one part per table and job (:mod:`pipeline.ingest.run`); what is left small
+across runs (each later ingest into a job adds its own small part) is merged here, at
+commit: the parts of each table and job under :data:`SMALL_PART_ROWS` rows are rewritten as
+one part, ``<table>/job=<job>/part-<id>.parquet`` (``rank`` is a column of every part). The
+manifest then lists that part under every file whose rows it holds; the parts it replaces
+are deleted once the manifest no longer lists them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pipeline.dataset.store import (
     part_id,
     part_path,
     require_parts,
+    row_groups,
 )
 from pipeline.dataset.views import parts_select
 
@@ -95,17 +99,9 @@ def _merge(
     types ingest writes (a part written before a column was added gets it as nulls)."""
     select = parts_select(con, dataset, parts, schema)
     # DuckDB yields a batch per part, a few rows each: gather them into whole row groups
-    pending: list[pa.RecordBatch] = []
-    rows = 0
     with PartWriter(dataset, merged) as out:
-        for batch in con.sql(select).to_arrow_reader(ROW_GROUP_ROWS):
-            pending.append(batch)
-            rows += len(batch)
-            if rows >= ROW_GROUP_ROWS:
-                out.write(_as_written(schema, pending))
-                pending, rows = [], 0
-        if pending:
-            out.write(_as_written(schema, pending))
+        for group in row_groups(con.sql(select).to_arrow_reader(ROW_GROUP_ROWS)):
+            out.write(_as_written(schema, group))
 
 
 def _as_written(schema: TableSchema, batches: list[pa.RecordBatch]) -> pa.Table:

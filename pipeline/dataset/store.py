@@ -1,13 +1,15 @@
 """The dataset on disk: Parquet parts, the manifest that lists them, and the writer's lock.
 
 A dataset is a folder holding ``manifest.json`` and parts Hive-partitioned by job,
-``<table>/job=<job>/part-<id>.parquet``: one per table and input file (``id`` the file's),
-the small ones of a job merged into one at commit (:mod:`pipeline.dataset.compact`), and
-one per derived table and job (``link-<stamp>``). ``rank`` is a column inside the parts
-(datasets of version 2 and older had a ``rank=<rank>`` folder instead). The manifest is the
-commit point: a part that is not listed in it is not part of the dataset (a crash leaves,
-at worst, an unlisted part that the next ingest removes). Every file write is atomic:
-write to a temporary name in the same folder, fsync, then ``os.replace``.
+``<table>/job=<job>/part-<id>.parquet``: one per table and input file (``id`` the file's)
+for a table of many rows, one per table and job for the small tables of an ingest's files
+(:mod:`pipeline.ingest.run`), small parts of earlier ingests merged into one at commit
+(:mod:`pipeline.dataset.compact`), and one per derived table and job (``link-<stamp>``).
+``rank`` is a column inside the parts (datasets of version 2 and older had a
+``rank=<rank>`` folder instead). The manifest is the commit point: a part that is not
+listed in it is not part of the dataset (a crash leaves, at worst, an unlisted part that
+the next ingest removes). Every file write is atomic: write to a temporary name in the
+same folder, fsync, then ``os.replace``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ FORMAT_VERSION = 3
 #: Rows per Parquet row group. The writer encodes a whole row group in memory: at pyarrow's
 #: default (1 Mi rows) writing a big trace's ops table rose above the parse's own peak.
 ROW_GROUP_ROWS = 256 * 1024
+#: Bytes of Arrow data gathered for one row group at most, when its rows are wide: a row of
+#: a world-sized communicator lists every rank (at 4,096 ranks, 32 KB a row).
+ROW_GROUP_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -275,6 +280,22 @@ class PartWriter:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 self._tmp.unlink()
+
+
+def row_groups(pieces: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[list]:
+    """Small tables or batches gathered into lists of about a row group each: until
+    :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES`, whichever comes first."""
+    pending: list = []
+    rows = size = 0
+    for piece in pieces:
+        pending.append(piece)
+        rows += piece.num_rows
+        size += piece.nbytes
+        if rows >= ROW_GROUP_ROWS or size >= ROW_GROUP_BYTES:
+            yield pending
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield pending
 
 
 def part_columns(name: str, table: pa.Table) -> pa.Table:

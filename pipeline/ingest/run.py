@@ -41,6 +41,7 @@ from pipeline.dataset.store import (
     read_manifest,
     remove_unlisted,
     require_current,
+    row_groups,
     write_manifest,
     write_part,
     writer_lock,
@@ -500,26 +501,16 @@ def _unpacked(data: bytes) -> pa.Table:
 
 
 def _write_small_tables(dataset: Path, job: str, outs: list[FileOutcome]) -> None:
-    """Write the small tables ``outs`` hold as one part per table (rows in file id order, a
-    row group at a time), listed under each file whose rows it holds."""
+    """Write the small tables ``outs`` hold as one part per table (rows in file id order,
+    unpacked a row group at a time), listed under each file whose rows it holds."""
     outs = sorted(outs, key=lambda out: out.file_id or "")
     names = sorted({name for out in outs for name in out.small})
     for name in names:
         holders = [out for out in outs if name in out.small]
         rel = part_path(name, job, part_id(out.file_id for out in holders))
-        pending: list[pa.Table] = []
-        rows = 0
         with PartWriter(dataset, rel) as part:
-            for out in holders:
-                pending.append(_unpacked(out.small.pop(name)))
-                rows += pending[-1].num_rows
-                if rows >= ROW_GROUP_ROWS:  # whole row groups; the rest waits for more
-                    whole = pa.concat_tables(pending)
-                    cut = rows - rows % ROW_GROUP_ROWS
-                    part.write(whole.slice(0, cut))
-                    pending, rows = [whole.slice(cut)], rows - cut
-            if rows:
-                part.write(pa.concat_tables(pending))
+            for group in row_groups(_unpacked(out.small.pop(name)) for out in holders):
+                part.write(pa.concat_tables(group))
         for out in holders:
             out.parts[name] = [rel]
 

@@ -8,11 +8,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import pipeline
-from pipeline.dataset import compact
+from pipeline.dataset import compact, store
 from pipeline.dataset.schema import load_schemas
 from pipeline.dataset.store import read_manifest
 from pipeline.ingest import run
@@ -218,3 +219,15 @@ def test_other_engines_read_each_table_folder_as_it_is(traces: Path, tmp_path: P
         assert duckdb.sql(query.replace(f"FROM {name}", f"FROM {source}")).fetchall() == expected
         frame = pl.scan_parquet(glob, hive_partitioning=True).group_by("job", "rank").len()
         assert frame.sort("job", "rank").collect().rows() == expected, name
+
+
+def test_row_groups_are_bounded_by_rows_and_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces gather into row groups of ROW_GROUP_ROWS rows, or fewer when the rows are wide
+    (a world-sized communicator's row lists every rank), never splitting a piece."""
+    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 10)
+    monkeypatch.setattr(store, "ROW_GROUP_BYTES", 1000)
+    narrow = [pa.table({"rank": [r, r]}) for r in range(12)]  # 16 bytes each
+    assert [sum(t.num_rows for t in g) for g in store.row_groups(narrow)] == [10, 10, 4]
+    wide = [pa.table({"ranks": [list(range(100))]}) for _ in range(5)]  # 8 x 100 bytes each
+    assert [len(g) for g in store.row_groups(wide)] == [2, 2, 1]
+    assert [len(g) for g in store.row_groups([])] == []
