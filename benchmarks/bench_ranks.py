@@ -1,10 +1,12 @@
-"""A job of many ranks: the dataset with its small parts merged at commit, next to the same
-rows kept as a part per table and file (merging turned off), in one run.
+"""A job of many ranks: the dataset with its small tables written as one part per table and
+job ("merged"), next to the same rows kept as a part per table and file ("apart"), in one
+run.
 
 The job is generated (``pipeline.synth``, TP8 x PP4 x DP``--dp``, 2 steps, 8 layers, a
 Kineto trace and an NCCL debug log per rank: 1,024 ranks by default, 128 with ``--quick``).
-It is ingested twice with 2 workers: as tokenwire does it, and with merging turned off
-(``compact.SMALL_PART_ROWS = 0``). On each dataset the benchmark times ``tokenwire link``,
+It is ingested twice with 2 workers: as tokenwire does it, and with no table counted as
+small (``compact.SMALL_PART_ROWS = 0``: every table of every file is a part of its own, and
+nothing is merged). On each dataset the benchmark times ``tokenwire link``,
 ``tokenwire report``, an ad hoc query (bytes per rank and op over every collective) and a
 DuckDB ``count(*)`` of every table, each in its own child process, and prints the ratios.
 """
