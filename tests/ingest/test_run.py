@@ -200,6 +200,11 @@ def test_two_files_with_one_rank_in_one_run(tmp_path: Path) -> None:
     assert "b.json: rank 0 of job 'job' is already taken by" in result.stderr
     con = connect(tmp_path / "ds")
     assert con.execute("SELECT count(*) FROM files").fetchall()[0] == (1,)
+    # the refused file's rows are nowhere (its small tables waited for the commit with a's)
+    kept = con.execute("SELECT file_id FROM files").fetchall()
+    for table in ("ranks", "ops"):
+        ids = con.execute(f"SELECT DISTINCT file_id FROM {table}").fetchall()
+        assert ids == kept, table
     assert not list((tmp_path / "ds").rglob("*.tmp-*"))
 
 
