@@ -1,11 +1,12 @@
 """Ingest on a Dask cluster (``tokenwire ingest --scheduler ADDR``): one task per file.
 
 Each task is :func:`pipeline.ingest.run.parse_file`, the same function the local process pool
-runs: it parses one file and writes that file's Parquet parts straight into the dataset
-folder, so every worker must see the dataset (and the input files) at the same absolute path
-on a shared file system. The process that called ``ingest`` keeps the rest: hashing, the
-rank checks, the ``files`` rows and the manifest (the commit point), so the dataset is the
-same, row for row, as a local ingest of the same files.
+runs: it parses one file and writes that file's big tables as Parquet parts straight into
+the dataset folder, so every worker must see the dataset (and the input files) at the same
+absolute path on a shared file system; its small tables come back with its outcome. The
+process that called ``ingest`` keeps the rest: hashing, the rank checks, the small tables
+and the ``files`` rows (a part per table and job) and the manifest (the commit point), so
+the dataset is the same, row for row, as a local ingest of the same files.
 
 ``dask`` and ``distributed`` are an optional extra (``pip install 'tokenwire[dask]'``) and
 are imported only here.
