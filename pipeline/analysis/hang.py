@@ -286,7 +286,11 @@ def _membership(
     """Members of ``comm`` (from its ``communicators`` rows), how they were found, name, desc."""
     name = next(iter(rows["pg_name"].drop_nulls()), None) if rows.height else None
     desc = next(iter(rows["pg_desc"].drop_nulls()), None) if rows.height else None
-    lists = {tuple(x) for x in rows["ranks"].drop_nulls().to_list()} if rows.height else set()
+    # distinct lists first: every rank's dump repeats each group's list (a world-sized group
+    # at 4,096 ranks: 16.8 M Python ints, 0.66 s and 530 MB, against 0.08 s)
+    lists = (
+        {tuple(x) for x in rows["ranks"].drop_nulls().unique().to_list()} if rows.height else set()
+    )
     if len(lists) > 1:
         warnings.append(f"{comm}: ranks disagree on its members {sorted(lists)}; using the union")
     if lists:
