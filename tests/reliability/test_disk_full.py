@@ -133,6 +133,29 @@ def test_disk_full_while_merging_small_parts(
     assert tree_digest(dataset) == before
 
 
+def test_disk_full_while_writing_the_small_tables_at_commit(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file parsed, their small tables held for the commit, then the disk fills while
+    the commit writes them: the dataset is as it was."""
+    src = make_job(tmp_path / "more", events=5)
+    before = tree_digest(dataset)
+    shared = "part-" + "e" * 16  # the name of the parts written for the run as a whole
+    monkeypatch.setattr(run, "part_id", lambda names: "e" * 16)
+
+    def fail_on_shared_parts(writer, *args, **kwargs):
+        if shared in str(writer.where):
+            _enospc()
+        return _WRITE_TABLE(writer, *args, **kwargs)
+
+    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", fail_on_shared_parts)
+    result = ingest(src, "-o", dataset)
+    assert result.exit_code == 1, result.output
+    assert _errors(result) == [f"Error: {dataset}: disk full while writing "]
+    assert shared in result.stderr and "files/" not in result.stderr  # before the files rows
+    assert tree_digest(dataset) == before
+
+
 def test_disk_full_into_a_new_dataset_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
