@@ -97,27 +97,28 @@ def test_small_tables_from_worker_processes_are_written_once_per_table(
         assert len(read_manifest(pooled).parts(name)) <= 1, name
 
 
-def test_small_tables_past_the_memory_limit_are_parts_of_their_own_then_merged(
+def test_small_tables_past_the_memory_limit_are_written_then_merged(
     traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past :data:`run.SMALL_TABLES_BYTES`, each file's small tables are written as they come
-    (memory stays bounded), and the commit merges those parts: the same rows and files."""
+    """Past :data:`run.SMALL_TABLES_BYTES`, the small tables held are written at once (here
+    after every file: memory stays bounded), and the commit merges those parts: the same
+    rows and files."""
     held = tmp_path / "held"
     _ingest(held, traces / "first", traces / "second")
     monkeypatch.setattr(run, "SMALL_TABLES_BYTES", 0)
-    written: list[str] = []
-    write_part = run.write_part
+    written: list[int] = []
+    write_small_tables = run._write_small_tables
 
-    def spy(dataset: Path, rel: str, table) -> None:
-        written.append(rel)
-        write_part(dataset, rel, table)
+    def spy(dataset: Path, job: str, outs: list) -> None:
+        written.append(sum(bool(out.small) for out in outs))
+        write_small_tables(dataset, job, outs)
 
-    monkeypatch.setattr(run, "write_part", spy)
+    monkeypatch.setattr(run, "_write_small_tables", spy)
     apart = tmp_path / "apart"
     _ingest(apart, traces / "first", traces / "second")
 
     assert _rows(apart) == _rows(held)
-    assert sum(rel.startswith("steps/") for rel in written) == 4  # a part per file at first
+    assert written == [1, 1, 1, 1, 0]  # each file's as it came, nothing left for the commit
     assert len(_on_disk(apart)) == len(_on_disk(held))
     assert _on_disk(apart) == _listed(apart)
 

@@ -16,6 +16,7 @@ from pipeline.cli import cli
 from pipeline.dataset.schema import load_schemas
 from pipeline.dataset.store import read_manifest
 from pipeline.dataset.views import connect
+from pipeline.ingest import run
 from tests.conftest import tree_digest
 
 TINY = {
@@ -206,6 +207,52 @@ def test_two_files_with_one_rank_in_one_run(tmp_path: Path) -> None:
         ids = con.execute(f"SELECT DISTINCT file_id FROM {table}").fetchall()
         assert ids == kept, table
     assert not list((tmp_path / "ds").rglob("*.tmp-*"))
+
+
+def test_a_refused_file_is_taken_out_of_small_tables_written_with_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three files' small tables pass the memory limit together and are written as parts
+    they share; then one of them is refused for its rank: those parts are written again
+    without its rows."""
+    src = tmp_path / "job"
+    _trace(src, "a.json", 0)
+    doc = json.loads((src / "a.json").read_text())
+    doc["traceEvents"][0]["dur"] = 60
+    (src / "b.json").write_text(json.dumps(doc))
+    _trace(src, "c.json", 1)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    sizes = [
+        sum(map(len, run.parse_file(f, "job", False, "0" * 64, scratch, 4096).small.values()))
+        for f in sorted(src.iterdir())
+    ]
+    # held until the third file, then written together
+    monkeypatch.setattr(run, "SMALL_TABLES_BYTES", sum(sizes) - min(sizes) // 2)
+    rewritten = []
+    copy_part_without = run._copy_part_without
+
+    def spy(dataset: Path, rel: str, new: str, file_ids: set[str]) -> None:
+        rewritten.append(rel)
+        copy_part_without(dataset, rel, new, file_ids)
+
+    monkeypatch.setattr(run, "_copy_part_without", spy)
+    result = _ingest(str(src), "-o", str(tmp_path / "ds"))
+    assert result.exit_code == 1
+    assert "b.json: rank 0 of job 'job' is already taken by" in result.stderr
+    assert rewritten  # the shared parts, written again
+    con = connect(tmp_path / "ds")
+    kept = sorted(con.execute("SELECT file_id FROM files").fetchall())
+    assert len(kept) == 2
+    for table in ("ranks", "ops"):
+        ids = con.execute(f"SELECT DISTINCT file_id FROM {table} ORDER BY 1").fetchall()
+        assert ids == kept, table
+    assert con.execute("SELECT list(rank ORDER BY rank) FROM ranks").fetchall()[0] == ([0, 1],)
+    listed = {p for name in load_schemas() for p in read_manifest(tmp_path / "ds").parts(name)}
+    on_disk = {
+        p.relative_to(tmp_path / "ds").as_posix() for p in (tmp_path / "ds").rglob("*.parquet")
+    }
+    assert on_disk == listed
 
 
 def test_bad_file_into_new_dataset_leaves_nothing(tmp_path: Path) -> None:
