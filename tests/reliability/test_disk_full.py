@@ -115,17 +115,11 @@ def test_disk_full_while_merging_small_parts(
     are merged: the commit has not happened, the dataset is as it was."""
     src = make_job(tmp_path / "more", events=5)
     before = tree_digest(dataset)
-    # no small table waits for the commit: each file's are parts of their own, to be merged
+    # no small table waits for the commit: each file's are written as it comes, to be merged
     monkeypatch.setattr(run, "SMALL_TABLES_BYTES", 0)
     merged = "part-" + "f" * 16  # the merged parts' name, to tell them from the others
     monkeypatch.setattr(compact, "part_id", lambda names: "f" * 16)
-
-    def fail_on_merged_parts(writer, *args, **kwargs):
-        if merged in str(writer.where):
-            _enospc()
-        return _WRITE_TABLE(writer, *args, **kwargs)
-
-    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", fail_on_merged_parts)
+    _disk_full_on(monkeypatch, merged)
     result = ingest(src, "-o", dataset)
     assert result.exit_code == 1, result.output
     assert _errors(result) == [f"Error: {dataset}: disk full while writing "]
@@ -142,18 +136,23 @@ def test_disk_full_while_writing_the_small_tables_at_commit(
     before = tree_digest(dataset)
     shared = "part-" + "e" * 16  # the name of the parts written for the run as a whole
     monkeypatch.setattr(run, "part_id", lambda names: "e" * 16)
-
-    def fail_on_shared_parts(writer, *args, **kwargs):
-        if shared in str(writer.where):
-            _enospc()
-        return _WRITE_TABLE(writer, *args, **kwargs)
-
-    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", fail_on_shared_parts)
+    _disk_full_on(monkeypatch, shared)
     result = ingest(src, "-o", dataset)
     assert result.exit_code == 1, result.output
     assert _errors(result) == [f"Error: {dataset}: disk full while writing "]
     assert shared in result.stderr and "files/" not in result.stderr  # before the files rows
     assert tree_digest(dataset) == before
+
+
+def _disk_full_on(monkeypatch: pytest.MonkeyPatch, part: str) -> None:
+    """Every write to a part whose name holds ``part`` fails as on a full disk."""
+
+    def fail(writer, *args, **kwargs):
+        if part in str(writer.where):
+            _enospc()
+        return _WRITE_TABLE(writer, *args, **kwargs)
+
+    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", fail)
 
 
 def test_disk_full_into_a_new_dataset_leaves_nothing(
