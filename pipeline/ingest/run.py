@@ -379,8 +379,8 @@ def parse_file(
 
 
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:
-    """Delete the parts a refused or failed file wrote (the manifest never listed them) and
-    drop the small tables it holds."""
+    """Delete the parts a failed file wrote (the manifest never listed them) and drop the
+    small tables it holds. (A file refused for its rank: :func:`_drop_refused`.)"""
     for rels in out.parts.values():
         for rel in rels:
             (dataset / rel).unlink(missing_ok=True)
@@ -488,8 +488,7 @@ def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
         return
     stale = [rel for rels in manifest.derived.values() for rel in rels]
     manifest.derived = {}
-    for job in dict.fromkeys(out.job for out in accepted):
-        outs = [out for out in accepted if out.job == job]
+    for job, outs in _by_job(accepted).items():
         _write_small_tables(dataset, job, outs)
         rel = part_path("files", job, part_id(out.file_id for out in outs))
         write_part(dataset, rel, _files_rows(job, outs))
@@ -575,9 +574,17 @@ class _SmallTables:
         self.held.append(out)
         self.bytes += sum(len(data) for data in out.small.values())
         if self.bytes > SMALL_TABLES_BYTES:
-            for job in dict.fromkeys(held.job for held in self.held):
-                _write_small_tables(self.dataset, job, [o for o in self.held if o.job == job])
+            for job, outs in _by_job(self.held).items():
+                _write_small_tables(self.dataset, job, outs)
             self.held, self.bytes = [], 0
+
+
+def _by_job(outs: list[FileOutcome]) -> dict[str, list[FileOutcome]]:
+    """``outs`` by job, in the order each job first appears."""
+    groups: dict[str, list[FileOutcome]] = {}
+    for out in outs:
+        groups.setdefault(out.job, []).append(out)
+    return groups
 
 
 def _finished(small: _SmallTables, on_file, out: FileOutcome) -> None:
