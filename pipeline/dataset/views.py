@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from pipeline.dataset.schema import TableSchema, load_schemas
-from pipeline.dataset.store import MANIFEST, Manifest, read_manifest, require_parts
+from pipeline.dataset.store import MANIFEST, read_manifest, require_parts
 from pipeline.errors import DatasetError
 
 _DUCKDB_TYPES = {
@@ -50,14 +50,17 @@ def connect(
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
     manifest = read_manifest(dataset)
     schemas = [s for s in load_schemas().values() if derived or not s.derived]
-    parts = [rel for schema in schemas for rel in manifest.parts(schema.name)]
+    # listed once: each listing walks every file of the manifest (70 ms for all tables at
+    # 16,384 files)
+    by_table = {schema.name: manifest.parts(schema.name) for schema in schemas}
+    parts = [rel for rels in by_table.values() for rel in rels]
     require_parts(dataset, parts)
     # Progress bars would go to stdout, among the data.
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.execute("SET parquet_metadata_cache = true")
     for schema in schemas:
-        con.execute(view_sql(con, dataset, manifest, schema))
+        con.execute(view_sql(con, dataset, by_table[schema.name], schema))
     con.execute(resources.files("pipeline.dataset").joinpath("sources.sql").read_text())
     if derived:
         con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
@@ -69,10 +72,11 @@ def connect(
 
 
 def view_sql(
-    con: duckdb.DuckDBPyConnection, dataset: Path, manifest: Manifest, schema: TableSchema
+    con: duckdb.DuckDBPyConnection, dataset: Path, parts: list[str], schema: TableSchema
 ) -> str:
-    """The ``CREATE VIEW`` statement for one table (see :func:`parts_select`)."""
-    select = parts_select(con, dataset, manifest.parts(schema.name), schema)
+    """The ``CREATE VIEW`` statement for one table over its ``parts`` (relative paths; see
+    :func:`parts_select`)."""
+    select = parts_select(con, dataset, parts, schema)
     return f"CREATE VIEW {_ident(schema.name)} AS {select}"
 
 
