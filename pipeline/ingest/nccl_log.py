@@ -285,14 +285,15 @@ def _build(
     def ranked(frame: pl.DataFrame) -> pl.DataFrame:
         return _with_rank(frame, process_ranks, warnings)
 
-    comms = _comm_table(parts, inits, world, ranked)
+    comm_ids = _comm_ids(inits)
+    comms = _comm_table(parts, comm_ids, world, ranked)
     colls = _collectives(parts, inits, comms, ranked, warnings)
     tables = {
         "ranks": _ranks_table(rank_map, inits, parts, world, version),
         "communicators": comms.select(
             "rank", "comm", "nranks", "ranks", "rank_in_comm", pl.lit("nccl").alias("backend")
         ),
-        "topology": _topology(parts, inits, ranked),
+        "topology": _topology(parts, inits, comm_ids, ranked),
         "collectives": colls,
         "log_messages": _log_messages(parts, ranked, warnings),
     }
@@ -406,7 +407,8 @@ def _rank_maps(parts, inits: pl.DataFrame, warnings: Warnings):
             )
         )
     ev.extend(_topology_evidence(parts))
-    evidence = pl.concat([e.select([pl.col(c).cast(t) for c, t in schema.items()]) for e in ev])
+    casts = [pl.col(c).cast(t) for c, t in schema.items()]
+    evidence = pl.concat([e.select(list(schema)) for e in ev], how="vertical_relaxed").select(casts)
     evidence = evidence.filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null())
     best = (
         evidence.sort(
@@ -420,12 +422,14 @@ def _rank_maps(parts, inits: pl.DataFrame, warnings: Warnings):
             pl.col("rank").filter(pl.col("prio") == pl.col("prio").min()).n_unique().alias("n"),
         )
     )
-    ambiguous = best.filter((pl.col("prio") >= 3) & (pl.col("n") > 1))
-    for row in ambiguous.iter_rows(named=True):
-        warnings.add(
-            f"rank of {row['host']}:{row['pid']} [{row['dev']}] ambiguous from topology lines"
-        )
-    rank_map = best.filter(~((pl.col("prio") >= 3) & (pl.col("n") > 1))).drop("n")
+    ambiguous = (best["prio"] >= 3) & (best["n"] > 1)
+    if ambiguous.any():
+        for row in best.filter(ambiguous).iter_rows(named=True):
+            warnings.add(
+                f"rank of {row['host']}:{row['pid']} [{row['dev']}] ambiguous from topology lines"
+            )
+        best = best.filter(~ambiguous)
+    rank_map = best.drop("n")
     pid_map = (
         rank_map.group_by("host", "pid")
         .agg(pl.col("rank").unique())
@@ -532,9 +536,10 @@ def _comm_ids(inits: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _comm_table(parts, inits: pl.DataFrame, world, ranked) -> pl.DataFrame:
-    """One row per (rank, communicator) seen in Init lines or only in COLL lines."""
-    ids = ranked(_comm_ids(inits).rename({"init_dev": "dev"}))
+def _comm_table(parts, comm_ids: pl.DataFrame, world, ranked) -> pl.DataFrame:
+    """One row per (rank, communicator) seen in Init lines (``comm_ids``) or only in COLL
+    lines."""
+    ids = ranked(comm_ids.rename({"init_dev": "dev"}))
     coll = parts.get("coll")
     if coll is not None:
         extra = (
@@ -580,7 +585,9 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
     coll = parts.get("coll")
     if coll is None:
         return pl.DataFrame(schema={"rank": pl.Int64, "collective_id": pl.Int64, "op": pl.String})
-    coll = _place_bare_lines(coll.sort("line_no"))
+    coll = coll.sort("line_no")
+    if coll["host"].null_count():
+        coll = _place_bare_lines(coll)
     ids = comms.select(
         "host", "pid", "comm_ptr", "comm", pl.col("nranks").alias("comm_nranks"), "rank_in_comm"
     )
@@ -723,36 +730,22 @@ def _ranks_table(rank_map, inits, parts, world, version) -> pl.DataFrame:
         pl.col("nvml_dev").drop_nulls().first(),
         pl.col("local_rank").drop_nulls().first(),
     )
-    bus = pl.col("bus_id").str.to_integer(base=16, strict=False)
-    bus_str = pl.format(
-        "{}:{}:{}.{}",
-        _hex_pad(bus // (1 << 20), 4),
-        _hex_pad((bus // (1 << 12)) % 256, 2),
-        _hex_pad((bus // 16) % 256, 2),
-        _hex_pad(bus % 16, 1),
-    )
+    # the few bus ids of the file's ranks, formatted in Python: as expressions they were a
+    # dozen replace_strict calls on every file
+    pci = {b: _pci_bus_id(b) for b in set(info["bus_id"].to_list()) if b is not None}
     exact = version if version and version[0].isdigit() and version.count(".") >= 2 else None
     return (
         rank_map.join(info, on=["host", "pid", "dev"], how="left")
-        .with_columns(
+        .select(
+            "rank",
             pl.lit(world, pl.Int64).alias("world_size"),
+            pl.when(pl.col("host") != L.TRIMMED_HOST).then("host").alias("host"),
+            pl.when(pl.col("pid") != L.TRIMMED_PID).then("pid").alias("pid"),
+            "local_rank",
             pl.format("cuda:{}", "dev").alias("device"),
             pl.lit("nccl").alias("backend"),
             pl.lit(exact, pl.String).alias("comm_lib_version"),
-            pl.when(bus.is_not_null()).then(bus_str).alias("bus_id"),
-            pl.when(pl.col("host") != L.TRIMMED_HOST).then("host").alias("host"),
-            pl.when(pl.col("pid") != L.TRIMMED_PID).then("pid").alias("pid"),
-        )
-        .select(
-            "rank",
-            "world_size",
-            "host",
-            "pid",
-            "local_rank",
-            "device",
-            "backend",
-            "comm_lib_version",
-            "bus_id",
+            pl.col("bus_id").replace_strict(pci, default=None, return_dtype=pl.String),
             "nvml_dev",
         )
         .unique(maintain_order=True)
@@ -760,12 +753,16 @@ def _ranks_table(rank_map, inits, parts, world, version) -> pl.DataFrame:
     )
 
 
-def _hex_pad(expr: pl.Expr, width: int) -> pl.Expr:
-    digits = "0123456789abcdef"
-    chars = [(expr // (16**i)) % 16 for i in reversed(range(width))]
-    return pl.concat_str(
-        [c.replace_strict(dict(enumerate(digits)), return_dtype=pl.String) for c in chars]
-    )
+def _pci_bus_id(bus_id: str) -> str | None:
+    """NCCL's ``busId``, the hex of domain << 20 | bus << 12 | device << 4 | function (e.g.
+    ``18000``), in PCI form (``0000:18:00.0``); None when it is not such a number."""
+    try:
+        v = int(bus_id, 16)
+    except ValueError:
+        return None
+    if not 0 <= v < 1 << 63 or bus_id.lower().startswith("0x"):
+        return None
+    return f"{(v >> 20) & 0xFFFF:04x}:{(v >> 12) & 0xFF:02x}:{(v >> 4) & 0xFF:02x}.{v & 0xF:x}"
 
 
 def _topology_rows(
@@ -800,7 +797,7 @@ def _numbers(text: pl.Expr) -> pl.Expr:
     return text.str.extract_all(r"-?\d+").cast(pl.List(pl.Int64))
 
 
-def _topology(parts, inits: pl.DataFrame, ranked) -> pl.DataFrame:
+def _topology(parts, inits: pl.DataFrame, comm_ids: pl.DataFrame, ranked) -> pl.DataFrame:
     """Rings, trees, NVLS/CollNet lines and connection lines, one row per channel entry."""
     rows = []
     i64 = pl.Int64
@@ -845,7 +842,8 @@ def _topology(parts, inits: pl.DataFrame, ranked) -> pl.DataFrame:
         rows.append(_topology_rows(f, "channels", detail, channel=pl.lit(None, i64)))
     if not rows:
         return pl.DataFrame(schema={"rank": pl.Int64, "kind": pl.String})
-    topo = _topology_comm(pl.concat(rows, how="vertical_relaxed").sort("line_no"), inits)
+    topo = pl.concat(rows, how="vertical_relaxed").sort("line_no")
+    topo = _topology_comm(topo, inits, comm_ids)
     return ranked(topo).select(
         "rank", "comm", "channel", "kind", "peer", "peers", "transport", "detail"
     )
@@ -895,11 +893,11 @@ def _tree_rows(parts) -> list[pl.DataFrame]:
     return out
 
 
-def _topology_comm(topo: pl.DataFrame, inits: pl.DataFrame) -> pl.DataFrame:
+def _topology_comm(topo: pl.DataFrame, inits: pl.DataFrame, comm_ids: pl.DataFrame) -> pl.DataFrame:
     """The comm a topology line belongs to: the next Init COMPLETE of its thread, else the
     last Init START / ``comm .. nRanks`` line of its thread (topology is printed during init,
     on the thread that runs it)."""
-    ids = _comm_ids(inits).select("host", "pid", "comm_ptr", "comm")
+    ids = comm_ids.select("host", "pid", "comm_ptr", "comm")
     marks = inits.join(ids, on=["host", "pid", "comm_ptr"], how="left").select(
         "line_no",
         "host",
