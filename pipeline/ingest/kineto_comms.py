@@ -156,6 +156,12 @@ def _enclosing(inner: pl.DataFrame, outer: pl.DataFrame, prefix: str) -> pl.Data
     """Join to each ``inner`` row (pid, tid, start_ns, end_ns) the latest-starting ``outer``
     range on the same thread that contains it; outer columns get ``prefix``."""
     renamed = outer.rename({c: f"{prefix}{c}" for c in outer.columns if c not in ("pid", "tid")})
+    if outer.is_empty():  # (most traces lack one of the kinds of range: no join to run)
+        return inner.sort("start_ns").with_columns(
+            pl.lit(None, dtype).alias(c)
+            for c, dtype in renamed.schema.items()
+            if c not in ("pid", "tid")
+        )
     joined = inner.sort("start_ns").join_asof(
         renamed.sort(f"{prefix}start_ns"),
         left_on="start_ns",
