@@ -6,9 +6,14 @@ The job is generated (``pipeline.synth``, TP8 x PP4 x DP``--dp``, 2 steps, 8 lay
 Kineto trace and an NCCL debug log per rank: 1,024 ranks by default, 128 with ``--quick``).
 It is ingested twice with 2 workers: as tokenwire does it, and with no table counted as
 small (``compact.SMALL_PART_ROWS = 0``: every table of every file is a part of its own, and
-nothing is merged). On each dataset the benchmark times ``tokenwire link``,
-``tokenwire report``, an ad hoc query (bytes per rank and op over every collective) and a
+nothing is merged; ``--baseline-rows N`` counts tables under N rows as small instead). On
+each dataset the benchmark times ``tokenwire link``, ``tokenwire report``, two ad hoc
+queries (bytes per rank and op over every collective; ops and their time per rank) and a
 DuckDB ``count(*)`` of every table, each in its own child process, and prints the ratios.
+
+``--target-mb`` makes each rank's trace bigger (the job's Kineto MB in all): at 3,000 MB for
+1,024 ranks each trace holds some 5,400 ops, a table per file above the 4 Ki rows that were
+the threshold until stop 17 (``--baseline-rows 4096`` compares the two).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pipeline.dataset import compact
 from pipeline.ingest.run import ingest
 merge, dataset, folder = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 if merge == "apart":
-    compact.SMALL_PART_ROWS = 0  # no part is small: each stays as ingest wrote it
+    compact.SMALL_PART_ROWS = int(sys.argv[4])  # 0: no part is small, each stays as written
 t0 = time.perf_counter()
 errors = ingest([folder], dataset, jobs=2).errors
 done(t0)
@@ -44,24 +49,27 @@ from pipeline.dataset.views import connect
 t0 = time.perf_counter()
 con = connect(sys.argv[1], read_only=True)
 con.execute("SELECT rank, op, sum(bytes) FROM collectives GROUP BY ALL").fetchall()
+con.execute("SELECT rank, count(*), sum(dur_ns) FROM ops GROUP BY rank").fetchall()
 done(t0)
 """
 )
 
 
-def generate(out: Path, dp: int) -> int:
+def generate(out: Path, dp: int, target_mb: float | None = None) -> int:
     """Write the job (TP8 x PP4 x DP``dp``) in a child process (the writer's memory would
     otherwise count in every child's peak: they start as copies of this process); return
     its number of files."""
     command = [sys.executable, "-m", "pipeline.synth", str(out), "--tp", "8", "--pp", "4"]
     command += ["--dp", str(dp), "--steps", "2", "--layers", "8", "--global-batch", "128"]
+    if target_mb:
+        command += ["--target-mb", str(target_mb)]
     subprocess.run(
         [*command, "--formats", "kineto,nccl"], cwd=REPO, check=True, stdout=subprocess.DEVNULL
     )
     return sum(1 for _ in out.iterdir())
 
 
-def run(folder: Path, work: Path) -> dict[str, dict[str, Measurement]]:
+def run(folder: Path, work: Path, baseline_rows: int = 0) -> dict[str, dict[str, Measurement]]:
     """Ingest ``folder`` both ways and time what reads each dataset."""
     out: dict[str, dict[str, Measurement]] = {}
     for layout in ("merged", "apart"):
@@ -69,7 +77,12 @@ def run(folder: Path, work: Path) -> dict[str, dict[str, Measurement]]:
         shutil.rmtree(dataset, ignore_errors=True)
         steps = out[layout] = {}
         steps["ingest"] = measure(
-            f"ingest, 2 workers ({layout})", INGEST, layout, str(dataset), str(folder)
+            f"ingest, 2 workers ({layout})",
+            INGEST,
+            layout,
+            str(dataset),
+            str(folder),
+            str(baseline_rows),
         )
         steps["link"] = measure(f"tokenwire link ({layout})", LINK, str(dataset))
         steps["report"] = measure(
@@ -89,15 +102,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="128 ranks instead of 1,024")
     parser.add_argument("--work", type=Path, default=REPO / "bench_out")
+    parser.add_argument("--target-mb", type=float, help="the job's Kineto MB (bigger traces)")
+    parser.add_argument(
+        "--baseline-rows", type=int, default=0, help="small-table rows of the baseline (0: none)"
+    )
     args = parser.parse_args(argv)
     dp = 4 if args.quick else 32
     args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         folder = Path(tmp) / "job"
-        files = generate(folder, dp)
+        files = generate(folder, dp, args.target_mb)
         print(f"== many ranks: {32 * dp:,} ranks, {files:,} files (Kineto + NCCL log)", flush=True)
-        out = run(folder, Path(tmp))
-    print("== merged small parts / a part per table and file (timed parts)")
+        out = run(folder, Path(tmp), args.baseline_rows)
+    base = f"under {args.baseline_rows:,} rows" if args.baseline_rows else "none"
+    print(f"== merged small parts / the baseline (small parts: {base}; timed parts)")
     for step in ("ingest", "link", "report", "query", "count"):
         merged, apart = out["merged"][step], out["apart"][step]
         ours, base = merged.inner_seconds, apart.inner_seconds
