@@ -73,7 +73,54 @@ QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_i
     AND row_number() OVER (PARTITION BY job, rank, source, primary_file_id,
                                         primary_collective_id ORDER BY gap) = 1;
 
--- Order: score every offset by the sizes that agree, keep the single best per rank and comm.
+-- Order, the quick way: the offset that pairs each profiler call with the log call of the
+-- same sequence number. Where at that offset every size that can agree does (the most any
+-- offset scores) and every sequence number does, it is the single best offset, the one the
+-- full scoring below would keep: no other offset can pair every call with its own sequence
+-- number when those are unique in the log. The full scoring pairs every call with every
+-- call of its op: a log of a whole run against a profiler's window of a few steps is
+-- millions of pairs a rank, and this settles that case in a pass.
+CREATE TEMP TABLE _seq_offsets AS
+WITH groups AS (  -- (rank, log, comm) whose log repeats no sequence number of an op
+    SELECT job, rank, source, primary_comm
+    FROM _secondary_calls
+    WHERE NOT timed
+    GROUP BY ALL
+    HAVING count(seq) = count(*) AND count(DISTINCT (op, seq)) = count(*)
+), bounds AS (  -- the most any offset can score: profiler calls of the ops the log has
+    SELECT g.job, g.rank, g.source, g.primary_comm, count(*) AS calls, count(p.bytes) AS sized
+    FROM groups g
+    JOIN (SELECT DISTINCT job, rank, source, primary_comm, op FROM _secondary_calls) o
+        USING (job, rank, source, primary_comm)
+    JOIN _primary_calls p ON p.job = g.job AND p.rank = g.rank AND p.comm = g.primary_comm
+        AND p.op = o.op
+    GROUP BY ALL
+), candidates AS (
+    SELECT DISTINCT s.job, s.rank, s.source, s.primary_comm, s.k - p.k AS offset_calls
+    FROM _secondary_calls s
+    SEMI JOIN groups USING (job, rank, source, primary_comm)
+    JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
+        AND p.op = s.op AND p.seq = s.seq
+    WHERE NOT s.timed
+), scored AS (
+    SELECT c.job, c.rank, c.source, c.primary_comm, c.offset_calls,
+           count(*) FILTER (s.bytes = p.bytes) AS agree,
+           count(*) FILTER (s.bytes <> p.bytes) AS disagree,
+           count(*) FILTER (s.seq = p.seq) AS same_seq
+    FROM candidates c
+    JOIN _primary_calls p ON p.job = c.job AND p.rank = c.rank AND p.comm = c.primary_comm
+    JOIN _secondary_calls s ON s.job = c.job AND s.rank = c.rank AND s.source = c.source
+        AND s.primary_comm = c.primary_comm AND s.op = p.op AND s.k = p.k + c.offset_calls
+    WHERE NOT s.timed
+    GROUP BY ALL
+)
+SELECT c.job, c.rank, c.source, c.primary_comm, c.offset_calls
+FROM scored c
+JOIN bounds b USING (job, rank, source, primary_comm)
+WHERE c.agree - c.disagree = b.sized AND c.same_seq = b.calls;
+
+-- Order, in full, where the quick way settled nothing: score every offset by the sizes that
+-- agree, then the sequence numbers; keep the single best per rank and comm.
 CREATE TEMP TABLE _order_offsets AS
 WITH scored AS (
     SELECT s.job, s.rank, s.source, s.primary_comm, s.k - p.k AS offset_calls,
@@ -81,6 +128,7 @@ WITH scored AS (
            count(*) FILTER (s.bytes <> p.bytes) AS disagree,
            count(*) FILTER (s.seq = p.seq) AS same_seq
     FROM _secondary_calls s
+    ANTI JOIN _seq_offsets USING (job, rank, source, primary_comm)
     JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
         AND p.op = s.op
     WHERE NOT s.timed
@@ -93,7 +141,9 @@ WITH scored AS (
 SELECT job, rank, source, primary_comm, any_value(offset_calls) AS offset_calls
 FROM ranked WHERE place = 1
 GROUP BY ALL
-HAVING count(*) = 1;
+HAVING count(*) = 1
+UNION ALL
+SELECT * FROM _seq_offsets;
 
 CREATE TEMP TABLE _order_matches AS
 SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, p.file_id AS primary_file_id,

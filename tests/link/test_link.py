@@ -365,6 +365,56 @@ def test_nccl_logs_fill_sizes_an_old_trace_lacks(linked_sample: Path, tmp_path: 
     )
 
 
+_LOG_PAIRS = (
+    "SELECT m.primary_file_id, m.primary_collective_id, s.seq - p.seq AS seq_gap, "
+    "m.sizes_agree "
+    "FROM collective_matches m "
+    "JOIN collectives s ON s.job = m.job AND s.rank = m.rank AND s.source = m.source "
+    "  AND s.file_id = m.file_id AND s.collective_id = m.collective_id "
+    "JOIN collectives p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source "
+    "  AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id "
+    "WHERE m.source = 'nccl_log'"
+)
+
+
+@pytest.mark.parametrize("log", ["whole_run", "seq_one_off"])
+def test_a_log_longer_than_the_window_matches_by_order(
+    linked_sample: Path, tmp_path: Path, log: str
+) -> None:
+    """A log usually spans more of the run than the profiler's window. ``whole_run``: each
+    NCCL log holds its calls twice over (a later copy, the same sizes, sequence numbers moved
+    on), so sizes alone tie between the two copies and the sequence numbers choose: every
+    profiler call pairs with the log call of its own number, the way link settles a long log
+    without scoring every offset. ``seq_one_off``: the log's numbers are one ahead of the
+    profiler's (a log that began a call late), so they settle nothing and the full scoring by
+    sizes chooses the offset."""
+    import polars as pl
+
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_sample, copy)
+    logged = pl.col("source") == "nccl_log"
+
+    def longer(frame: pl.DataFrame) -> pl.DataFrame:
+        later = frame.filter(logged).with_columns(
+            pl.col("seq") + 1_000_000, pl.col("collective_id") + 1_000_000_000
+        )
+        return pl.concat([frame, later])
+
+    def one_off(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.with_columns(pl.when(logged).then(pl.col("seq") + 1).otherwise("seq"))
+
+    edit_parts(copy, "collectives", longer if log == "whole_run" else one_off)
+    link(copy, config=REPO_ROOT / "sample_traces" / "job.yaml")
+    ds = pipeline.open(copy)
+    profiled = ds.sql("SELECT count(*) FROM collectives WHERE source = 'kineto'").item()
+    pairs = ds.sql(_LOG_PAIRS)
+    assert pairs.height == profiled
+    # each profiler call once
+    assert pairs.select("primary_file_id", "primary_collective_id").n_unique() == profiled
+    assert pairs["sizes_agree"].all()
+    assert set(pairs["seq_gap"]) == ({0} if log == "whole_run" else {1})
+
+
 def test_an_instance_whose_ranks_disagree_takes_the_op_most_report(tmp_path: Path) -> None:
     """A desynchronized job: at one sequence number one rank of four issued another op, at
     another two ranks did. The instance takes the op most ranks report (the first by name
