@@ -53,18 +53,29 @@ SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, m.primary_comm, c.op
 FROM collectives c
 JOIN _comm_map m USING (job, source, comm);
 
--- Time: candidate pairs within 50 ms, kept when mutually nearest.
+-- Time: candidate pairs within 50 ms, kept when mutually nearest. Calls are put in 50 ms
+-- buckets (floor division) and a call is paired only with the profiler's calls of its own
+-- and the two neighbouring buckets, which hold every call within 50 ms: on the ranks, comm
+-- and op alone the join paired every call of a long capture with every profiler call.
 CREATE TEMP TABLE _time_matches AS
-WITH pairs AS (
+WITH primary_calls AS (
+    SELECT *, (enqueue_ns - (enqueue_ns % 50000000 + 50000000) % 50000000) // 50000000
+              AS bucket
+    FROM _primary_calls
+), secondary_calls AS (
+    SELECT s.*, (enqueue_ns - (enqueue_ns % 50000000 + 50000000) % 50000000) // 50000000
+                + n.step AS bucket
+    FROM _secondary_calls s, (VALUES (-1), (0), (1)) n(step)
+    WHERE s.timed
+), pairs AS (
     SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, p.file_id AS primary_file_id,
            p.collective_id AS primary_collective_id, abs(s.enqueue_ns - p.enqueue_ns) AS gap,
            s.bytes IS NOT DISTINCT FROM p.bytes OR s.bytes IS NULL OR p.bytes IS NULL
                AS sizes_agree
-    FROM _secondary_calls s
-    JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
-        AND p.op = s.op AND p.enqueue_ns BETWEEN s.enqueue_ns - 50000000
-                                             AND s.enqueue_ns + 50000000
-    WHERE s.timed
+    FROM secondary_calls s
+    JOIN primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
+        AND p.op = s.op AND p.bucket = s.bucket
+        AND p.enqueue_ns BETWEEN s.enqueue_ns - 50000000 AND s.enqueue_ns + 50000000
 )
 SELECT * EXCLUDE (gap), 'time' AS method
 FROM pairs
@@ -102,15 +113,18 @@ WITH groups AS (  -- (rank, log, comm) whose log repeats no sequence number of a
     JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
         AND p.op = s.op AND p.seq = s.seq
     WHERE NOT s.timed
-), scored AS (
-    SELECT c.job, c.rank, c.source, c.primary_comm, c.offset_calls,
-           count(*) FILTER (s.bytes = p.bytes) AS agree,
-           count(*) FILTER (s.bytes <> p.bytes) AS disagree,
-           count(*) FILTER (s.seq = p.seq) AS same_seq
+), wanted AS (  -- (the log position of each call first, as for _order_matches below)
+    SELECT c.job, c.rank, c.source, c.primary_comm, c.offset_calls, p.op,
+           p.k + c.offset_calls AS k, p.bytes, p.seq
     FROM candidates c
     JOIN _primary_calls p ON p.job = c.job AND p.rank = c.rank AND p.comm = c.primary_comm
-    JOIN _secondary_calls s ON s.job = c.job AND s.rank = c.rank AND s.source = c.source
-        AND s.primary_comm = c.primary_comm AND s.op = p.op AND s.k = p.k + c.offset_calls
+), scored AS (
+    SELECT w.job, w.rank, w.source, w.primary_comm, w.offset_calls,
+           count(*) FILTER (s.bytes = w.bytes) AS agree,
+           count(*) FILTER (s.bytes <> w.bytes) AS disagree,
+           count(*) FILTER (s.seq = w.seq) AS same_seq
+    FROM wanted w
+    JOIN _secondary_calls s USING (job, rank, source, primary_comm, op, k)
     WHERE NOT s.timed
     GROUP BY ALL
 )
@@ -145,16 +159,22 @@ HAVING count(*) = 1
 UNION ALL
 SELECT * FROM _seq_offsets;
 
+-- (the log position of each profiler call is worked out first: joined on an expression of
+-- two tables, DuckDB paired every call with every call of its op and then filtered)
 CREATE TEMP TABLE _order_matches AS
-SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, p.file_id AS primary_file_id,
-       p.collective_id AS primary_collective_id,
-       s.bytes IS NOT DISTINCT FROM p.bytes OR s.bytes IS NULL OR p.bytes IS NULL
+WITH wanted AS (
+    SELECT o.job, o.rank, o.source, o.primary_comm, p.op, p.k + o.offset_calls AS k,
+           p.file_id AS primary_file_id, p.collective_id AS primary_collective_id, p.bytes
+    FROM _order_offsets o
+    JOIN _primary_calls p ON p.job = o.job AND p.rank = o.rank AND p.comm = o.primary_comm
+)
+SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, w.primary_file_id,
+       w.primary_collective_id,
+       s.bytes IS NOT DISTINCT FROM w.bytes OR s.bytes IS NULL OR w.bytes IS NULL
            AS sizes_agree,
        'order' AS method
 FROM _secondary_calls s
-JOIN _order_offsets o USING (job, rank, source, primary_comm)
-JOIN _primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
-    AND p.op = s.op AND p.k = s.k - o.offset_calls
+JOIN wanted w USING (job, rank, source, primary_comm, op, k)
 WHERE NOT s.timed;
 
 CREATE TEMP TABLE collective_matches AS
