@@ -230,10 +230,8 @@ def split_prefix(lines: pl.DataFrame) -> pl.DataFrame:
                 pl.col("line").str.extract(r"([A-Za-z]+: opCount .*)$", 1).alias("msg"),
             )
         )
-    out = pl.concat(found, how="vertical") if len(found) > 1 else found[0]
+    out = pl.concat(found, how="vertical").sort("line_no") if len(found) > 1 else found[0]
     launcher = pl.col("wrapper").str.extract_groups(LAUNCHER_RANK)
-    if len(found) > 1:
-        out = out.sort("line_no")
     return out.with_columns(
         pl.col("pid").cast(pl.Int64),
         pl.col("tid").cast(pl.Int64),

@@ -505,7 +505,9 @@ def _process_ranks(parts, rank_map: pl.DataFrame, pid_map: pl.DataFrame) -> pl.D
     )
 
 
-def _with_rank(frame: pl.DataFrame, process_ranks: pl.DataFrame, warnings: Warnings):
+def _with_rank(
+    frame: pl.DataFrame, process_ranks: pl.DataFrame, warnings: Warnings
+) -> pl.DataFrame:
     """Add ``rank`` to rows that carry host/pid/dev (and launcher_rank); -1 with a warning."""
     # null keys match the null-keyed rows of process_ranks, whose rank is null too: a prefix
     # without a device still finds its process's rank
