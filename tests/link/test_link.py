@@ -291,6 +291,17 @@ def test_clock_offsets_between_hosts(linked_sample: Path, tmp_path: Path) -> Non
     assert residual < 100_000
 
 
+#: Each NCCL log call that link matched (m), with itself (s) and the profiler's call (p).
+_LOG_MATCHES = (
+    "FROM collective_matches m "
+    "JOIN collectives s ON s.job = m.job AND s.rank = m.rank AND s.source = m.source "
+    "  AND s.file_id = m.file_id AND s.collective_id = m.collective_id "
+    "JOIN collectives p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source "
+    "  AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id "
+    "WHERE m.source = 'nccl_log'"
+)
+
+
 def test_nccl_logs_match_profiler_calls(linked_sample: Path) -> None:
     """The sample job's NCCL logs know each rank's communicators only by commId and their own
     rank in them; link assembles the rank sets across the logs, maps each to its process group
@@ -300,13 +311,7 @@ def test_nccl_logs_match_profiler_calls(linked_sample: Path) -> None:
     assert logged == ds.sql("SELECT count(*) FROM collectives WHERE source = 'kineto'").item()
     pairs = ds.sql(
         "SELECT m.method, m.sizes_agree, s.seq = p.seq AS same_seq, "
-        "s.op = p.op AND s.bytes = p.bytes AND s.dtype = p.dtype AS same_call "
-        "FROM collective_matches m "
-        "JOIN collectives s ON s.job = m.job AND s.rank = m.rank AND s.source = m.source "
-        "  AND s.file_id = m.file_id AND s.collective_id = m.collective_id "
-        "JOIN collectives p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source "
-        "  AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id "
-        "WHERE m.source = 'nccl_log'"
+        "s.op = p.op AND s.bytes = p.bytes AND s.dtype = p.dtype AS same_call " + _LOG_MATCHES
     )
     assert pairs.height == logged
     assert pairs["sizes_agree"].all()
@@ -365,18 +370,6 @@ def test_nccl_logs_fill_sizes_an_old_trace_lacks(linked_sample: Path, tmp_path: 
     )
 
 
-_LOG_PAIRS = (
-    "SELECT m.primary_file_id, m.primary_collective_id, s.seq - p.seq AS seq_gap, "
-    "m.sizes_agree "
-    "FROM collective_matches m "
-    "JOIN collectives s ON s.job = m.job AND s.rank = m.rank AND s.source = m.source "
-    "  AND s.file_id = m.file_id AND s.collective_id = m.collective_id "
-    "JOIN collectives p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source "
-    "  AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id "
-    "WHERE m.source = 'nccl_log'"
-)
-
-
 @pytest.mark.parametrize("log", ["whole_run", "seq_one_off"])
 def test_a_log_longer_than_the_window_matches_by_order(
     linked_sample: Path, tmp_path: Path, log: str
@@ -407,7 +400,10 @@ def test_a_log_longer_than_the_window_matches_by_order(
     link(copy, config=REPO_ROOT / "sample_traces" / "job.yaml")
     ds = pipeline.open(copy)
     profiled = ds.sql("SELECT count(*) FROM collectives WHERE source = 'kineto'").item()
-    pairs = ds.sql(_LOG_PAIRS)
+    pairs = ds.sql(
+        "SELECT m.primary_file_id, m.primary_collective_id, s.seq - p.seq AS seq_gap, "
+        "m.sizes_agree " + _LOG_MATCHES
+    )
     assert pairs.height == profiled
     # each profiler call once
     assert pairs.select("primary_file_id", "primary_collective_id").n_unique() == profiled
