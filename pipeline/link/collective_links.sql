@@ -128,3 +128,11 @@ WITH linked AS (
 SELECT *, _dim_evidence(op, layer, layer_kind, backward_op) AS evidence,
        _dim_evidence(op, layer, layer_kind, backward_op) AS parallel_dim
 FROM linked;
+
+-- Working tables no later step reads: freed here, so that the next steps' tables do not
+-- sit beside them (link's peak memory on a big job).
+DROP VIEW _own_links;
+DROP TABLE _matched_context;
+DROP TABLE _collective_peers;
+DROP TABLE _filled_sizes;
+DROP TABLE _layer_names;

@@ -197,3 +197,12 @@ FROM collective_matches m
 JOIN collectives s USING (job, rank, source, file_id, collective_id)
 WHERE s.bytes IS NOT NULL
 GROUP BY ALL;
+
+-- Working tables no later step reads: freed here, so that the next steps' tables do not
+-- sit beside them (link's peak memory on a big job).
+DROP TABLE _primary_calls;
+DROP TABLE _secondary_calls;
+DROP TABLE _time_matches;
+DROP TABLE _seq_offsets;
+DROP TABLE _order_offsets;
+DROP TABLE _order_matches;

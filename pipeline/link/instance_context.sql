@@ -89,3 +89,13 @@ SET step = o.step, step_from = 'log_order'
 FROM _order_steps o
 WHERE l.job = o.job AND l.rank = o.rank AND l.source = o.source AND l.file_id = o.file_id
   AND l.collective_id = o.collective_id;
+
+-- Working tables no later step reads: freed here, so that the next steps' tables do not
+-- sit beside them (link's peak memory on a big job).
+DROP VIEW _instance_aligned;
+DROP VIEW _aligned_ends;
+DROP VIEW _rank_residuals;
+DROP TABLE _unplaced;
+DROP TABLE _instance_fill;
+DROP TABLE _order_steps;
+DROP TABLE _instance_rows;
