@@ -12,8 +12,8 @@ queries (bytes per rank and op over every collective; ops and their time per ran
 DuckDB ``count(*)`` of every table, each in its own child process, and prints the ratios.
 
 ``--target-mb`` makes each rank's trace bigger (the job's Kineto MB in all): at 3,000 MB for
-1,024 ranks each trace holds some 5,400 ops, a table per file above the 4 Ki rows that were
-the threshold until stop 17 (``--baseline-rows 4096`` compares the two).
+1,024 ranks each trace holds some 5,400 ops, a table per file above 4,096 rows, the
+threshold up to stop 16 (``--baseline-rows 4096`` compares it with today's).
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> None:
         files = generate(folder, dp, args.target_mb)
         print(f"== many ranks: {32 * dp:,} ranks, {files:,} files (Kineto + NCCL log)", flush=True)
         out = run(folder, Path(tmp), args.baseline_rows)
-    base = f"under {args.baseline_rows:,} rows" if args.baseline_rows else "none"
-    print(f"== merged small parts / the baseline (small parts: {base}; timed parts)")
+    baseline = f"under {args.baseline_rows:,} rows" if args.baseline_rows else "none"
+    print(f"== merged small parts / the baseline (small parts: {baseline}; timed parts)")
     for step in ("ingest", "link", "report", "query", "count"):
         merged, apart = out["merged"][step], out["apart"][step]
         ours, base = merged.inner_seconds, apart.inner_seconds
