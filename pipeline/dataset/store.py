@@ -18,7 +18,6 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import re
 import time
@@ -26,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -100,7 +100,7 @@ def read_manifest(dataset: Path) -> Manifest:
     if not path.exists():
         return Manifest()
     try:
-        doc = json.loads(path.read_text())
+        doc = orjson.loads(path.read_bytes())
         if doc.get("format") != FORMAT_NAME:
             raise ValueError("not a tokenwire manifest")
         files = {
@@ -169,7 +169,9 @@ def write_manifest(dataset: Path, manifest: Manifest) -> None:
         "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
         "derived": manifest.derived,
     }
-    atomic_write_bytes(dataset / MANIFEST, json.dumps(doc, indent=1).encode())
+    # orjson: the standard encoder with an indent is pure Python (42 ms against 2 ms for the
+    # 1.6 MB manifest of a 1,024-rank job, and every ingest and link writes it)
+    atomic_write_bytes(dataset / MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
 class DatasetWriteError(DatasetError):
