@@ -533,9 +533,10 @@ def _write_small_tables(dataset: Path, job: str, outs: list[FileOutcome]) -> Non
     unpacked a row group at a time), listed under each file whose rows it holds.
 
     The tables are written side by side, a thread per core, each holding one row group at
-    a time: unpacking and Parquet encoding release the GIL, and at the commit the workers
-    are done, so the cores are free (measured: the commit of a 1,024-rank job, 2.7 -> 1.8 s
-    on 2 cores).
+    a time: unpacking and Parquet encoding release the GIL. At the commit the workers are
+    done and the cores free (measured: the commit of a 1,024-rank job, 2.7 -> 1.8 s on 2
+    cores); past :data:`SMALL_TABLES_BYTES`, during the run, the threads share the cores
+    with the workers.
     """
     outs = sorted(outs, key=lambda out: out.file_id or "")
     names = sorted({name for out in outs for name in out.small})

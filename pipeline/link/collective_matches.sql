@@ -57,14 +57,14 @@ JOIN _comm_map m USING (job, source, comm);
 -- buckets (floor division) and a call is paired only with the profiler's calls of its own
 -- and the two neighbouring buckets, which hold every call within 50 ms: on the ranks, comm
 -- and op alone the join paired every call of a long capture with every profiler call.
+CREATE MACRO _bucket_50ms(ns) AS (ns - (ns % 50000000 + 50000000) % 50000000) // 50000000;
+
 CREATE TEMP TABLE _time_matches AS
 WITH primary_calls AS (
-    SELECT *, (enqueue_ns - (enqueue_ns % 50000000 + 50000000) % 50000000) // 50000000
-              AS bucket
+    SELECT *, _bucket_50ms(enqueue_ns) AS bucket
     FROM _primary_calls
 ), secondary_calls AS (
-    SELECT s.*, (enqueue_ns - (enqueue_ns % 50000000 + 50000000) % 50000000) // 50000000
-                + n.step AS bucket
+    SELECT s.*, _bucket_50ms(enqueue_ns) + n.step AS bucket
     FROM _secondary_calls s, (VALUES (-1), (0), (1)) n(step)
     WHERE s.timed
 ), pairs AS (
