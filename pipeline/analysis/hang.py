@@ -26,6 +26,7 @@ from the highest first sequence id any rank still has. Send/recv (``is_p2p``) do
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -661,6 +662,16 @@ def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
     DatasetError
         No flight recorder dumps in the dataset, or several jobs and no ``job`` to pick one.
     """
+    from pipeline.dataset.snapshot import read_snapshot
+
+    # (read again if an ingest commits while this reads)
+    read = functools.partial(_dump_rows, Path(dataset), job)
+    collectives, communicators, dumped = read_snapshot(Path(dataset), read)
+    return analyze(collectives, communicators, dumped_ranks=dumped)
+
+
+def _dump_rows(dataset: Path, job: str | None) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
+    """The flight recorder's collectives and communicators of ``job``, and its dumped ranks."""
     from pipeline.dataset.views import connect
 
     con = connect(dataset, read_only=True)
@@ -691,4 +702,4 @@ def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
             [job],
         ).fetchall()
     ]
-    return analyze(rows("collectives"), rows("communicators"), dumped_ranks=dumped)
+    return rows("collectives"), rows("communicators"), dumped

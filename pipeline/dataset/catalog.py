@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from pipeline.dataset.schema import Column, load_schemas
+from pipeline.dataset.snapshot import read_snapshot
 from pipeline.dataset.store import MANIFEST, read_manifest
 from pipeline.errors import DatasetError
 
@@ -26,11 +28,15 @@ def describe(dataset: Path) -> list[TableInfo]:
     """Every table of ``dataset`` (empty ones too), rows counted from Parquet metadata."""
     if not (Path(dataset) / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
-    manifest = read_manifest(Path(dataset))
+    return read_snapshot(Path(dataset), functools.partial(_describe, Path(dataset)))
+
+
+def _describe(dataset: Path) -> list[TableInfo]:
+    manifest = read_manifest(dataset)
     out = []
     for schema in load_schemas().values():
         rows = sum(
-            pq.ParquetFile(Path(dataset) / p).metadata.num_rows for p in manifest.parts(schema.name)
+            pq.ParquetFile(dataset / p).metadata.num_rows for p in manifest.parts(schema.name)
         )
         out.append(TableInfo(schema.name, schema.description, rows, schema.columns))
     return out

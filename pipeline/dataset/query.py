@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
+from pipeline.dataset.snapshot import read_snapshot
 from pipeline.dataset.views import connect
 from pipeline.errors import TokenwireError
 
@@ -37,10 +39,26 @@ def run_query(dataset: Path, text: str, *, allow_writes: bool = False) -> pl.Dat
     Unless ``allow_writes``, the dataset is opened read-only (see
     :func:`pipeline.dataset.views.connect`) and a statement that could write (``COPY``,
     ``INSERT``, ``DELETE``, ``CREATE``, ``ATTACH``, ``EXPORT``, ``INSTALL``/``LOAD``...) is
-    refused before anything runs.
+    refused before anything runs. A read-only query that an ingest's or link's commit
+    interrupts (a part it read was replaced) runs again over the new commit
+    (:func:`pipeline.dataset.snapshot.read_snapshot`); one that may write runs once.
     """
     if not text.strip():
         raise QueryError("no SQL given")
+    try:
+        if allow_writes:
+            return _run(dataset, text, allow_writes=True)
+        return read_snapshot(dataset, functools.partial(_run, dataset, text, allow_writes=False))
+    except duckdb.PermissionException as exc:
+        raise QueryError(
+            f"{str(exc).splitlines()[0]}; tokenwire sql reads only the dataset's own files "
+            "(--allow-writes lifts this)"
+        ) from exc
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).splitlines()[0]) from exc
+
+
+def _run(dataset: Path, text: str, *, allow_writes: bool) -> pl.DataFrame:
     con = connect(dataset, read_only=not allow_writes)
     try:
         statements = con.extract_statements(text)
@@ -55,13 +73,6 @@ def run_query(dataset: Path, text: str, *, allow_writes: bool = False) -> pl.Dat
         if relation is None:
             return pl.DataFrame()
         return pl.from_arrow(relation.to_arrow_table())
-    except duckdb.PermissionException as exc:
-        raise QueryError(
-            f"{str(exc).splitlines()[0]}; tokenwire sql reads only the dataset's own files "
-            "(--allow-writes lifts this)"
-        ) from exc
-    except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from exc
     finally:
         con.close()
 

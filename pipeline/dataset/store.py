@@ -89,6 +89,12 @@ class Manifest:
         out = [p for e in self.files.values() for p in e.parts.get(table, [])]
         return list(dict.fromkeys(out)) + self.derived.get(table, [])
 
+    def all_parts(self) -> list[str]:
+        """Relative paths of every part of every table, each once."""
+        raw = (p for e in self.files.values() for rels in e.parts.values() for p in rels)
+        derived = (p for rels in self.derived.values() for p in rels)
+        return list(dict.fromkeys(raw)) + list(derived)
+
     def has_sha256(self, sha256: str) -> bool:
         """Whether a file with these bytes is already in the dataset."""
         return any(e.sha256 == sha256 for e in self.files.values())
@@ -143,19 +149,23 @@ def require_current(dataset: Path, manifest: Manifest) -> None:
         )
 
 
+class MissingPartError(DatasetError):
+    """A part the manifest lists is not on disk."""
+
+
 def require_parts(dataset: Path, parts: Iterable[str]) -> None:
     """Refuse a dataset whose manifest lists a part that is gone (deleted by hand, or merged
     away by an ingest that committed after this process read the manifest).
 
     Raises
     ------
-    DatasetError
+    MissingPartError
         Naming the first missing part.
     """
     missing = [rel for rel in parts if not (dataset / rel).is_file()]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise DatasetError(
+        raise MissingPartError(
             f"{dataset}: {missing[0]}{more} is listed in the manifest but missing; if an "
             "ingest or link was writing the dataset, run this again"
         )

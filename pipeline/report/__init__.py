@@ -9,11 +9,13 @@ would fill them. docs/report.md describes every section and what it needs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from altair.utils.schemapi import debug_mode
 
+from pipeline.dataset.snapshot import read_snapshot
 from pipeline.model.config import Job, load_job
 from pipeline.report import glance, quality, timing, topology, traffic
 from pipeline.report.context import Context, open_context
@@ -69,13 +71,11 @@ def build_report(
     if config is not None and not isinstance(config, Job):
         config_path = Path(config)
         config = load_job(config_path)
-    ctx = open_context(dataset, job=job, config=config, config_path=config_path)
-    try:
-        # Altair validates every object it builds in debug mode, data rows included
-        with debug_mode(False):
-            sections = _sections(ctx)
-    finally:
-        ctx.con.close()
+    # (read again from the start if an ingest or link commits while the report reads)
+    ctx, sections = read_snapshot(
+        Path(dataset),
+        functools.partial(_read, dataset, job=job, config=config, config_path=config_path),
+    )
     output = Path(output)
     page = render(f"tokenwire report: {ctx.job}", _subtitle(ctx), sections)
     atomic_write_text(output, page)
@@ -84,6 +84,18 @@ def build_report(
     return ReportResult(
         output, ctx.job, output.stat().st_size, [s.id for s in sections], charts, images
     )
+
+
+def _read(
+    dataset: Path | str, *, job: str | None, config: Job | None, config_path: Path | None
+) -> tuple[Context, list[Section]]:
+    ctx = open_context(dataset, job=job, config=config, config_path=config_path)
+    try:
+        # Altair validates every object it builds in debug mode, data rows included
+        with debug_mode(False):
+            return ctx, _sections(ctx)
+    finally:
+        ctx.con.close()
 
 
 def _sections(ctx: Context) -> list[Section]:

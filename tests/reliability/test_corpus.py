@@ -226,6 +226,8 @@ def test_a_listed_part_that_is_gone_is_one_line(tmp_path: Path) -> None:
     shutil.copy(REPO_ROOT / "sample_traces" / "rank4.nccl.log", more)
     for args in (
         ["sql", str(ds), "SELECT count(*) FROM ranks"],
+        ["tables", str(ds)],
+        ["hang", str(ds)],
         ["report", str(ds), "-o", str(tmp_path / "r.html")],
         ["link", str(ds)],
         ["ingest", str(more), "-o", str(ds), "--job", "job"],

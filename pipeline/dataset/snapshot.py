@@ -1,0 +1,65 @@
+"""Reading one committed state of a dataset while a writer may be committing another.
+
+A reader lists the manifest's parts and then opens them; an ingest's commit (which merges a
+job's small parts and deletes the ones it merged) or a link (which replaces the derived
+parts) can delete a part between the two, or while a query reads it. The writer replaces
+the manifest before it deletes anything, so a reader that finds a part gone and sees a new
+manifest has only to read again: the new manifest lists parts that are all there.
+:func:`read_snapshot` does that for tokenwire's own readers (``sql``, ``tables``, ``report``,
+``hang``). A part gone while the manifest stayed the same was deleted by something else
+(by hand): that is reported, naming the part, not retried.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+
+from pipeline.dataset.store import MANIFEST, MissingPartError, read_manifest, require_parts
+
+T = TypeVar("T")
+
+#: Reads of one request at most: each retry follows a commit that replaced the manifest
+#: while the read ran, and commits of one dataset are seconds apart at the least.
+ATTEMPTS = 3
+
+
+def read_snapshot(dataset: Path, read: Callable[[], T], *, attempts: int = ATTEMPTS) -> T:
+    """Run ``read`` (which opens ``dataset`` and reads it); run it again when a part it
+    needed was deleted because a writer committed meanwhile.
+
+    Raises
+    ------
+    MissingPartError
+        A part the manifest lists is gone and no commit explains it (or commits went on
+        replacing the manifest for ``attempts`` reads, and the last one left a part missing).
+        Any other error of ``read`` is raised as it is.
+    """
+    dataset = Path(dataset)
+    for attempt in range(1, attempts + 1):
+        before = _manifest_stamp(dataset)
+        try:
+            return read()
+        # (a read-only connection reports a missing part as a PermissionException: DuckDB
+        # then looks for a folder of that name, outside its allowed paths)
+        except (MissingPartError, duckdb.IOException, duckdb.PermissionException, OSError):
+            if attempt < attempts and _manifest_stamp(dataset) != before:
+                continue
+            # A part gone under a manifest that lists it: say which. Any other I/O error
+            # (a part that is there but unreadable) is not this module's to explain.
+            require_parts(dataset, read_manifest(dataset).all_parts())
+            raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _manifest_stamp(dataset: Path) -> tuple[int, int] | None:
+    """Identifies one manifest: each commit writes a new file and renames it into place."""
+    try:
+        st = os.stat(dataset / MANIFEST)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
