@@ -19,9 +19,10 @@ checked by ``tests/synth/test_kineto_synth.py`` against formulas, not against th
 
 from __future__ import annotations
 
+import gc
 import random
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,11 +236,16 @@ def comm_duration_ns(op: str, nbytes: int, n: int, key: tuple[Any, ...]) -> int:
     return int(alpha + wire / busbw * 1e9) + jitter
 
 
-def simulate(programs: dict[int, Generator[CommRequest, int, None]]) -> None:
-    """Run rank programs to completion, matching collectives across ranks.
+def simulate(
+    programs: dict[int, Generator[CommRequest, int, None]],
+    after: Callable[[int], None] | None = None,
+) -> dict[tuple[Any, ...], int]:
+    """Run rank programs to completion, matching collectives across ranks; return the end
+    time of every collective by its key.
 
     A collective completes when all its participants have enqueued it; it ends at the last
     arrival plus its duration, and that end time is sent back to every participant.
+    ``after(rank)`` is called each time a rank's program has run up to its next collective.
     """
     arrivals: dict[tuple[Any, ...], dict[int, CommRequest]] = {}
     done: dict[tuple[Any, ...], int] = {}
@@ -252,25 +258,58 @@ def simulate(programs: dict[int, Generator[CommRequest, int, None]]) -> None:
         except StopIteration:
             del live[rank]
             return
+        finally:
+            if after is not None:
+                after(rank)
         seen = arrivals.setdefault(req.key, {})
         seen[rank] = req
         waiting[rank] = req.key
         if len(seen) == req.participants:
+            del arrivals[req.key]
             last = max(r.arrival_ns for r in seen.values())
             done[req.key] = last + comm_duration_ns(req.op, req.nbytes, req.group_size, req.key)
 
-    for rank in sorted(live):
-        advance(rank, None)
-    while live:
-        progressed = False
+    with gc_paused():
         for rank in sorted(live):
-            key = waiting.get(rank)
-            if key is not None and key in done:
-                del waiting[rank]
-                advance(rank, done[key])
-                progressed = True
-        if not progressed:
-            raise RuntimeError(f"rank programs deadlock waiting on {sorted(waiting.items())}")
+            advance(rank, None)
+        while live:
+            progressed = False
+            for rank in sorted(live):
+                key = waiting.get(rank)
+                if key is not None and key in done:
+                    del waiting[rank]
+                    advance(rank, done[key])
+                    progressed = True
+            if not progressed:
+                raise RuntimeError(f"rank programs deadlock waiting on {sorted(waiting.items())}")
+    return done
+
+
+def replay(program: Generator[CommRequest, int, None], done: dict[tuple[Any, ...], int]) -> None:
+    """Run one rank's program alone, each collective ending at its time in ``done`` (from
+    :func:`simulate` of the whole job): the rank does what it did in the whole job's run."""
+    value = None
+    with gc_paused():
+        while True:
+            try:
+                req = program.send(value)  # type: ignore[arg-type]
+            except StopIteration:
+                return
+            value = done[req.key]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a simulation makes millions of objects and no
+    garbage cycles, and each full collection walks them all (measured: 512 ranks simulated
+    in 16.2 s with it, 3.8 s without)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -688,18 +727,21 @@ def job_traces(spec: JobSpec) -> dict[str, str]:
 def simulate_job(spec: JobSpec) -> tuple[list[Group], dict[int, Rank], dict[int, int]]:
     """Run every rank's program on one clock: (groups, rank states, first CPU time per rank)."""
     groups = process_groups(spec)
-    ranks: dict[int, Rank] = {}
-    for r in range(spec.world):
-        pid = 48_211 + 97 * r
-        trace = KinetoTrace(pid=pid, device=r % 8, base_time_ns=BASE_TIME_NS)
-        rng = random.Random(spec.seed * 1_000 + r)
-        start = TRACE_START_US * 1_000 + rng.randrange(20_000, 60_000)
-        ranks[r] = Rank(spec, r, groups, trace, rng, start, pid, pid + 113)
+    ranks = {r: new_rank(spec, r, groups) for r in range(spec.world)}
     from pipeline.synth.program import rank_program  # the schedule lives next door
 
     starts = {r: ranks[r].cpu_ns for r in ranks}
     simulate({r: rank_program(ranks[r]) for r in ranks})
     return groups, ranks, starts
+
+
+def new_rank(spec: JobSpec, r: int, groups: list[Group]) -> Rank:
+    """Rank ``r`` before its program runs (its random numbers derive from ``spec.seed``)."""
+    pid = 48_211 + 97 * r
+    trace = KinetoTrace(pid=pid, device=r % 8, base_time_ns=BASE_TIME_NS)
+    rng = random.Random(spec.seed * 1_000 + r)
+    start = TRACE_START_US * 1_000 + rng.randrange(20_000, 60_000)
+    return Rank(spec, r, groups, trace, rng, start, pid, pid + 113)
 
 
 def trace_window(state: Rank, start_ns: int) -> tuple[int, int]:

@@ -21,6 +21,7 @@ about models or parallelism.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,12 @@ class Slot:
 
 
 def _val(v: Any) -> str:
+    # ints and strings first, and strings from a cache: most values are one or the other,
+    # and names repeat (json.dumps was half the time of writing a large job)
+    if type(v) is int:
+        return str(v)  # what json.dumps writes for an int (a bool is not one here)
+    if type(v) is str:
+        return _json_text(v)
     if isinstance(v, Slot):
         return str(v)
     if isinstance(v, _Micro):
@@ -94,8 +101,13 @@ def _val(v: Any) -> str:
     return json.dumps(v, separators=(", ", ": "))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _json_text(text: str) -> str:
+    return json.dumps(text)
+
+
 def _line(d: dict[str, Any]) -> str:
-    return ", ".join(f"{json.dumps(k)}: {_val(v)}" for k, v in d.items())
+    return ", ".join(f"{_json_text(k)}: {_val(v)}" for k, v in d.items())
 
 
 @dataclass

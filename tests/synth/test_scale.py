@@ -15,7 +15,13 @@ from pipeline.ingest import kineto, nccl_log, nsys
 from pipeline.ingest.detect import detect
 from pipeline.synth import JobSpec, write_job
 from pipeline.synth.job import DTYPE, process_groups
-from pipeline.synth.scale import simulated_job, write_scaled_job
+from pipeline.synth.scale import (
+    period_ns,
+    rank_state,
+    schedule_job,
+    simulated_job,
+    write_scaled_job,
+)
 
 SPEC = JobSpec()  # the bundled sample: TP2 x PP2 x DP2, 2 steps
 REPEATS = 3
@@ -148,3 +154,19 @@ def test_nsys_export_carries_nccl_payloads_ranks_and_communicators(
 def test_nsys_export_is_deterministic(job: dict[str, list[Path]], tmp_path: Path) -> None:
     again = write_scaled_job(SPEC, tmp_path, repeats=REPEATS, formats=["nsys"])
     assert filecmp.cmp(job["nsys"][0], again["nsys"][0], shallow=False)
+
+
+def test_a_rank_run_alone_does_what_it_did_in_the_whole_job() -> None:
+    """The scaled writer simulates the job once without keeping events, then runs each rank
+    again alone against the recorded end times: every event and NCCL call comes out the same
+    as in the whole job's run (a layout other than the sample's, with a straggler)."""
+    spec = JobSpec(tp=2, pp=4, dp=2, layers=4, global_batch=8, straggler_rank=5)
+    groups, states, starts = simulated_job(spec)
+    sched = schedule_job(spec)
+    assert sched.starts == starts and sched.groups == groups
+    assert sched.period == period_ns(states, starts)
+    for rank, whole in states.items():
+        alone = rank_state(spec, sched, rank)
+        assert [e.render() for e in alone.trace.events] == [e.render() for e in whole.trace.events]
+        assert alone.calls == whole.calls
+        assert (alone.cpu_ns, alone.streams) == (whole.cpu_ns, whole.streams)
