@@ -240,3 +240,38 @@ def test_a_listed_part_that_is_gone_is_one_line(tmp_path: Path) -> None:
             "link was writing the dataset, run this again"
         ], (args, result.output)
         assert tree_digest(ds) == before
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda doc: doc["files"][next(iter(doc["files"]))].update(parts=[]), "expected a dict"),
+        (lambda doc: doc["files"][next(iter(doc["files"]))].update(ranks=3), "expected a list"),
+        (lambda doc: doc["files"][next(iter(doc["files"]))].pop("sha256"), "'sha256'"),
+        (lambda doc: doc.update(derived=["x"]), "expected a dict"),
+        (lambda doc: doc.update(format="other"), "not a tokenwire manifest"),
+    ],
+    ids=["parts-not-a-dict", "ranks-not-a-list", "no-sha256", "derived-not-a-dict", "format"],
+)
+def test_a_damaged_manifest_is_one_line(tmp_path: Path, damage, reason: str) -> None:  # noqa: ANN001
+    """Every command that reads the manifest names it and what is wrong, exit 1; an ingest
+    into the dataset writes nothing."""
+    folder = tmp_path / "job"
+    corpus.write_inline_seeds(folder)
+    ds = tmp_path / "ds"
+    assert ingest(folder, "-o", ds).exit_code == 0
+    doc = json.loads((ds / "manifest.json").read_text())
+    damage(doc)
+    (ds / "manifest.json").write_text(json.dumps(doc))
+    before = tree_digest(ds)
+    runner = CliRunner()
+    for args in (["sql", str(ds), "SELECT 1"], ["tables", str(ds)], ["link", str(ds)]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 1, (args, result.output)
+        error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+        assert len(error) == 1 and error[0].startswith(
+            f"Error: {ds / 'manifest.json'}: unreadable manifest: "
+        ), (args, result.output)
+        assert reason in error[0], error
+    assert ingest(folder, "-o", ds).exit_code == 1
+    assert tree_digest(ds) == before
