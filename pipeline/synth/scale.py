@@ -14,7 +14,7 @@ collective ended; then each rank's program runs again alone against those end ti
 (:func:`rank_state`), doing exactly what it did in the whole job, and is written before the
 next one runs. A job of 4,096 ranks (TP8 x PP4 x DP128, 2.9 GB of Kineto JSON and NCCL
 logs) took 8.3 GB and 7.3 minutes when every rank's events were held at once; 124 MB and
-4.6 minutes so.
+2.9 minutes so.
 
 Besides Kineto it writes, from the same simulated calls:
 
