@@ -9,9 +9,12 @@ deleted while the manifest stays the same (by hand) is named in one line instead
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -56,42 +59,43 @@ def _interrupting(real, dataset: Path, commit: Path, calls: list[Path]):  # noqa
     return opened
 
 
-def test_a_query_a_commit_interrupts_reads_the_new_commit(
-    halves: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _sql_ranks(ds: Path, _: Path) -> int:
+    return run_query(ds, "SELECT count(*) AS n FROM ranks")["n"].item()
+
+
+def _tables_ranks(ds: Path, _: Path) -> int:
+    return {t.name: t.rows for t in describe(ds)}["ranks"]
+
+
+def _report_ranks(ds: Path, out: Path) -> int:
+    build_report(ds, output=out / "report.html")
+    return int(re.search(r"(\d+) ranks", (out / "report.html").read_text()).group(1))
+
+
+@pytest.mark.parametrize(
+    ("module", "opener", "ranks_seen"),
+    [
+        (query, "connect", _sql_ranks),
+        (catalog, "read_manifest", _tables_ranks),
+        (context, "connect", _report_ranks),
+    ],
+    ids=["sql", "tables", "report"],
+)
+def test_a_read_a_commit_interrupts_reads_the_new_commit(
+    halves: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    module: ModuleType,
+    opener: str,
+    ranks_seen: Callable[[Path, Path], int],
 ) -> None:
     ds = tmp_path / "ds"
     assert not ingest([halves[0]], ds, job="job").errors
     calls: list[Path] = []
-    monkeypatch.setattr(query, "connect", _interrupting(query.connect, ds, halves[1], calls))
-    frame = run_query(ds, "SELECT count(*) AS n FROM ranks")
-    assert frame["n"].to_list() == [RANKS]
+    interrupted = _interrupting(getattr(module, opener), ds, halves[1], calls)
+    monkeypatch.setattr(module, opener, interrupted)
+    assert ranks_seen(ds, tmp_path) == RANKS
     assert len(calls) == 2  # the first read failed on a merged-away part, the second did not
-
-
-def test_tables_a_commit_interrupts_counts_the_new_commit(
-    halves: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ds = tmp_path / "ds"
-    assert not ingest([halves[0]], ds, job="job").errors
-    calls: list[Path] = []
-    reader = _interrupting(catalog.read_manifest, ds, halves[1], calls)
-    monkeypatch.setattr(catalog, "read_manifest", reader)
-    rows = {t.name: t.rows for t in describe(ds)}
-    assert rows["ranks"] == RANKS
-    assert len(calls) == 2
-
-
-def test_a_report_a_commit_interrupts_reports_the_new_commit(
-    halves: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ds = tmp_path / "ds"
-    assert not ingest([halves[0]], ds, job="job").errors
-    calls: list[Path] = []
-    monkeypatch.setattr(context, "connect", _interrupting(context.connect, ds, halves[1], calls))
-    result = build_report(ds, output=tmp_path / "report.html")
-    assert len(calls) == 2
-    assert result.size_bytes > 0
-    assert f"{RANKS} ranks" in (tmp_path / "report.html").read_text()
 
 
 def test_a_part_deleted_by_hand_during_a_query_is_named(
