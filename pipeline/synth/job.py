@@ -269,7 +269,7 @@ def simulate(
             last = max(r.arrival_ns for r in seen.values())
             done[req.key] = last + comm_duration_ns(req.op, req.nbytes, req.group_size, req.key)
 
-    with gc_paused():
+    with _gc_paused():
         for rank in sorted(live):
             advance(rank, None)
         while live:
@@ -289,7 +289,7 @@ def replay(program: Generator[CommRequest, int, None], done: dict[tuple[Any, ...
     """Run one rank's program alone, each collective ending at its time in ``done`` (from
     :func:`simulate` of the whole job): the rank does what it did in the whole job's run."""
     value = None
-    with gc_paused():
+    with _gc_paused():
         while True:
             try:
                 req = program.send(value)  # type: ignore[arg-type]
@@ -299,7 +299,7 @@ def replay(program: Generator[CommRequest, int, None], done: dict[tuple[Any, ...
 
 
 @contextmanager
-def gc_paused() -> Iterator[None]:
+def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: a simulation makes millions of objects and no
     garbage cycles, and each full collection walks them all (measured: 512 ranks simulated
     in 16.2 s with it, 3.8 s without)."""
