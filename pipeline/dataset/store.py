@@ -106,9 +106,9 @@ class Manifest:
         """Relative paths of every part of every table, each once."""
         return [rel for rels in self.parts_by_table().values() for rel in rels]
 
-    def has_sha256(self, sha256: str) -> bool:
-        """Whether a file with these bytes is already in the dataset."""
-        return any(e.sha256 == sha256 for e in self.files.values())
+    def sha256s(self) -> set[str]:
+        """The sha256 of every file in the dataset (a set: an ingest looks up each input)."""
+        return {e.sha256 for e in self.files.values()}
 
 
 def read_manifest(dataset: Path) -> Manifest:
