@@ -50,7 +50,7 @@ ROW_GROUP_ROWS = 256 * 1024
 #: Bytes of Arrow data gathered for one row group at most, when its rows are wide: a row of
 #: a world-sized communicator lists every rank (at 4,096 ranks, 32 KB a row). The main
 #: process gathers a row group per table in each of its writer threads: at 64 MB its peak
-#: was 979 MB on a 4,096-rank job, at 16 MB 617 MB, in the same time (137 and 141 s) and
+#: was 979 MB on a 4,096-rank job, at 16 MB 617 MB, in the same time (141 and 137 s) and
 #: with the same query times on the dataset.
 ROW_GROUP_BYTES = 16 * 1024 * 1024
 

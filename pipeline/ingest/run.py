@@ -234,7 +234,8 @@ def _plan(
     # two copies of a file (same size) the first given is the one parsed.
     order = sorted(range(len(inputs)), key=lambda i: -sizes[i])
     # files already ingested, then those planned in this run: either way the file is skipped
-    # (a set: checking each input against every manifest entry took 26 s at 32,768 files)
+    # (a set: checked against every manifest entry, re-ingesting 32,768 files took 28.7 s;
+    # 5.7 s so)
     seen = manifest.sha256s()
     # hashlib releases the GIL on large buffers: a few threads hash as fast as the disk reads
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as hashers:
