@@ -32,11 +32,11 @@ def describe(dataset: Path) -> list[TableInfo]:
 
 
 def _describe(dataset: Path) -> list[TableInfo]:
-    manifest = read_manifest(dataset)
+    by_table = read_manifest(dataset).parts_by_table()
     out = []
     for schema in load_schemas().values():
         rows = sum(
-            pq.ParquetFile(dataset / p).metadata.num_rows for p in manifest.parts(schema.name)
+            pq.ParquetFile(dataset / p).metadata.num_rows for p in by_table.get(schema.name, [])
         )
         out.append(TableInfo(schema.name, schema.description, rows, schema.columns))
     return out

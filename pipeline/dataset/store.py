@@ -344,9 +344,7 @@ _PART_NAME = re.compile(r"\.?part-[0-9a-f]+\.parquet(\.tmp-\d+)?")
 def remove_unlisted(dataset: Path, manifest: Manifest) -> None:
     """Delete parts and temporary files the manifest does not list (left by a crash or a
     failed write). Call only while holding the writer lock; other files are never touched."""
-    listed = {p for e in manifest.files.values() for ps in e.parts.values() for p in ps} | {
-        p for ps in manifest.derived.values() for p in ps
-    }
+    listed = set(manifest.all_parts())
     for path in dataset.glob(".manifest.json.tmp-*"):
         path.unlink(missing_ok=True)
     for path in dataset.glob("*/**/*part-*"):
