@@ -39,6 +39,7 @@ _CHARTS_JS = """
 Array.from(document.querySelectorAll('.chart')).map(el => ({
   id: el.id, name: el.dataset.chart,
   drawn: !!el.querySelector('svg, canvas'),
+  renderer: el.querySelector('canvas') ? 'canvas' : el.querySelector('svg') ? 'svg' : null,
   marks: el.querySelectorAll('svg .mark-rect path, svg .mark-symbol path, svg path, svg line')
     .length,
 }))

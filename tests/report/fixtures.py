@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import altair as alt
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
@@ -20,6 +22,7 @@ from pipeline.dataset.store import (
 from pipeline.ingest.run import ingest
 from pipeline.ingest.time_breakdown import add_time_breakdown
 from pipeline.link.runner import link
+from pipeline.report import page
 
 #: A kernel name that is markup: the report must show it as text, never run it.
 EVIL = "<script>alert(1)</script>"
@@ -182,3 +185,25 @@ def large_job(dataset: Path, *, ranks: int = 1000, steps: int = 3, job: str = "b
     )
     add_table(dataset, "topology", topo, job=job)
     link(dataset)
+
+
+def _points_chart(name: str, n: int, *, layered: bool = False) -> page.Chart:
+    data = alt.Data(values=[{"rank": i, "ms": i % 7} for i in range(n)])
+    if layered:  # the rows under a concatenation, as the time-per-rank chart has them
+        bars = alt.Chart().mark_bar().encode(x=alt.X("rank:O"), y=alt.Y("ms:Q"))
+        return page.Chart(name, alt.vconcat(bars, bars.mark_tick(), data=data))
+    return page.Chart(name, alt.Chart(data).mark_bar().encode(x=alt.X("rank:O"), y=alt.Y("ms:Q")))
+
+
+def page_of_small_and_big_charts() -> str:
+    """A page of four charts: 50 rows, the canvas threshold's rows, one more, and one more
+    under a concatenation."""
+    big = page.CANVAS_MIN_ROWS + 1
+    with debug_mode(False):  # (Altair would validate every row)
+        charts = [
+            _points_chart("small", 50),
+            _points_chart("edge", page.CANVAS_MIN_ROWS),
+            _points_chart("big", big),
+            _points_chart("big_layered", big, layered=True),
+        ]
+    return page.render("t", "s", [page.Section("s", "S", list(charts))])

@@ -14,7 +14,12 @@ from pipeline.link.runner import link
 from pipeline.report import build_report
 from tests.conftest import REPO_ROOT, real_traces_dir
 from tests.report.cdp import Browser, chromium_path
-from tests.report.fixtures import EVIL, large_job, sample_with_evil_kernel
+from tests.report.fixtures import (
+    EVIL,
+    large_job,
+    page_of_small_and_big_charts,
+    sample_with_evil_kernel,
+)
 
 SAMPLE = REPO_ROOT / "sample_traces"
 JOB_YAML = SAMPLE / "job.yaml"
@@ -138,3 +143,11 @@ def test_thousand_ranks_small_page_that_opens_fast(browser, tmp_path):
     )
     assert res.load_s < 5.0  # about 1 s here; the bound leaves room for a loaded machine
     assert "time_per_rank" in result.charts and "late_ranks" in result.charts
+
+
+def test_big_charts_draw_on_a_canvas_and_small_ones_as_svg(browser, tmp_path):
+    out = tmp_path / "mixed.html"
+    out.write_text(page_of_small_and_big_charts())
+    res = check_page(browser, out)
+    drawn = {c["name"]: c["renderer"] for c in res.charts}
+    assert drawn == {"small": "svg", "edge": "svg", "big": "canvas", "big_layered": "canvas"}

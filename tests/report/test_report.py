@@ -20,7 +20,7 @@ from pipeline.report import build_report
 from pipeline.report.context import open_context
 from pipeline.report.traffic import compare, load
 from tests.conftest import REPO_ROOT
-from tests.report.fixtures import EVIL, sample_with_evil_kernel
+from tests.report.fixtures import EVIL, page_of_small_and_big_charts, sample_with_evil_kernel
 
 SAMPLE = REPO_ROOT / "sample_traces"
 JOB_YAML = SAMPLE / "job.yaml"
@@ -208,3 +208,14 @@ def test_the_javascript_bundle_is_built_once_and_then_read(tmp_path, monkeypatch
     page.javascript_bundle.cache_clear()
     assert page.javascript_bundle() == built
     page.javascript_bundle.cache_clear()
+
+
+def test_charts_of_many_rows_are_drawn_on_a_canvas():
+    html = page_of_small_and_big_charts()
+    renderers = re.findall(r'data-for="(chart-\d+)" data-renderer="(\w+)"', html)
+    assert renderers == [
+        ("chart-0", "svg"),
+        ("chart-1", "svg"),
+        ("chart-2", "canvas"),
+        ("chart-3", "canvas"),
+    ]
