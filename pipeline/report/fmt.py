@@ -1,4 +1,4 @@
-"""Numbers as people read them in the report: bytes, durations, ratios."""
+"""Numbers as people read them in the report: bytes, durations, counts, ratios."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ def duration(ns: float | None) -> str:
     if abs(ns) >= 1e3:
         return f"{ns / 1e3:,.3g} µs"
     return f"{ns:,.0f} ns"
+
+
+def count(value: float | None) -> str:
+    """A count, with one decimal only when it is a fraction (a mean over steps)."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def ratio(value: float | None) -> str:

@@ -4,8 +4,9 @@ Everything that came from a trace (kernel names, NVTX text, module paths, file p
 texts) is either escaped HTML text or a value inside a chart's JSON spec, which is embedded in
 a ``<script type="application/json">`` element with ``<``, ``>`` and ``&`` written as JSON
 escapes: nothing a trace holds can open or close an element. Vega draws such values as text
-(SVG, or a canvas for charts of many rows) and vega-tooltip escapes them in tooltips. The Vega, Vega-Lite and vega-embed JavaScript
-comes from vl-convert's bundle and is inlined, so the page needs no network.
+(SVG, or a canvas for charts of many rows) and vega-tooltip escapes them in tooltips. The
+Vega, Vega-Lite and vega-embed JavaScript comes from vl-convert's bundle and is inlined, so
+the page needs no network.
 """
 
 from __future__ import annotations

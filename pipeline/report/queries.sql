@@ -245,11 +245,13 @@ FROM topology WHERE job = $job AND kind = 'connection' AND channel IS NOT NULL
 GROUP BY rank, channel ORDER BY rank, channel;
 
 -- name: topo_rings
--- Ring and tree orders, one row per distinct order.
+-- Ring and tree orders, one row per distinct order, those printed by the most ranks first
+-- (orders of the same count in numeric order); `orders` counts every distinct order.
 SELECT kind, array_to_string(list_sort(list(DISTINCT channel)), ', ') AS channels,
-       array_to_string(peers, ' ') AS order_text, count(DISTINCT rank) AS ranks
+       array_to_string(peers, ' ') AS order_text, count(DISTINCT rank) AS ranks,
+       count(*) OVER () AS orders
 FROM topology WHERE job = $job AND kind IN ('ring', 'tree') AND peers IS NOT NULL
-GROUP BY kind, peers ORDER BY kind, channels, order_text LIMIT $limit;
+GROUP BY kind, peers ORDER BY kind, ranks DESC, peers, channels LIMIT $limit;
 
 -- name: quality_files
 -- The files of the job, largest first.

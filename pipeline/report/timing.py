@@ -153,7 +153,7 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
         worst = per_rank.sort("exposed_comm_ns", descending=True).row(0, named=True)
         sec.add(
             Note(
-                f"Over {n} ranks, exposed communication takes {fmt.duration(exposed)} of a "
+                f"Over {n:,} ranks, exposed communication takes {fmt.duration(exposed)} of a "
                 f"{fmt.duration(window)} step on average ({exposed / window:.1%}); the most "
                 f"exposed rank is {worst['rank']} ({fmt.duration(worst['exposed_comm_ns'])}).",
                 "text",

@@ -92,11 +92,13 @@ def section(ctx: Context) -> Section:
             )
     rings = ctx.query("topo_rings", limit=20)
     if rings.height:
+        orders = rings["orders"][0]
+        shown = f"; the {rings.height} printed by the most ranks" if orders > rings.height else ""
         sec.add(
             Table(
                 ["kind", "channels", "order", "ranks"],
-                [list(r) for r in rings.iter_rows()],
-                caption="Ring and tree orders as the logs print them",
+                [list(r) for r in rings.drop("orders").iter_rows()],
+                caption=f"Ring and tree orders as the logs print them ({orders:,}{shown})",
                 numeric=[False, False, False, True],
             )
         )

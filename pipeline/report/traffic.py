@@ -529,7 +529,7 @@ def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
     if unattributed:
         sec.add(
             Note(
-                f"{unattributed:,.1f} collectives per step could not be tied to a layer "
+                f"{fmt.count(unattributed)} collectives per step could not be tied to a layer "
                 "(shown as '(unattributed)').",
                 "text",
             )

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -20,7 +21,12 @@ from pipeline.report import build_report
 from pipeline.report.context import open_context
 from pipeline.report.traffic import compare, load
 from tests.conftest import REPO_ROOT
-from tests.report.fixtures import EVIL, page_of_small_and_big_charts, sample_with_evil_kernel
+from tests.report.fixtures import (
+    EVIL,
+    add_table,
+    page_of_small_and_big_charts,
+    sample_with_evil_kernel,
+)
 
 SAMPLE = REPO_ROOT / "sample_traces"
 JOB_YAML = SAMPLE / "job.yaml"
@@ -219,3 +225,40 @@ def test_charts_of_many_rows_are_drawn_on_a_canvas():
         ("chart-2", "canvas"),
         ("chart-3", "canvas"),
     ]
+
+
+def test_ring_orders_most_printed_first_in_numeric_order(tmp_path):
+    # 25 distinct orders: one printed by 30 ranks, two by 3 ranks each (whose text sorts
+    # "10 2" before "2 10"), and 22 by one rank each
+    orders = [([0, 1, 2, 3], range(30)), ([10, 2], range(30, 33)), ([2, 10], range(33, 36))]
+    orders += [([r, r + 1], [r]) for r in range(100, 122)]
+    rows = [
+        {"rank": rank, "kind": "ring", "channel": 0, "peers": peers}
+        for peers, ranks in orders
+        for rank in ranks
+    ]
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    files = {"file_id": ["0" * 16], "sha256": ["0" * 64], "path": ["rank0.nccl.log"]}
+    files |= {"format": ["nccl_log"], "size_bytes": [1], "ranks": [[0]], "rows": [36]}
+    files |= {"warnings": [0], "warning_messages": [[]], "ingested_at_ns": [0]}
+    add_table(ds, "files", pl.DataFrame(files), job="j")
+    add_table(ds, "topology", pl.DataFrame(rows), job="j")
+    out = tmp_path / "r.html"
+    build_report(ds, output=out)
+    table = out.read_text().split("Ring and tree orders")[1].split("</table>")[0]
+    assert "(25; the 20 printed by the most ranks)" in table
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", table)
+    shown = [(cells[i + 2], cells[i + 3]) for i in range(0, len(cells), 4)]
+    assert shown[:4] == [("0 1 2 3", "30"), ("2 10", "3"), ("10 2", "3"), ("100 101", "1")]
+    assert len(shown) == 20 and shown[-1] == ("116 117", "1")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(217088.0, "217,088"), (12, "12"), (2.5, "2.5"), (1234.25, "1,234.2"), (None, "–")],
+)
+def test_counts_show_a_decimal_only_when_they_have_one(value, text):
+    from pipeline.report import fmt
+
+    assert fmt.count(value) == text
