@@ -30,6 +30,7 @@ from pipeline.ingest.kineto_comms import (
     collectives_table,
     communicators_table,
     json_value,
+    process_groups,
 )
 from pipeline.ingest.kineto_stream import BATCH_BYTES, EventStream
 from pipeline.ingest.nesting import add_nesting, add_scope_path
@@ -224,10 +225,11 @@ def parse(path: Path, *, batch_bytes: int = BATCH_BYTES) -> ParseResult:
     del host
     kernels = _kernels(gpu, ops, steps)
     gpu = gpu.join(meta, on="event_id", how="left")
-    comms = collectives_table(trace, gpu, ops, meta, kernels, warnings)
+    groups = process_groups(trace)
+    comms = collectives_table(trace, groups, gpu, ops, meta, kernels, warnings)
     tables = {
         "ranks": _ranks_table(trace, ops, gpu, rank),
-        "communicators": communicators_table(trace, rank, comms),
+        "communicators": communicators_table(groups, rank, comms),
         "steps": _steps_table(steps, ops),
         "ops": ops.select(OPS_COLUMNS),
         "kernels": kernels,
