@@ -4,9 +4,11 @@ Each task is :func:`pipeline.ingest.run.parse_file`, the same function the local
 runs: it parses one file and writes that file's big tables as Parquet parts straight into
 the dataset folder, so every worker must see the dataset (and the input files) at the same
 absolute path on a shared file system; its small tables come back with its outcome. The
-process that called ``ingest`` keeps the rest: hashing, the rank checks, the small tables
-and the ``files`` rows (a part per table and job) and the manifest (the commit point), so
-the dataset is the same, row for row, as a local ingest of the same files.
+files are hashed on the cluster too (:meth:`Cluster.hashes`): the process that called
+``ingest`` never reads a trace, so it does not cap the cluster at what one machine reads
+from the shared file system. It keeps the rest: which files to skip, the rank checks, the
+small tables and the ``files`` rows (a part per table and job) and the manifest (the commit
+point), so the dataset is the same, row for row, as a local ingest of the same files.
 
 ``dask`` and ``distributed`` are an optional extra (``pip install 'tokenwire[dask]'``) and
 are imported only here.
@@ -14,7 +16,7 @@ are imported only here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,23 +42,58 @@ def _client(scheduler: str) -> Any:
         raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
 
 
-def parse_on_cluster(
-    task: Callable[..., Any],
-    args: Iterable[tuple[Any, ...]],
-    scheduler: str,
-    on_result: Callable[[Any], None] | None = None,
-) -> list[Any]:
-    """Run ``task(*a)`` for every ``a`` in ``args`` on the cluster at ``scheduler``.
+#: Files hashed by one cluster task: up to this many bytes, or :data:`HASH_TASK_FILES` files.
+#: (A task per small file would double the scheduler's work; one big task would hold back
+#: the first parse tasks.)
+HASH_TASK_BYTES = 256 * 1024 * 1024
+HASH_TASK_FILES = 64
 
-    Each task is submitted as soon as ``args`` yields it (the caller hashes files while the
-    first ones are parsed). Paths are made absolute (workers do not share our working
-    folder). Returns the results in the order of ``args``; ``on_result`` sees each as it
-    arrives.
-    """
-    as_completed = _distributed().as_completed
-    client = _client(scheduler)
-    try:
-        futures = [client.submit(task, *(_absolute(v) for v in a), pure=False) for a in args]
+
+class Cluster:
+    """The client of one ingest on the Dask scheduler at ``scheduler`` (a context manager:
+    leaving it closes the client)."""
+
+    def __init__(self, scheduler: str) -> None:
+        self.client = _client(scheduler)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    def hashes(
+        self, hash_files: Callable[[list[Path]], list[Any]], paths: list[Path], sizes: list[int]
+    ) -> Iterator[Any]:
+        """``hash_files`` of ``paths`` run on the workers, a batch of files per task (see
+        :data:`HASH_TASK_BYTES`); the results one per path, in the order of ``paths``."""
+        futures = [
+            self.client.submit(hash_files, [p.absolute() for p in batch], pure=False)
+            for batch in _batches(paths, sizes)
+        ]
+        for future in futures:
+            yield from future.result()
+            future.release()
+
+    def parse(
+        self,
+        task: Callable[..., Any],
+        args: Iterable[tuple[Any, ...]],
+        on_result: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
+        """Run ``task(*a)`` for every ``a`` in ``args`` on the cluster.
+
+        Each task is submitted as soon as ``args`` yields it (the caller learns the files'
+        hashes while the first ones are parsed). Paths are made absolute (workers do not
+        share our working folder). Returns the results in the order of ``args``;
+        ``on_result`` sees each as it arrives.
+        """
+        as_completed = _distributed().as_completed
+        # (before the hash tasks still queued: a worker parses what it may as soon as it may)
+        futures = [
+            self.client.submit(task, *(_absolute(v) for v in a), pure=False, priority=1)
+            for a in args
+        ]
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(futures)
         for future in as_completed(futures):
@@ -66,8 +103,19 @@ def parse_on_cluster(
                 on_result(out)
             future.release()
         return results
-    finally:
-        client.close()
+
+
+def _batches(paths: list[Path], sizes: list[int]) -> Iterator[list[Path]]:
+    batch: list[Path] = []
+    size = 0
+    for path, n in zip(paths, sizes, strict=True):
+        batch.append(path)
+        size += n
+        if size >= HASH_TASK_BYTES or len(batch) >= HASH_TASK_FILES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def _absolute(value: Any) -> Any:

@@ -169,7 +169,8 @@ def ingest(
     jobs
         Worker processes; default: one per core when the input is large, else in-process.
     scheduler
-        Address of a Dask scheduler: parse there instead (see :mod:`pipeline.ingest.distributed`).
+        Address of a Dask scheduler: hash and parse there instead (see
+        :mod:`pipeline.ingest.distributed`).
     on_start
         Called once with the number of input files, for progress display.
     on_file
@@ -186,7 +187,8 @@ def ingest(
     dataset = Path(dataset)
     created = not dataset.exists()
     accepted: list[FileOutcome] = []
-    with writer_lock(dataset):
+    # (connect first: an unreachable scheduler is reported before the dataset is touched)
+    with _cluster(scheduler) as cluster, writer_lock(dataset):
         manifest = read_manifest(dataset)
         require_current(dataset, manifest)
         remove_unlisted(dataset, manifest)  # what a killed ingest left behind
@@ -196,9 +198,11 @@ def ingest(
         from pipeline.dataset.compact import SMALL_PART_ROWS
 
         finished = functools.partial(_finished, _SmallTables(dataset), on_file)
-        planned = _plan(inputs, sizes, manifest, dataset, finished, outcomes, SMALL_PART_ROWS)
+        planned = _plan(
+            inputs, sizes, manifest, dataset, finished, outcomes, SMALL_PART_ROWS, cluster
+        )
         try:
-            results = _parse_all(planned, len(inputs), sum(sizes), jobs, finished, scheduler)
+            results = _parse_all(planned, len(inputs), sum(sizes), jobs, finished, cluster)
             accepted = _check_ranks(results, manifest, dataset)
             _commit(dataset, manifest, accepted)
         except DatasetError:
@@ -224,11 +228,12 @@ def _plan(
     on_file,
     done: list[FileOutcome],
     small_rows: int,
+    cluster=None,
 ) -> Iterator[tuple[int, tuple]]:
-    """Hash the inputs, largest first, and yield (input index, :func:`parse_file` arguments)
-    for each file to parse as soon as its hash is known, so that parsing starts while the
-    rest are hashed. Files already ingested (or repeated in this run) and unreadable ones go
-    to ``done`` instead.
+    """Hash the inputs, largest first (here, or on the Dask ``cluster``), and yield (input
+    index, :func:`parse_file` arguments) for each file to parse as soon as its hash is known,
+    so that parsing starts while the rest are hashed. Files already ingested (or repeated in
+    this run) and unreadable ones go to ``done`` instead.
     """
     # Largest first: no worker is left with a big file at the end. sorted() is stable, so of
     # two copies of a file (same size) the first given is the one parsed.
@@ -237,10 +242,9 @@ def _plan(
     # (a set: checked against every manifest entry, re-ingesting 32,768 files took 28.7 s;
     # 5.7 s so)
     seen = manifest.sha256s()
-    # hashlib releases the GIL on large buffers: a few threads hash as fast as the disk reads
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as hashers:
-        hashes = hashers.map(_sha256_or_error, [inputs[i].path for i in order])
-        for i, sha in zip(order, hashes, strict=True):
+    with _hashing(cluster) as hashes:
+        found = hashes([inputs[i].path for i in order], [sizes[i] for i in order])
+        for i, sha in zip(order, found, strict=True):
             inp = inputs[i]
             if isinstance(sha, OSError):
                 reason = sha.strerror or str(sha)
@@ -264,7 +268,7 @@ def _parse_all(
     total_bytes: int,
     jobs: int | None,
     on_file,
-    scheduler: str | None = None,
+    cluster=None,
 ) -> list[FileOutcome]:
     """Parse the files of ``planned`` (see :func:`_plan`) in-process, in a local pool or on
     Dask; the outcomes come back in input order (the rank checks keep the first file that
@@ -273,12 +277,10 @@ def _parse_all(
         jobs = min(os.cpu_count() or 1, n_inputs) if total_bytes >= POOL_MIN_BYTES else 1
     slots: list[FileOutcome | None] = [None] * n_inputs
     first = next(planned, None)
-    if first is None:  # nothing new: no pool, no cluster
+    if first is None:  # nothing new: no pool
         return []
     planned = itertools.chain([first], planned)
-    if scheduler is not None:
-        from pipeline.ingest.distributed import parse_on_cluster
-
+    if cluster is not None:
         index: list[int] = []
 
         def tasks() -> Iterator[tuple]:
@@ -287,7 +289,7 @@ def _parse_all(
                 yield a
 
         notify = functools.partial(_notify, on_file)
-        outs = parse_on_cluster(parse_file, tasks(), scheduler, notify)
+        outs = cluster.parse(parse_file, tasks(), notify)
         for i, out in zip(index, outs, strict=True):
             slots[i] = out
     elif jobs <= 1:
@@ -629,6 +631,35 @@ def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
         "ingested_at_ns": [now] * len(outs),
     }
     return part_columns("files", conform("files", pa.table(rows), job=job))
+
+
+@contextmanager
+def _cluster(scheduler: str | None) -> Iterator:
+    """The :class:`~pipeline.ingest.distributed.Cluster` at ``scheduler``; None without one."""
+    if scheduler is None:
+        yield None
+        return
+    from pipeline.ingest.distributed import Cluster
+
+    with Cluster(scheduler) as cluster:
+        yield cluster
+
+
+@contextmanager
+def _hashing(cluster) -> Iterator[Callable[[list[Path], list[int]], Iterable[str | OSError]]]:
+    """A function of (paths, sizes) to each path's :func:`_sha256_or_error`, in order: on the
+    cluster's workers, else in threads here."""
+    if cluster is not None:
+        yield functools.partial(cluster.hashes, hash_files)
+        return
+    # hashlib releases the GIL on large buffers: a few threads hash as fast as the disk reads
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as hashers:
+        yield lambda paths, sizes: hashers.map(_sha256_or_error, paths)
+
+
+def hash_files(paths: list[Path]) -> list[str | OSError]:
+    """Each file's sha256, or the OSError that reading it raised (a Dask task)."""
+    return [_sha256_or_error(path) for path in paths]
 
 
 def _sha256_or_error(path: Path) -> str | OSError:

@@ -81,3 +81,33 @@ def test_without_dask_the_error_names_the_extra(
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(ConfigError, match=r"tokenwire\[dask\]"):
         ingest([trace], tmp_path / "ds", scheduler="tcp://127.0.0.1:1")
+    assert not (tmp_path / "ds").exists()  # refused before the dataset was made
+
+
+def test_the_client_reads_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers hash the files: the process that runs ``ingest`` never opens one (on a
+    cluster, every byte it read would cross one machine's link to the shared file system)."""
+    from distributed import LocalCluster
+
+    from pipeline.ingest import run
+
+    sample = Path(__file__).parents[2] / "sample_traces"
+    local = ingest([sample], tmp_path / "local", jobs=1)
+
+    def no_reading(path: Path) -> str:
+        raise AssertionError(f"the client hashed {path}")
+
+    monkeypatch.setattr(run, "_sha256", no_reading)
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as c:
+        remote = ingest([sample], tmp_path / "dask", scheduler=c.scheduler_address)
+        again = ingest([sample], tmp_path / "dask", scheduler=c.scheduler_address)
+    assert not remote.errors
+    assert [(o.path, o.status) for o in remote.outcomes] == [
+        (o.path, o.status) for o in local.outcomes
+    ]
+    assert _rows(tmp_path / "local") == _rows(tmp_path / "dask")
+    # the second time every trace is known by the hash a worker computed
+    assert again.count("skipped") == remote.count("ingested") > 0
+    assert again.count("ingested") == 0
