@@ -92,7 +92,8 @@ settings = {}
 if environ == "docs":  # the worker environment docs/scale.md recommends
     key = "distributed.nanny.pre-spawn-environ."
     settings = {key + "MALLOC_TRIM_THRESHOLD_": None,
-                key + "POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 2) // 2))}
+                key + "POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 2) // 2)),
+                key + "ARROW_DEFAULT_MEMORY_POOL": "system"}
 with dask.config.set(settings), LocalCluster(n_workers=2, threads_per_worker=1,
                                              processes=True, dashboard_address=None) as cluster:
     t0 = time.perf_counter()

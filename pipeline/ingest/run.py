@@ -304,7 +304,7 @@ def _parse_all(
 def _parse_in_pool(planned: Iterator[tuple[int, tuple]], jobs: int, slots: list, on_file) -> None:
     """Parse in ``jobs`` spawned processes, each task submitted as soon as it is planned."""
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        with _worker_threads(jobs):  # the workers start while their tasks are submitted
+        with _worker_environment(jobs):  # the workers start while their tasks are submitted
             futures = {pool.submit(parse_file, *a): i for i, a in planned}
         try:
             for future in as_completed(futures):
@@ -323,22 +323,28 @@ def _size(path: Path) -> int:
 
 
 @contextmanager
-def _worker_threads(jobs: int) -> Iterator[None]:
-    """Give each of ``jobs`` worker processes its share of the cores for Polars' thread pool.
+def _worker_environment(jobs: int) -> Iterator[None]:
+    """Start each of ``jobs`` worker processes with its share of the cores for Polars' thread
+    pool, and Arrow's buffers from the system allocator.
 
     Every process would otherwise size its pool to the whole machine: ``jobs`` x cores
-    threads on ``cores`` cores (measured: 2 workers on 2 cores 6 % slower). Spawned workers
-    inherit the environment they start with; a value the user set is kept.
+    threads on ``cores`` cores (measured: 2 workers on 2 cores 6 % slower). Arrow's default
+    allocator (mimalloc) keeps the memory of a file's tables for the next one; glibc's gives
+    large buffers back when they are freed: 2 workers on the 1 GB job peaked at 770 MB in all
+    instead of 872 MB, in the same time. Spawned workers inherit the environment they start
+    with; a value the user set is kept.
     """
-    key = "POLARS_MAX_THREADS"
-    if key in os.environ:
-        yield
-        return
-    os.environ[key] = str(max(1, (os.cpu_count() or 1) // jobs))
+    settings = {
+        "POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 1) // jobs)),
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
+    }
+    added = [key for key in settings if key not in os.environ]
+    os.environ.update({key: settings[key] for key in added})
     try:
         yield
     finally:
-        del os.environ[key]
+        for key in added:
+            del os.environ[key]
 
 
 def parse_file(

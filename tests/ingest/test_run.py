@@ -353,20 +353,28 @@ def test_files_that_are_not_traces_are_skipped_and_named(tmp_path: Path) -> None
 
 
 def test_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Worker processes start with POLARS_MAX_THREADS = cores / workers (not cores each);
-    the variable is set only while they start, and a value the user set is left alone."""
+    """Worker processes start with POLARS_MAX_THREADS = cores / workers (not cores each) and
+    Arrow's system allocator; the variables are set only while they start, and a value the
+    user set is left alone."""
     import os
 
-    from pipeline.ingest.run import _worker_threads
+    from pipeline.ingest.run import _worker_environment
 
     monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    with _worker_threads(4):
+    with _worker_environment(4):
         assert os.environ["POLARS_MAX_THREADS"] == "4"
+        assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"
     assert "POLARS_MAX_THREADS" not in os.environ
-    with _worker_threads(32):
+    assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ
+    with _worker_environment(32):
         assert os.environ["POLARS_MAX_THREADS"] == "1"
     monkeypatch.setenv("POLARS_MAX_THREADS", "3")
-    with _worker_threads(4):
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    with _worker_environment(4):
         assert os.environ["POLARS_MAX_THREADS"] == "3"
+        assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
+    assert os.environ["POLARS_MAX_THREADS"] == "3"
+    assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
     assert os.environ["POLARS_MAX_THREADS"] == "3"
