@@ -106,6 +106,8 @@ class Cluster:
 
 
 def _batches(paths: list[Path], sizes: list[int]) -> Iterator[list[Path]]:
+    """``paths`` in order, cut into lists of :data:`HASH_TASK_BYTES` or
+    :data:`HASH_TASK_FILES` at most (a file bigger than that is a list alone)."""
     batch: list[Path] = []
     size = 0
     for path, n in zip(paths, sizes, strict=True):
