@@ -76,7 +76,7 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 @click.option(
     "--scheduler",
     metavar="ADDR",
-    help="Parse on a Dask cluster (e.g. tcp://host:8786) instead of local processes; "
+    help="Hash and parse on a Dask cluster (e.g. tcp://host:8786) instead of local processes; "
     "workers must see the files and the dataset at the same paths (needs tokenwire[dask]).",
 )
 def ingest(
