@@ -1,14 +1,16 @@
-"""Ingest on a Dask cluster (``tokenwire ingest --scheduler ADDR``): one task per file.
+"""Ingest on a Dask cluster (``tokenwire ingest --scheduler ADDR``): a task per big file or
+batch of small ones.
 
-Each task is :func:`pipeline.ingest.run.parse_file`, the same function the local process pool
-runs: it parses one file and writes that file's big tables as Parquet parts straight into
-the dataset folder, so every worker must see the dataset (and the input files) at the same
-absolute path on a shared file system; its small tables come back with its outcome. The
-files are hashed on the cluster too (:meth:`Cluster.hashes`): the process that called
-``ingest`` never reads a trace, so it does not cap the cluster at what one machine reads
-from the shared file system. It keeps the rest: which files to skip, the rank checks, the
-small tables and the ``files`` rows (a part per table and job) and the manifest (the commit
-point), so the dataset is the same, row for row, as a local ingest of the same files.
+Each task runs :func:`pipeline.ingest.run.parse_file`, the same function the local process
+pool runs, on each of its files: it parses one file and writes that file's big tables as
+Parquet parts straight into the dataset folder, so every worker must see the dataset (and
+the input files) at the same absolute path on a shared file system; its small tables come
+back with its outcome. The files are hashed on the cluster too (:meth:`Cluster.hashes`):
+the process that called ``ingest`` never reads a trace, so it does not cap the cluster at
+what one machine reads from the shared file system. It keeps the rest: which files to skip,
+the rank checks, the small tables and the ``files`` rows (a part per table and job) and the
+manifest (the commit point), so the dataset is the same, row for row, as a local ingest of
+the same files.
 
 ``dask`` and ``distributed`` are an optional extra (``pip install 'tokenwire[dask]'``) and
 are imported only here.
@@ -47,6 +49,12 @@ def _client(scheduler: str) -> Any:
 #: the first parse tasks.)
 HASH_TASK_BYTES = 256 * 1024 * 1024
 HASH_TASK_FILES = 64
+#: Files parsed by one cluster task: up to this many bytes or :data:`PARSE_TASK_FILES`
+#: files (a big trace is a task alone). Each task costs the client a few ms whatever its
+#: size: with a task per file, a job of many small files kept the client busier than the
+#: workers.
+PARSE_TASK_BYTES = 64 * 1024 * 1024
+PARSE_TASK_FILES = 16
 
 
 class Cluster:
@@ -69,7 +77,7 @@ class Cluster:
         :data:`HASH_TASK_BYTES`); the results one per path, in the order of ``paths``."""
         futures = [
             self.client.submit(hash_files, [p.absolute() for p in batch], pure=False)
-            for batch in _batches(paths, sizes)
+            for batch in _batches(zip(sizes, paths, strict=True), HASH_TASK_BYTES, HASH_TASK_FILES)
         ]
         for future in futures:
             yield from future.result()
@@ -77,43 +85,49 @@ class Cluster:
 
     def parse(
         self,
-        task: Callable[..., Any],
-        args: Iterable[tuple[Any, ...]],
+        task: Callable[[list[tuple]], list[Any]],
+        args: Iterable[tuple[int, tuple]],
         on_result: Callable[[Any], None] | None = None,
     ) -> list[Any]:
-        """Run ``task(*a)`` for every ``a`` in ``args`` on the cluster.
+        """Run ``task`` on the cluster over every argument tuple of ``args``, given as (file
+        size, tuple) and cut into batches (see :data:`PARSE_TASK_BYTES`); ``task`` returns a
+        result per tuple of its batch.
 
-        Each task is submitted as soon as ``args`` yields it (the caller learns the files'
-        hashes while the first ones are parsed). Paths are made absolute (workers do not
-        share our working folder). Returns the results in the order of ``args``;
-        ``on_result`` sees each as it arrives.
+        Each batch is submitted as soon as ``args`` has yielded it (the caller learns the
+        files' hashes while the first ones are parsed). Paths are made absolute (workers do
+        not share our working folder). Returns the results in the order of ``args``;
+        ``on_result`` sees each as its batch arrives.
         """
         as_completed = _distributed().as_completed
         # (before the hash tasks still queued: a worker parses what it may as soon as it may)
         futures = [
-            self.client.submit(task, *(_absolute(v) for v in a), pure=False, priority=1)
-            for a in args
+            self.client.submit(
+                task, [tuple(_absolute(v) for v in a) for a in batch], pure=False, priority=1
+            )
+            for batch in _batches(args, PARSE_TASK_BYTES, PARSE_TASK_FILES)
         ]
         index = {f.key: i for i, f in enumerate(futures)}
-        results: list[Any] = [None] * len(futures)
+        results: list[list[Any]] = [[] for _ in futures]
         for future in as_completed(futures):
-            out = future.result()
-            results[index[future.key]] = out
+            outs = future.result()
+            results[index[future.key]] = outs
             if on_result is not None:
-                on_result(out)
+                for out in outs:
+                    on_result(out)
             future.release()
-        return results
+        return [out for outs in results for out in outs]
 
 
-def _batches(paths: list[Path], sizes: list[int]) -> Iterator[list[Path]]:
-    """``paths`` in order, cut into lists of :data:`HASH_TASK_BYTES` or
-    :data:`HASH_TASK_FILES` at most (a file bigger than that is a list alone)."""
-    batch: list[Path] = []
+def _batches(sized: Iterable[tuple[int, Any]], max_bytes: int, max_items: int) -> Iterator[list]:
+    """The items of ``sized`` ((size in bytes, item) pairs) in order, in lists of
+    ``max_bytes`` or ``max_items`` at most (an item bigger than that is a list alone); each
+    list as soon as ``sized`` has yielded its last item."""
+    batch: list = []
     size = 0
-    for path, n in zip(paths, sizes, strict=True):
-        batch.append(path)
+    for n, item in sized:
+        batch.append(item)
         size += n
-        if size >= HASH_TASK_BYTES or len(batch) >= HASH_TASK_FILES:
+        if size >= max_bytes or len(batch) >= max_items:
             yield batch
             batch, size = [], 0
     if batch:

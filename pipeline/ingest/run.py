@@ -202,7 +202,7 @@ def ingest(
             inputs, sizes, manifest, dataset, finished, outcomes, SMALL_PART_ROWS, cluster
         )
         try:
-            results = _parse_all(planned, len(inputs), sum(sizes), jobs, finished, cluster)
+            results = _parse_all(planned, sizes, jobs, finished, cluster)
             accepted = _check_ranks(results, manifest, dataset)
             _commit(dataset, manifest, accepted)
         except DatasetError:
@@ -264,18 +264,17 @@ def _plan(
 
 def _parse_all(
     planned: Iterator[tuple[int, tuple]],
-    n_inputs: int,
-    total_bytes: int,
+    sizes: list[int],
     jobs: int | None,
     on_file,
     cluster=None,
 ) -> list[FileOutcome]:
-    """Parse the files of ``planned`` (see :func:`_plan`) in-process, in a local pool or on
-    Dask; the outcomes come back in input order (the rank checks keep the first file that
-    claims a rank)."""
+    """Parse the files of ``planned`` (see :func:`_plan`; ``sizes`` are the inputs' sizes)
+    in-process, in a local pool or on Dask; the outcomes come back in input order (the rank
+    checks keep the first file that claims a rank)."""
     if jobs is None:
-        jobs = min(os.cpu_count() or 1, n_inputs) if total_bytes >= POOL_MIN_BYTES else 1
-    slots: list[FileOutcome | None] = [None] * n_inputs
+        jobs = min(os.cpu_count() or 1, len(sizes)) if sum(sizes) >= POOL_MIN_BYTES else 1
+    slots: list[FileOutcome | None] = [None] * len(sizes)
     first = next(planned, None)
     if first is None:  # nothing new: no pool
         return []
@@ -283,13 +282,13 @@ def _parse_all(
     if cluster is not None:
         index: list[int] = []
 
-        def tasks() -> Iterator[tuple]:
+        def tasks() -> Iterator[tuple[int, tuple]]:
             for i, a in planned:
                 index.append(i)
-                yield a
+                yield sizes[i], a
 
         notify = functools.partial(_notify, on_file)
-        outs = cluster.parse(parse_file, tasks(), notify)
+        outs = cluster.parse(parse_files, tasks(), notify)
         for i, out in zip(index, outs, strict=True):
             slots[i] = out
     elif jobs <= 1:
@@ -387,6 +386,11 @@ def parse_file(
     if out.status == "failed":
         _remove_parts(dataset, out)
     return out
+
+
+def parse_files(batch: list[tuple]) -> list[FileOutcome]:
+    """:func:`parse_file` of each argument tuple of ``batch``, in order (a Dask task)."""
+    return [parse_file(*a) for a in batch]
 
 
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:

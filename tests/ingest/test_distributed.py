@@ -111,3 +111,20 @@ def test_the_client_reads_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     # the second time every trace is known by the hash a worker computed
     assert again.count("skipped") == remote.count("ingested") > 0
     assert again.count("ingested") == 0
+
+
+def test_batches_cut_by_bytes_and_count_in_order_as_items_come() -> None:
+    from pipeline.ingest.distributed import _batches
+
+    sized = [(10, "a"), (10, "b"), (100, "big"), (1, "c"), (1, "d"), (1, "e"), (5, "f")]
+    assert list(_batches(iter(sized), 50, 3)) == [["a", "b", "big"], ["c", "d", "e"], ["f"]]
+    assert list(_batches(iter(sized), 20, 10)) == [["a", "b"], ["big"], ["c", "d", "e", "f"]]
+    taken = []
+
+    def items():
+        for n, item in sized:
+            taken.append(item)
+            yield n, item
+
+    first = next(_batches(items(), 20, 10))
+    assert first == ["a", "b"] and taken == ["a", "b"]  # no waiting for the rest
