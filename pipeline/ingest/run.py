@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,6 +52,9 @@ from pipeline.errors import DatasetError, TokenwireError, TraceFormatError
 from pipeline.ingest.attribution import attribute_collectives
 from pipeline.ingest.detect import detect, module_for
 from pipeline.ingest.time_breakdown import add_time_breakdown
+
+if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
+    from pipeline.ingest.distributed import Cluster
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
 POOL_MIN_BYTES = 64 * 1024 * 1024
@@ -228,7 +232,7 @@ def _plan(
     on_file,
     done: list[FileOutcome],
     small_rows: int,
-    cluster=None,
+    cluster: Cluster | None = None,
 ) -> Iterator[tuple[int, tuple]]:
     """Hash the inputs, largest first (here, or on the Dask ``cluster``), and yield (input
     index, :func:`parse_file` arguments) for each file to parse as soon as its hash is known,
@@ -267,7 +271,7 @@ def _parse_all(
     sizes: list[int],
     jobs: int | None,
     on_file,
-    cluster=None,
+    cluster: Cluster | None = None,
 ) -> list[FileOutcome]:
     """Parse the files of ``planned`` (see :func:`_plan`; ``sizes`` are the inputs' sizes)
     in-process, in a local pool or on Dask; the outcomes come back in input order (the rank
@@ -644,7 +648,7 @@ def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
 
 
 @contextmanager
-def _cluster(scheduler: str | None) -> Iterator:
+def _cluster(scheduler: str | None) -> Iterator[Cluster | None]:
     """The :class:`~pipeline.ingest.distributed.Cluster` at ``scheduler``; None without one."""
     if scheduler is None:
         yield None
@@ -656,7 +660,9 @@ def _cluster(scheduler: str | None) -> Iterator:
 
 
 @contextmanager
-def _hashing(cluster) -> Iterator[Callable[[list[Path], list[int]], Iterable[str | OSError]]]:
+def _hashing(
+    cluster: Cluster | None,
+) -> Iterator[Callable[[list[Path], list[int]], Iterable[str | OSError]]]:
     """A function of (paths, sizes) to each path's :func:`_sha256_or_error`, in order: on the
     cluster's workers, else in threads here."""
     if cluster is not None:

@@ -205,7 +205,7 @@ def _renderer(spec: dict[str, Any]) -> str:
 
     SVG keeps a chart's text searchable and sharp at any zoom, but the browser lays out every
     mark as an element: a report of 16,384 ranks, whose per-rank charts hold 82,000 and
-    33,000 marks, took Chromium 5.1 to 9.8 s to draw as SVG and 1.7 to 3.2 s so.
+    33,000 marks, took Chromium 5.1 to 9.8 s to draw as SVG and 1.7 to 3.2 s on a canvas.
     """
     return "canvas" if _data_rows(spec) > CANVAS_MIN_ROWS else "svg"
 
