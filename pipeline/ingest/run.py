@@ -251,10 +251,7 @@ def _plan(
         for i, sha in zip(order, found, strict=True):
             inp = inputs[i]
             if isinstance(sha, OSError):
-                reason = sha.strerror or str(sha)
-                if sha.errno == errno.ENOENT and inp.path.is_symlink():
-                    reason += " (broken symbolic link)"
-                error = f"{inp.path}: cannot read file: {reason}"
+                error = f"{inp.path}: cannot read file: {_read_error(sha, inp.path, cluster)}"
                 out = FileOutcome(inp.path, inp.job, "failed", error=error)
             elif sha in seen:
                 out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
@@ -676,6 +673,17 @@ def _hashing(
 def hash_files(paths: list[Path]) -> list[str | OSError]:
     """Each file's sha256, or the OSError that reading it raised (a Dask task)."""
     return [_sha256_or_error(path) for path in paths]
+
+
+def _read_error(exc: OSError, path: Path, cluster: Cluster | None) -> str:
+    """Why ``path`` could not be read, for its one-line error."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOENT and path.is_symlink():
+        return reason + " (broken symbolic link)"
+    if exc.errno == errno.ENOENT and cluster is not None and path.exists():
+        # (a cluster without the shared file system: every file would say only this)
+        return reason + " on the Dask workers, though it is here: they must see it at this path"
+    return reason
 
 
 def _sha256_or_error(path: Path) -> str | OSError:

@@ -128,3 +128,31 @@ def test_batches_cut_by_bytes_and_count_in_order_as_items_come() -> None:
 
     first = next(_batches(items(), 20, 10))
     assert first == ["a", "b"] and taken == ["a", "b"]  # no waiting for the rest
+
+
+def test_a_file_the_workers_cannot_see_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers without the shared file system fail every file with ENOENT; the error says
+    that the file is there for the client but not for them."""
+    import contextlib
+    import errno
+
+    from pipeline.ingest import run
+
+    class Blind:  # a cluster whose workers see no file
+        def hashes(self, hash_files, paths, sizes):
+            return [OSError(errno.ENOENT, "No such file or directory") for _ in paths]
+
+    @contextlib.contextmanager
+    def blind(scheduler):
+        yield Blind()
+
+    monkeypatch.setattr(run, "_cluster", blind)
+    log = next((Path(__file__).parents[2] / "sample_traces").glob("rank0.nccl.log"))
+    summary = ingest([log], tmp_path / "ds", scheduler="tcp://cluster:8786")
+    [failed] = summary.errors
+    assert failed.error == (
+        f"{log}: cannot read file: No such file or directory on the Dask workers, though it is "
+        "here: they must see it at this path"
+    )
