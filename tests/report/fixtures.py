@@ -187,9 +187,9 @@ def large_job(dataset: Path, *, ranks: int = 1000, steps: int = 3, job: str = "b
     link(dataset)
 
 
-def _points_chart(name: str, n: int, *, layered: bool = False) -> page.Chart:
+def _points_chart(name: str, n: int, *, concatenated: bool = False) -> page.Chart:
     data = alt.Data(values=[{"rank": i, "ms": i % 7} for i in range(n)])
-    if layered:  # the rows under a concatenation, as the time-per-rank chart has them
+    if concatenated:  # the rows under a concatenation, as the time-per-rank chart has them
         bars = alt.Chart().mark_bar().encode(x=alt.X("rank:O"), y=alt.Y("ms:Q"))
         return page.Chart(name, alt.vconcat(bars, bars.mark_tick(), data=data))
     return page.Chart(name, alt.Chart(data).mark_bar().encode(x=alt.X("rank:O"), y=alt.Y("ms:Q")))
@@ -204,6 +204,6 @@ def page_of_small_and_big_charts() -> str:
             _points_chart("small", 50),
             _points_chart("edge", page.CANVAS_MIN_ROWS),
             _points_chart("big", big),
-            _points_chart("big_layered", big, layered=True),
+            _points_chart("big_concatenated", big, concatenated=True),
         ]
     return page.render("t", "s", [page.Section("s", "S", list(charts))])

@@ -150,4 +150,4 @@ def test_big_charts_draw_on_a_canvas_and_small_ones_as_svg(browser, tmp_path):
     out.write_text(page_of_small_and_big_charts())
     res = check_page(browser, out)
     drawn = {c["name"]: c["renderer"] for c in res.charts}
-    assert drawn == {"small": "svg", "edge": "svg", "big": "canvas", "big_layered": "canvas"}
+    assert drawn == {"small": "svg", "edge": "svg", "big": "canvas", "big_concatenated": "canvas"}
