@@ -13,3 +13,17 @@ CREATE VIEW primary_sources AS
 SELECT job, rank, arg_min(source, source_preference(source)) AS source
 FROM (SELECT DISTINCT job, rank, source FROM collectives)
 GROUP BY ALL;
+
+-- member_ranks: an aggregate over a communicator's rows (of _communicators_stored, the rows
+-- as the parts hold them): its members, sorted. A row lists its group (ranks), or stores it
+-- as the sequence ranks_first + i x ranks_stride, i < nranks (pipeline/dataset/rank_sets.py),
+-- or knows only its own rank (an NCCL log's). Each distinct list and sequence is expanded
+-- once: a world-sized group repeats on every rank's row (world^2 ranks in all).
+CREATE MACRO member_ranks(ranks, ranks_first, ranks_stride, nranks, rank) AS
+list_sort(list_distinct(
+    coalesce(flatten(list(DISTINCT ranks) FILTER (ranks_stride IS NULL)), [])
+    || coalesce(flatten(list_transform(
+           list(DISTINCT {'first': ranks_first, 'stride': ranks_stride, 'n': nranks})
+               FILTER (ranks_stride IS NOT NULL),
+           lambda s: range(s.first, s.first + s.stride * s.n, s.stride))), [])
+    || list(rank)));

@@ -30,6 +30,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.dataset import rank_sets
 from pipeline.dataset.schema import table_schema
 from pipeline.errors import DatasetError
 
@@ -334,7 +335,10 @@ def row_groups(pieces: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[list]:
 
 def part_columns(name: str, table: pa.Table) -> pa.Table:
     """``table`` (conformed to its schema) as a part of it holds it: without the partition
-    columns, which are folders."""
+    columns, which are folders, and with communicators' rank lists stored as sequences where
+    they are (:mod:`pipeline.dataset.rank_sets`)."""
+    if name == rank_sets.TABLE:
+        table = rank_sets.encode(table)
     return table.drop_columns(list(table_schema(name).partition))
 
 

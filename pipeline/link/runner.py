@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from pipeline.dataset.rank_sets import STORED_VIEW
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     part_columns,
@@ -177,11 +178,10 @@ def _comm_dims_from_layout(
     world = job_spec.parallel.world_size
     out = []
     # a profiler lists a group's ranks; an NCCL log knows only its own rank in each
-    # communicator, so there the set is assembled from the rows of every rank (each distinct
-    # list once: a world-sized group repeats its list on every rank's row)
+    # communicator, so there the set is assembled from the rows of every rank
     comms = con.execute(
-        "SELECT comm, list_distinct(flatten(list(DISTINCT ranks)) || list(rank)) "
-        "FROM communicators WHERE job = ? AND rank >= 0 GROUP BY comm",
+        "SELECT comm, member_ranks(ranks, ranks_first, ranks_stride, nranks, rank) "
+        f"FROM {STORED_VIEW} WHERE job = ? AND rank >= 0 GROUP BY comm",
         [job],
     ).fetchall()
     for comm, ranks in comms:

@@ -1,0 +1,71 @@
+"""How a communicator's member ranks are stored: as a sequence where they form one.
+
+Every rank's ``communicators`` row lists its group's ranks, so a job of N ranks holds the
+world group's list N times: N² ranks in all (at 16,384 ranks, 268 M list elements, half the
+dataset's bytes and half of ``tokenwire link``'s time). The groups of real layouts are
+arithmetic sequences (the world, a tp block, a dp or pp stride), so a part stores such a
+list as two numbers, ``ranks_first`` and ``ranks_stride`` (``nranks`` is its length), with
+``ranks`` null; any other list stays a list. The table's view gives ``ranks`` back whole
+(:func:`ranks_sql`); ``tokenwire link`` gathers each group's members from the stored form
+(the :data:`STORED_VIEW` view and the ``member_ranks`` macro of ``sources.sql``), so a
+sequence repeated on every rank's row is expanded once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+#: The table whose ``ranks`` are stored this way.
+TABLE = "communicators"
+#: A view of the table's rows as the parts store them (``ranks`` null where a sequence).
+STORED_VIEW = "_communicators_stored"
+
+
+def encode(table: pa.Table) -> pa.Table:
+    """``table`` (conformed communicators rows) with each ``ranks`` list that is an arithmetic
+    sequence of ``nranks`` ranks (two or more, distinct) stored as ``ranks_first`` and
+    ``ranks_stride`` instead. Rows already stored that way, and other lists, are kept.
+
+    Worked on the lists' flat values with numpy: a file has a few rows, and a query engine's
+    cost per call (about 1 ms in Polars) would be paid by each of a job's files.
+    """
+    column = table.column("ranks").combine_chunks()
+    # (to_numpy gives NaN for a null, and NaN compares false)
+    lengths = column.value_lengths().to_numpy(zero_copy_only=False)
+    nranks = table.column("nranks").to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero((lengths == nranks) & (nranks >= 2))
+    if not len(rows):  # e.g. an NCCL log's rows, each knowing only its own rank
+        return table
+    # (combined, the column is one array whose offsets index its values)
+    starts = column.offsets.to_numpy()[rows]
+    values = column.values.to_numpy(zero_copy_only=False)  # float with NaN for null members
+    n = lengths[rows].astype(np.int64)
+    first = values[starts]
+    stride = values[starts + 1] - first
+    # member i of each row against first + i * stride, all rows' members in one array
+    row_starts = np.cumsum(n) - n
+    i = np.arange(n.sum()) - np.repeat(row_starts, n)
+    same = values[np.repeat(starts, n) + i] == np.repeat(first, n) + i * np.repeat(stride, n)
+    sequence = np.logical_and.reduceat(same, row_starts) & (stride != 0)
+    encoded = np.zeros(table.num_rows, bool)
+    encoded[rows[sequence]] = True
+    ranks = pa.ListArray.from_arrays(
+        column.offsets, column.values, type=column.type, mask=pa.array(np.isnan(lengths) | encoded)
+    )
+    table = table.set_column(table.schema.get_field_index("ranks"), table.field("ranks"), ranks)
+    for name, value in (("ranks_first", first), ("ranks_stride", stride)):
+        kept = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        kept[rows[sequence]] = value[sequence]
+        stored = pa.array(np.nan_to_num(kept).astype(np.int64), mask=np.isnan(kept))
+        table = table.set_column(table.schema.get_field_index(name), table.field(name), stored)
+    return table
+
+
+def ranks_sql(present: set[str]) -> str:
+    """The SQL that gives a part's ``ranks`` back whole, from the columns ``present`` in it
+    (a part written before the stored form has only ``ranks``)."""
+    if "ranks_stride" not in present:
+        return "ranks" if "ranks" in present else "NULL"
+    sequence = "range(ranks_first, ranks_first + ranks_stride * nranks, ranks_stride)"
+    return f"coalesce(ranks, CASE WHEN ranks_stride IS NOT NULL THEN {sequence} END)"
