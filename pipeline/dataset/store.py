@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import gc
 import hashlib
+import itertools
 import os
 import re
 import time
@@ -97,11 +99,16 @@ class Manifest:
     def parts_by_table(self) -> dict[str, list[str]]:
         """:meth:`parts` of every table that has one, in one pass over the files (a
         dataset of 4,096 ranks lists 8,192 of them)."""
-        out: dict[str, dict[str, None]] = {}
+        # (the lists gathered first, made unique once: a dict per file and table took 0.2 s
+        # for the 213,000 of a 16,384-rank job, most of them naming the same merged part)
+        lists: dict[str, list[list[str]]] = {}
         for entry in self.files.values():
             for table, rels in entry.parts.items():
-                out.setdefault(table, {}).update(dict.fromkeys(rels))
-        tables = {table: list(rels) for table, rels in out.items()}
+                lists.setdefault(table, []).append(rels)
+        tables = {
+            table: list(dict.fromkeys(itertools.chain.from_iterable(rels)))
+            for table, rels in lists.items()
+        }
         for table, rels in self.derived.items():
             tables[table] = tables.get(table, []) + rels
         return tables
@@ -121,24 +128,25 @@ def read_manifest(dataset: Path) -> Manifest:
     if not path.exists():
         return Manifest()
     try:
-        doc = orjson.loads(path.read_bytes())
-        if doc.get("format") != FORMAT_NAME:
-            raise ValueError("not a tokenwire manifest")
-        # (orjson made every list and dict afresh: they are taken as they are)
-        files = {
-            fid: FileEntry(
-                file_id=fid,
-                sha256=e["sha256"],
-                path=e["path"],
-                job=e["job"],
-                format=e["format"],
-                ranks=_checked(e["ranks"], list),
-                parts=_checked(e["parts"], dict),
-            )
-            for fid, e in doc["files"].items()
-        }
-        derived = _checked(doc.get("derived", {}), dict)
-        version = int(doc.get("version", 1))
+        with _gc_paused():
+            doc = orjson.loads(path.read_bytes())
+            if doc.get("format") != FORMAT_NAME:
+                raise ValueError("not a tokenwire manifest")
+            # (orjson made every list and dict afresh: they are taken as they are)
+            files = {
+                fid: FileEntry(
+                    file_id=fid,
+                    sha256=e["sha256"],
+                    path=e["path"],
+                    job=e["job"],
+                    format=e["format"],
+                    ranks=_checked(e["ranks"], list),
+                    parts=_checked(e["parts"], dict),
+                )
+                for fid, e in doc["files"].items()
+            }
+            derived = _checked(doc.get("derived", {}), dict)
+            version = int(doc.get("version", 1))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
     if version > FORMAT_VERSION:
@@ -147,6 +155,20 @@ def read_manifest(dataset: Path) -> Manifest:
             f"(this one reads up to {FORMAT_VERSION}); upgrade tokenwire"
         )
     return Manifest(files=files, derived=derived, version=version)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a while. A manifest of 32,768 files is about
+    half a million new dicts, lists and strings, none of them in a cycle, and every pass of
+    the collector walked all those made so far (reading it took 0.43 to 0.69 s, 0.16 s so)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _checked(value: Any, kind: type) -> Any:
@@ -196,12 +218,13 @@ def require_parts(dataset: Path, parts: Iterable[str]) -> None:
 
 def write_manifest(dataset: Path, manifest: Manifest) -> None:
     """Replace the manifest atomically."""
-    doc = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
-        "derived": manifest.derived,
-    }
+    with _gc_paused():
+        doc = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
+            "derived": manifest.derived,
+        }
     # orjson: the standard encoder with an indent is pure Python (42 ms against 2 ms for the
     # 1.6 MB manifest of a 1,024-rank job, and every ingest and link writes it)
     atomic_write_bytes(dataset / MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))

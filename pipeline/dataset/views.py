@@ -15,7 +15,7 @@ import duckdb
 
 from pipeline.dataset import rank_sets
 from pipeline.dataset.schema import TableSchema, load_schemas
-from pipeline.dataset.store import MANIFEST, read_manifest, require_parts
+from pipeline.dataset.store import MANIFEST, Manifest, read_manifest, require_parts
 from pipeline.errors import DatasetError
 
 _DUCKDB_TYPES = {
@@ -30,7 +30,11 @@ _DUCKDB_TYPES = {
 
 
 def connect(
-    dataset: Path | str, *, derived: bool = True, read_only: bool = False
+    dataset: Path | str,
+    *,
+    derived: bool = True,
+    read_only: bool = False,
+    manifest: Manifest | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view per table of ``dataset``.
 
@@ -39,7 +43,8 @@ def connect(
     to the parts the manifest lists (``allowed_paths``), no other file, extension or
     database (``enable_external_access = false``), and no way to undo that
     (``lock_configuration``). Statements that write are refused by the caller
-    (:func:`pipeline.dataset.query.run_query`).
+    (:func:`pipeline.dataset.query.run_query`). ``manifest``: the dataset's, already read
+    by a caller that holds the writer lock (else it is read here).
 
     Raises
     ------
@@ -49,7 +54,7 @@ def connect(
     dataset = Path(dataset)
     if not (dataset / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
-    manifest = read_manifest(dataset)
+    manifest = manifest or read_manifest(dataset)
     schemas = [s for s in load_schemas().values() if derived or not s.derived]
     # listed in one pass: a listing per table walked every file of the manifest for each
     by_table = manifest.parts_by_table()
