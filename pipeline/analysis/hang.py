@@ -33,6 +33,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -120,9 +121,9 @@ class GroupReport:
         """One line per finding; empty when the group looks healthy."""
         out = []
         if self.never_entered:
-            out.append(f"ranks {self.never_entered} never entered seq {self.focus_seq}")
+            out.append(f"ranks {rank_list(self.never_entered)} never entered seq {self.focus_seq}")
         if self.stuck:
-            ranks = [s.rank for s in self.stuck]
+            ranks = rank_list(s.rank for s in self.stuck)
             out.append(f"ranks {ranks} are stuck in seq {self.focus_seq} ({self.focus_op})")
         for m in self.mismatches:
             out.append(f"seq {m.seq}: {m.what} differs between ranks ({_values(m.values)})")
@@ -156,7 +157,7 @@ class HangReport:
 
     def to_text(self) -> str:
         """The report as plain text, one block per process group."""
-        lines = [f"flight recorder dumps from ranks {self.dumped_ranks}"]
+        lines = [f"flight recorder dumps from ranks {rank_list(self.dumped_ranks)}"]
         lines += [f"warning: {w}" for w in self.warnings]
         if not self.groups:
             lines.append("no collectives recorded in any dump")
@@ -169,44 +170,79 @@ class HangReport:
         return "\n".join(lines)
 
 
+def rank_list(ranks: Iterable[int]) -> str:
+    """Ranks for a reader: runs of consecutive ranks as ``first-last``, a strided set as its
+    first ranks and its stride, and past a dozen ranks their number. A group of thousands of
+    ranks then fits on a line (``[0-4095] (4,096 ranks)``); the JSON report lists each one."""
+    ordered = sorted(set(ranks))
+    count = f" ({len(ordered):,} ranks)" if len(ordered) > 12 else ""
+    stride = ordered[1] - ordered[0] if len(ordered) > 12 else 0
+    if stride > 1 and ordered == list(range(ordered[0], ordered[-1] + 1, stride)):
+        first, second, last = ordered[0], ordered[1], ordered[-1]
+        return f"[{first}, {second}, ..., {last}] ({len(ordered):,} ranks, {stride} apart)"
+    runs: list[list[int]] = []
+    for rank in ordered:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    parts = [f"{a}-{b}" if b > a + 1 else ", ".join(map(str, range(a, b + 1))) for a, b in runs]
+    if len(parts) > 12:
+        parts = [*parts[:10], "...", *parts[-2:]]
+    return "[" + ", ".join(parts) + "]" + count
+
+
+def _ranks_of(ranks: list[int]) -> str:
+    """``rank 7`` or ``ranks [0-6, 8-15]``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_list(ranks)}"
+
+
+def _by_value(values: dict[int, Any]) -> list[tuple[Any, list[int]]]:
+    """The ranks of each distinct value, in the order of their lowest rank."""
+    groups: dict[Any, list[int]] = {}
+    for rank, value in sorted(values.items()):
+        groups.setdefault(value, []).append(rank)
+    return list(groups.items())
+
+
 def _values(values: dict[int, str]) -> str:
-    return ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items()))
+    return ", ".join(f"{_ranks_of(ranks)}: {v}" for v, ranks in _by_value(values))
 
 
 def _group_text(g: GroupReport) -> list[str]:
     desc = f" ({g.pg_desc})" if g.pg_desc else ""
     out = [f"process group {g.pg_name if g.pg_name is not None else g.comm}{desc} [{g.comm}]"]
-    out.append(f"  ranks: {g.ranks} (from {g.membership})")
+    out.append(f"  ranks: {rank_list(g.ranks)} (from {g.membership})")
     if g.ranks_without_dump:
-        out.append(f"  no dump from ranks {g.ranks_without_dump}: they are left out")
+        out.append(f"  no dump from ranks {rank_list(g.ranks_without_dump)}: they are left out")
     out.append(f"  sequence ids compared: {g.seq_first}..{g.seq_last}")
     lc = g.last_completed_by_all
     out.append(
         "  last collective every rank completed: "
         + (f"seq {lc} ({g.last_completed_op})" if lc is not None else "none")
     )
-    per_rank = ", ".join(
-        f"rank {r}: {g.last_completed[r]}/{g.last_entered[r]}" for r in sorted(g.last_completed)
-    )
-    out.append(f"  last completed/entered per rank: {per_rank}")
+    progress = {r: f"{g.last_completed[r]}/{g.last_entered[r]}" for r in g.last_completed}
+    out.append(f"  last completed/entered per rank: {_values(progress)}")
     fd = g.first_disagreement
     out.append(f"  first seq where ranks disagree: {fd if fd is not None else 'none'}")
     if g.focus_seq is not None and (g.never_entered or g.stuck):
         out.append(f"  first unfinished collective: seq {g.focus_seq} ({g.focus_op})")
         if g.never_entered:
-            out.append(f"    never entered: ranks {g.never_entered}")
-        for s in g.stuck:
-            retired = "" if s.retired is None else f", retired={str(s.retired).lower()}"
-            out.append(f"    stuck in it: rank {s.rank} ({s.status}; state={s.state}{retired})")
+            out.append(f"    never entered: ranks {rank_list(g.never_entered)}")
+        # (one line per way of being stuck, not per rank: thousands of ranks wait alike)
+        how = {s.rank: (s.status, s.state, s.retired) for s in g.stuck}
+        for (status, state, retired), ranks in _by_value(how):
+            flag = "" if retired is None else f", retired={str(retired).lower()}"
+            out.append(f"    stuck in it: {_ranks_of(ranks)} ({status}; state={state}{flag})")
         if g.completed_at_focus:
-            out.append(f"    completed it: ranks {g.completed_at_focus}")
+            out.append(f"    completed it: ranks {rank_list(g.completed_at_focus)}")
     for m in g.mismatches:
         if not m.odd_ranks:
             odd = ""
         elif m.majority:
-            odd = f"; odd ranks {m.odd_ranks}"
+            odd = f"; odd ranks {rank_list(m.odd_ranks)}"
         else:
-            odd = f"; ranks {m.odd_ranks} differ from rank {min(m.values)} (no majority)"
+            odd = f"; ranks {rank_list(m.odd_ranks)} differ from rank {min(m.values)} (no majority)"
         out.append(
             f"  MISMATCH seq {m.seq} ({m.op_name}): {m.what} differs: {_values(m.values)}{odd}"
         )
@@ -292,6 +328,12 @@ def _membership(
     lists = (
         {tuple(x) for x in rows["ranks"].drop_nulls().unique().to_list()} if rows.height else set()
     )
+    # rows read from a dataset keep a sequence as its first rank and stride (rank_sets.py)
+    sequences = rows.filter(pl.col("ranks_stride").is_not_null())
+    for first, stride, n in (
+        sequences.select("ranks_first", "ranks_stride", "nranks").unique().rows()
+    ):
+        lists.add(tuple(range(first, first + stride * n, stride)))
     if len(lists) > 1:
         warnings.append(f"{comm}: ranks disagree on its members {sorted(lists)}; using the union")
     if lists:
@@ -672,6 +714,7 @@ def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
 
 def _dump_rows(dataset: Path, job: str | None) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
     """The flight recorder's collectives and communicators of ``job``, and its dumped ranks."""
+    from pipeline.dataset.rank_sets import STORED_VIEW
     from pipeline.dataset.views import connect
 
     con = connect(dataset, read_only=True)
@@ -702,4 +745,5 @@ def _dump_rows(dataset: Path, job: str | None) -> tuple[pl.DataFrame, pl.DataFra
             [job],
         ).fetchall()
     ]
-    return rows("collectives"), rows("communicators"), dumped
+    # (communicators as stored: expanded on every rank's row, the world group's list is N²)
+    return rows("collectives"), rows(STORED_VIEW), dumped

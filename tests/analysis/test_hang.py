@@ -308,3 +308,53 @@ def test_hang_from_an_ingested_dataset(real_traces: Path, tmp_path: Path) -> Non
     code, out = _run_cli(str(hung))
     assert code == 1  # two jobs with dumps: --job picks one
     assert _run_cli(str(hung), "--job", "moe")[0] == 0
+
+
+# --------------------------------------------------------------------------- many ranks
+
+
+def test_rank_lists_are_written_as_runs_strides_and_counts() -> None:
+    assert hang.rank_list([1]) == "[1]"
+    assert hang.rank_list([1, 0]) == "[0, 1]"
+    assert hang.rank_list([0, 1, 2, 5]) == "[0-2, 5]"
+    assert hang.rank_list(range(4096)) == "[0-4095] (4,096 ranks)"
+    assert hang.rank_list([*range(7), *range(8, 4096)]) == "[0-6, 8-4095] (4,095 ranks)"
+    assert hang.rank_list(range(3, 4096, 8)) == "[3, 11, ..., 4091] (512 ranks, 8 apart)"
+    assert hang.rank_list([*range(0, 40, 2), 41]) == (
+        "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18, ..., 38, 41] (21 ranks)"
+    )
+
+
+def test_a_hang_of_many_ranks_reads_in_a_few_lines_from_files_and_from_a_dataset(
+    tmp_path: Path,
+) -> None:
+    """64 ranks, rank 7 never started the last collective: the text names runs of ranks and
+    groups the stuck ones by how they wait; a dataset of the same dumps (the group's list
+    stored as a sequence) gives the same report."""
+    from pipeline.ingest.run import ingest
+
+    world = list(range(64))
+
+    def entries(rank: int) -> list[dict]:
+        # (each rank's own creation times: identical dumps would be one file to ingest)
+        done = [_nccl(s, "completed", True, time_created_ns=s * 100 + rank) for s in range(1, 5)]
+        state = "scheduled" if rank == 7 else "started"
+        return [*done, _nccl(5, state, False, time_created_ns=500 + rank)]
+
+    docs = {r: _nccl_doc(entries(r), str(world)) for r in world}
+    folder = _write(tmp_path / "dumps", docs)
+    code, out = _run_cli(str(folder))
+    assert code == hang.EXIT_PROBLEM
+    assert "  ranks: [0-63] (64 ranks) (from pg_config)" in out
+    assert "  last completed/entered per rank: ranks [0-63] (64 ranks): 4/5" in out
+    assert (
+        "stuck in it: ranks [0-6, 8-63] (63 ranks) (started; state=started, retired=false)" in out
+    )
+    assert "stuck in it: rank 7 (scheduled; state=scheduled, retired=false)" in out
+    assert len(out.splitlines()) < 20
+
+    dataset = tmp_path / "ds"
+    assert not ingest([folder], dataset, job="job").errors
+    from_files = hang.analyze_paths([folder])
+    assert hang.analyze_dataset(dataset).to_json() == from_files.to_json()
+    assert _only_group(from_files).membership == "pg_config"
