@@ -54,7 +54,8 @@ def connect(
     dataset = Path(dataset)
     if not (dataset / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
-    manifest = manifest or read_manifest(dataset)
+    if manifest is None:
+        manifest = read_manifest(dataset)
     schemas = [s for s in load_schemas().values() if derived or not s.derived]
     # listed in one pass: a listing per table walked every file of the manifest for each
     by_table = manifest.parts_by_table()
@@ -132,7 +133,8 @@ def parts_select(
 
 
 def _column_sql(schema: TableSchema, name: str, present: set[str], stored: bool) -> str:
-    """Column ``name`` of a part with the columns ``present``: NULL where the part lacks it."""
+    """Column ``name`` of a part with the columns ``present`` (NULL where the part lacks it);
+    communicators' ``ranks`` whole again unless ``stored``."""
     if schema.name == rank_sets.TABLE and name == "ranks" and not stored:
         return rank_sets.ranks_sql(present)
     return _ident(name) if name in present else "NULL"
