@@ -90,6 +90,22 @@ def test_sample_job_groups_follow_megatron_order():
     assert group(job, 5, ("pp",)) == [1, 5]
 
 
+def test_every_rank_of_a_group_gets_the_same_members_as_a_list_of_its_own():
+    """Each rank's group is the set of ranks that share its coordinates outside the group's
+    dimensions (worked out here from the coordinates), and the list is the caller's to
+    change (the members are worked out once per group)."""
+    job = job_from_dict({"model": DIMS, "parallel": {"tp": 2, "cp": 2, "dp": 4, "pp": 2}})
+    world = range(job.parallel.world_size)
+    for dims, outside in ((("tp",), ("cp", "dp", "pp")), (("dp", "cp"), ("tp", "pp"))):
+        for rank in world:
+            mine = coordinates(job, rank)
+            same = [r for r in world if all(coordinates(job, r)[d] == mine[d] for d in outside)]
+            assert group(job, rank, dims) == same
+    members = group(job, 3, ("dp", "cp"))
+    members.append(-1)
+    assert -1 not in group(job, 3, ("dp", "cp"))
+
+
 def test_every_sample_rank_matches_its_stage():
     job = load_job(SAMPLE)
     first, last = _rows(predict(job, 0)), _rows(predict(job, 7))
