@@ -100,7 +100,7 @@ def _merge(
 ) -> None:
     """Write the rows of ``parts`` as one part, a row group at a time, with the columns and
     types ingest writes (a part written before a column was added gets it as nulls)."""
-    select = parts_select(con, dataset, parts, schema, stored=True)
+    select = parts_select(con, dataset, parts, schema)
     # DuckDB yields a batch per part, a few rows each: gather them into whole row groups
     with PartWriter(dataset, merged) as out:
         for group in row_groups(con.sql(select).to_arrow_reader(ROW_GROUP_ROWS)):

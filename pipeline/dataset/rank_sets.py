@@ -6,7 +6,7 @@ dataset's bytes and half of ``tokenwire link``'s time). The groups of real layou
 arithmetic sequences (the world, a tp block, a dp or pp stride), so a part stores such a
 list as two numbers, ``ranks_first`` and ``ranks_stride`` (``nranks`` is its length), with
 ``ranks`` null; any other list stays a list. The table's view gives ``ranks`` back whole
-(:func:`ranks_sql`); ``tokenwire link`` gathers each group's members from the stored form
+(:data:`VIEW_SQL`); ``tokenwire link`` gathers each group's members from the stored form
 (the :data:`STORED_VIEW` view and the ``member_ranks`` macro of ``sources.sql``), so a
 sequence repeated on every rank's row is expanded once.
 """
@@ -20,6 +20,13 @@ import pyarrow as pa
 TABLE = "communicators"
 #: A view of the table's rows as the parts store them (``ranks`` null where a sequence).
 STORED_VIEW = "_communicators_stored"
+#: The table's own view: the stored rows with every list whole (a part written before the
+#: stored form has lists only, and nulls in the two columns).
+VIEW_SQL = f"""CREATE VIEW {TABLE} AS
+SELECT * REPLACE (CAST(coalesce(ranks, CASE WHEN ranks_stride IS NOT NULL THEN
+    range(ranks_first, ranks_first + ranks_stride * nranks, ranks_stride) END) AS BIGINT[])
+    AS ranks)
+FROM {STORED_VIEW}"""
 
 
 def encode(table: pa.Table) -> pa.Table:
@@ -60,12 +67,3 @@ def encode(table: pa.Table) -> pa.Table:
         stored = pa.array(np.nan_to_num(kept).astype(np.int64), mask=np.isnan(kept))
         table = table.set_column(table.schema.get_field_index(name), table.field(name), stored)
     return table
-
-
-def ranks_sql(present: set[str]) -> str:
-    """The SQL that gives a part's ``ranks`` back whole, from the columns ``present`` in it
-    (a part written before the stored form has only ``ranks``)."""
-    if "ranks_stride" not in present:
-        return "ranks" if "ranks" in present else "NULL"
-    sequence = "range(ranks_first, ranks_first + ranks_stride * nranks, ranks_stride)"
-    return f"coalesce(ranks, CASE WHEN ranks_stride IS NOT NULL THEN {sequence} END)"

@@ -68,11 +68,6 @@ def connect(
     con.execute("SET parquet_metadata_cache = true")
     for schema in schemas:
         con.execute(view_sql(con, dataset, by_table[schema.name], schema))
-    # (link gathers each communicator's members from the stored form: rank_sets.py)
-    stored = parts_select(
-        con, dataset, by_table[rank_sets.TABLE], load_schemas()[rank_sets.TABLE], stored=True
-    )
-    con.execute(f"CREATE VIEW {rank_sets.STORED_VIEW} AS {stored}")
     con.execute(resources.files("pipeline.dataset").joinpath("sources.sql").read_text())
     if derived:
         con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
@@ -87,22 +82,20 @@ def view_sql(
     con: duckdb.DuckDBPyConnection, dataset: Path, parts: list[str], schema: TableSchema
 ) -> str:
     """The ``CREATE VIEW`` statement for one table over its ``parts`` (relative paths; see
-    :func:`parts_select`)."""
+    :func:`parts_select`). Communicators get two views: their rows as stored, which link
+    gathers each communicator's members from, and the table's, with every list whole
+    (:mod:`pipeline.dataset.rank_sets`)."""
     select = parts_select(con, dataset, parts, schema)
+    if schema.name == rank_sets.TABLE:
+        return f"CREATE VIEW {rank_sets.STORED_VIEW} AS {select};\n{rank_sets.VIEW_SQL}"
     return f"CREATE VIEW {_ident(schema.name)} AS {select}"
 
 
 def parts_select(
-    con: duckdb.DuckDBPyConnection,
-    dataset: Path,
-    parts: list[str],
-    schema: TableSchema,
-    *,
-    stored: bool = False,
+    con: duckdb.DuckDBPyConnection, dataset: Path, parts: list[str], schema: TableSchema
 ) -> str:
-    """A ``SELECT`` of the rows of ``parts`` (relative paths) of a table: every column of its
-    schema, with its type; communicators' rank lists whole, or with ``stored`` as the parts
-    hold them (:mod:`pipeline.dataset.rank_sets`).
+    """A ``SELECT`` of the rows of ``parts`` (relative paths) of a table, as the parts hold
+    them: every column of its schema, with its type.
 
     Parts written before a column was added to the schema lack it; the select gives NULL
     there. Parts are read in groups of the same columns, each without ``union_by_name``:
@@ -124,20 +117,12 @@ def parts_select(
         first = f"read_parquet([{_literal(group[0])}], {options})"
         present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {first}").fetchall()}
         casts = ", ".join(
-            f"CAST({_column_sql(schema, c.name, present, stored)} AS "
+            f"CAST({_ident(c.name) if c.name in present else 'NULL'} AS "
             f"{_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}"
             for c in schema.columns
         )
         selects.append(f"SELECT {casts} FROM read_parquet({files}, {options})")
     return "\nUNION ALL\n".join(selects)
-
-
-def _column_sql(schema: TableSchema, name: str, present: set[str], stored: bool) -> str:
-    """Column ``name`` of a part with the columns ``present`` (NULL where the part lacks it);
-    communicators' ``ranks`` whole again unless ``stored``."""
-    if schema.name == rank_sets.TABLE and name == "ranks" and not stored:
-        return rank_sets.ranks_sql(present)
-    return _ident(name) if name in present else "NULL"
 
 
 def _parts_by_columns(

@@ -76,7 +76,7 @@ class Cluster:
         """``hash_files`` of ``paths`` run on the workers, a batch of files per task (see
         :data:`HASH_TASK_BYTES`); the results one per path, in the order of ``paths``."""
         futures = [
-            self.client.submit(hash_files, [p.absolute() for p in batch], pure=False)
+            self.client.submit(hash_files, [_absolute(p) for p in batch], pure=False)
             for batch in _batches(zip(sizes, paths, strict=True), HASH_TASK_BYTES, HASH_TASK_FILES)
         ]
         for future in futures:
