@@ -10,7 +10,13 @@ import pytest
 from pipeline.dataset.schema import conform
 from pipeline.errors import ConfigError
 from pipeline.model.config import job_from_dict, load_job
-from pipeline.model.predict import coordinates, group, predict, predictions_table
+from pipeline.model.predict import (
+    coordinates,
+    group,
+    layout_groups,
+    predict,
+    predictions_table,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "job.yaml"
@@ -104,6 +110,33 @@ def test_every_rank_of_a_group_gets_the_same_members_as_a_list_of_its_own():
     members = group(job, 3, ("dp", "cp"))
     members.append(-1)
     assert -1 not in group(job, 3, ("dp", "cp"))
+
+
+@pytest.mark.parametrize(
+    ("parallel", "model"),
+    [
+        ({"tp": 2, "cp": 2, "dp": 4, "pp": 2}, DIMS),
+        ({"tp": 2, "dp": 4, "pp": 2, "ep": 2}, {**DIMS, "moe": {"experts": 4, "top_k": 2}}),
+    ],
+)
+def test_layout_groups_are_each_ranks_group_once(parallel, model):
+    """The layout's groups over some dimensions split the world: each rank is in one, and
+    it is the group :func:`group` gives that rank. Dimensions of size 1 give none."""
+    job = job_from_dict({"model": model, "parallel": parallel})
+    world = job.parallel.world_size
+    for dims, expert in ((("tp",), False), (("cp",), False), (("dp", "cp"), False),
+                         (("pp",), False), (("ep",), True), (("dp",), True)):  # fmt: skip
+        sizes = [job.parallel.ep if d == "ep" else getattr(job.parallel, d) for d in dims]
+        groups = layout_groups(job, dims, expert=expert)
+        if sizes == [1] * len(dims):
+            assert groups == []
+            continue
+        ranks = [r for g in groups for r in g]
+        assert sorted(ranks) == list(range(world))
+        for g in groups:
+            assert list(g) == sorted(g)
+            for rank in g:
+                assert group(job, rank, dims, expert=expert) == list(g)
 
 
 def test_every_sample_rank_matches_its_stage():
