@@ -5,10 +5,18 @@ world group's list N times: N² ranks in all (at 16,384 ranks, 268 M list elemen
 dataset's bytes and half of ``tokenwire link``'s time). The groups of real layouts are
 arithmetic sequences (the world, a tp block, a dp or pp stride), so a part stores such a
 list as two numbers, ``ranks_first`` and ``ranks_stride`` (``nranks`` is its length), with
-``ranks`` null; any other list stays a list. The table's view gives ``ranks`` back whole
-(:data:`VIEW_SQL`); ``tokenwire link`` gathers each group's members from the stored form
-(the :data:`STORED_VIEW` view and the ``member_ranks`` macro of ``sources.sql``), so a
-sequence repeated on every rank's row is expanded once.
+``ranks`` null.
+
+An NCCL log knows only its own rank in each communicator: its rows list ``nranks`` members,
+all null but the row's ``rank`` at ``rank_in_comm`` (at 16,384 ranks, 9 M list elements of
+which 65,536 are known, and 0.4 s of ``tokenwire link`` spent gathering them). Those columns
+already say it all, so such a row stores ``ranks_first`` = its rank, ``ranks_stride`` null and
+``ranks`` null. Any other list stays a list.
+
+The table's view gives ``ranks`` back whole (:data:`VIEW_SQL`); ``tokenwire link`` gathers
+each group's members from the stored form (the :data:`STORED_VIEW` view and the
+``member_ranks`` macro of ``sources.sql``), so a sequence repeated on every rank's row is
+expanded once.
 """
 
 from __future__ import annotations
@@ -23,16 +31,21 @@ STORED_VIEW = "_communicators_stored"
 #: The table's own view: the stored rows with every list whole (a part written before the
 #: stored form has lists only, and nulls in the two columns).
 VIEW_SQL = f"""CREATE VIEW {TABLE} AS
-SELECT * REPLACE (CAST(coalesce(ranks, CASE WHEN ranks_stride IS NOT NULL THEN
-    range(ranks_first, ranks_first + ranks_stride * nranks, ranks_stride) END) AS BIGINT[])
-    AS ranks)
+SELECT * REPLACE (CAST(coalesce(ranks, CASE
+    WHEN ranks_stride IS NOT NULL THEN
+        range(ranks_first, ranks_first + ranks_stride * nranks, ranks_stride)
+    WHEN ranks_first IS NOT NULL THEN
+        list_transform(range(nranks), lambda i: CASE WHEN i = rank_in_comm THEN ranks_first END)
+    END) AS BIGINT[]) AS ranks)
 FROM {STORED_VIEW}"""
 
 
 def encode(table: pa.Table) -> pa.Table:
-    """``table`` (conformed communicators rows) with each ``ranks`` list that is an arithmetic
-    sequence of ``nranks`` ranks (two or more, distinct) stored as ``ranks_first`` and
-    ``ranks_stride`` instead. Rows already stored that way, and other lists, are kept.
+    """``table`` (conformed communicators rows) with each ``ranks`` list of ``nranks`` ranks
+    (two or more) that is an arithmetic sequence of distinct ranks stored as ``ranks_first``
+    and ``ranks_stride``, and each that knows only the row's own ``rank``, at
+    ``rank_in_comm``, as ``ranks_first`` alone. Rows already stored so, and other lists, are
+    kept.
 
     Worked on the lists' flat values with numpy: a file has a few rows, and a query engine's
     cost per call (about 1 ms in Polars) would be paid by each of a job's files.
@@ -42,7 +55,7 @@ def encode(table: pa.Table) -> pa.Table:
     lengths = column.value_lengths().to_numpy(zero_copy_only=False)
     nranks = table.column("nranks").to_numpy(zero_copy_only=False)
     rows = np.flatnonzero((lengths == nranks) & (nranks >= 2))
-    if not len(rows):  # e.g. an NCCL log's rows, each knowing only its own rank
+    if not len(rows):
         return table
     # (combined, the column is one array whose offsets index its values)
     starts = column.offsets.to_numpy()[rows]
@@ -53,17 +66,37 @@ def encode(table: pa.Table) -> pa.Table:
     # member i of each row against first + i * stride, all rows' members in one array
     row_starts = np.cumsum(n) - n
     i = np.arange(n.sum()) - np.repeat(row_starts, n)
-    same = values[np.repeat(starts, n) + i] == np.repeat(first, n) + i * np.repeat(stride, n)
+    members = values[np.repeat(starts, n) + i]
+    same = members == np.repeat(first, n) + i * np.repeat(stride, n)
     sequence = np.logical_and.reduceat(same, row_starts) & (stride != 0)
+    own = _own_rank_only(table, rows, members, row_starts, n)
     encoded = np.zeros(table.num_rows, bool)
-    encoded[rows[sequence]] = True
+    encoded[rows[sequence | own]] = True
     ranks = pa.ListArray.from_arrays(
         column.offsets, column.values, type=column.type, mask=pa.array(np.isnan(lengths) | encoded)
     )
     table = table.set_column(table.schema.get_field_index("ranks"), table.field("ranks"), ranks)
-    for name, value in (("ranks_first", first), ("ranks_stride", stride)):
+    own_rank = table.column("rank").to_numpy(zero_copy_only=False)[rows].astype(np.float64)
+    for name, value, where in (
+        ("ranks_first", first, sequence),
+        ("ranks_stride", stride, sequence),
+        ("ranks_first", own_rank, own),
+    ):
         kept = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
-        kept[rows[sequence]] = value[sequence]
+        kept[rows[where]] = value[where]
         stored = pa.array(np.nan_to_num(kept).astype(np.int64), mask=np.isnan(kept))
         table = table.set_column(table.schema.get_field_index(name), table.field(name), stored)
     return table
+
+
+def _own_rank_only(
+    table: pa.Table, rows: np.ndarray, members: np.ndarray, row_starts: np.ndarray, n: np.ndarray
+) -> np.ndarray:
+    """Which of ``rows`` (their ``n`` ``members`` laid end to end from ``row_starts``) list
+    one rank, the row's own, at its ``rank_in_comm``, and nulls elsewhere."""
+    known = np.add.reduceat(~np.isnan(members), row_starts)
+    position = table.column("rank_in_comm").to_numpy(zero_copy_only=False)[rows]
+    rank = table.column("rank").to_numpy(zero_copy_only=False)[rows]
+    inside = (position >= 0) & (position < n)  # (false for a null position: NaN)
+    at = row_starts + np.where(inside, position, 0).astype(np.int64)
+    return (known == 1) & inside & (members[at] == rank)

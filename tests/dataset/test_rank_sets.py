@@ -16,10 +16,11 @@ from pipeline.dataset import compact
 from pipeline.dataset.rank_sets import encode
 from pipeline.dataset.schema import conform
 from pipeline.dataset.store import read_manifest
-from pipeline.ingest import kineto
+from pipeline.ingest import kineto, nccl_log
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
 from pipeline.synth.job import JobSpec, job_traces
+from pipeline.synth.scale import write_scaled_job
 
 LISTS = [
     # (nranks, ranks, stored as (first, stride) or None: kept as a list)
@@ -90,6 +91,92 @@ def test_random_lists_in_sliced_and_chunked_tables_are_stored_as_a_plain_check_s
             else:
                 assert (row["ranks"], row["ranks_stride"]) == (ranks, None)
         assert sum(row["ranks_stride"] is not None for row in stored) > 50
+
+
+OWN_RANK = [
+    # (rank, rank_in_comm, nranks, ranks, stored with ranks_first alone)
+    (5, 1, 4, [None, 5, None, None], True),
+    (0, 0, 2, [0, None], True),
+    (9, 3, 4, [None, None, None, 9], True),
+    (5, 2, 4, [None, 5, None, None], False),  # not at its place
+    (5, 1, 4, [None, 6, None, None], False),  # not its own rank
+    (5, 1, 4, [4, 5, None, None], False),  # two members known
+    (5, None, 4, [None, 5, None, None], False),  # place unknown
+    (5, 7, 4, [None, 5, None, None], False),  # place outside the group
+    (5, 1, 3, [None, 5, None, None], False),  # more members than the group has
+    (5, 0, 1, [5], False),  # nothing to save
+]
+
+
+def test_a_list_that_knows_only_the_rows_own_rank_is_stored_as_that_rank() -> None:
+    """An NCCL log's rows: the one known member at rank_in_comm, the rest null."""
+    table = conform(
+        "communicators",
+        pa.table(
+            {
+                "rank": [r for r, *_ in OWN_RANK],
+                "rank_in_comm": pa.array([p for _, p, *_ in OWN_RANK], pa.int64()),
+                "nranks": [n for _, _, n, *_ in OWN_RANK],
+                "comm": [f"c{i}" for i in range(len(OWN_RANK))],
+                "ranks": pa.array([r for *_, r, _ in OWN_RANK], pa.list_(pa.int64())),
+            }
+        ),
+        job="j",
+        source="nccl_log",
+        file_id="f",
+    )
+    stored = encode(table)
+    for (rank, _, _, ranks, own), row in zip(OWN_RANK, stored.to_pylist(), strict=True):
+        expected = (None, rank, None) if own else (ranks, None, None)
+        assert (row["ranks"], row["ranks_first"], row["ranks_stride"]) == expected
+    assert encode(stored).equals(stored)
+
+
+@pytest.fixture(scope="module")
+def traces_with_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An 8-rank job's Kineto traces and NCCL logs."""
+    root = tmp_path_factory.mktemp("logs")
+    spec = JobSpec(tp=2, pp=2, dp=2, layers=2, global_batch=4)
+    write_scaled_job(spec, root, repeats=1, formats=["kineto", "nccl"])
+    return root
+
+
+def test_nccl_log_rows_are_stored_as_their_own_rank_and_read_back_whole(
+    traces_with_logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view gives the logs' lists back as the parser made them; the parts hold none of
+    them; parts of the older form (every list whole) read and link the same."""
+    monkeypatch.setattr(compact, "SMALL_PART_ROWS", 0)  # a part per file, for the rewrite
+    dataset = tmp_path / "ds"
+    _ingest(dataset, traces_with_logs)
+    parsed = sorted(
+        (row["rank"], row["comm"], row["nranks"], row["ranks"])
+        for path in traces_with_logs.glob("*.log")
+        for row in nccl_log.parse(path).tables["communicators"].to_pylist()
+    )
+    own = [(rank, comm) for rank, comm, n, r in parsed if r.count(None) == n - 1]
+    assert len(own) > 8  # (a log can also name its peers: some lists are whole)
+    query = "SELECT rank, comm, nranks, ranks FROM communicators WHERE source = 'nccl_log'"
+    assert sorted(pipeline.open(dataset).sql(query).rows()) == parsed
+    stored = _stored(dataset).to_pylist()
+    first_alone = [
+        (r["rank"], r["comm"])
+        for r in stored
+        if r["source"] == "nccl_log" and r["ranks"] is None and r["ranks_stride"] is None
+    ]
+    assert sorted(first_alone) == sorted(own)
+    assert all(r["ranks_first"] == r["rank"] for r in stored if (r["rank"], r["comm"]) in own)
+    old = tmp_path / "old"
+    shutil.copytree(dataset, old)
+    _write_as_before(old)
+    assert _view(old) == _view(dataset)
+    link(dataset)
+    link(old)
+    for table in ("communicator_dims", "collective_matches"):
+        query = f"SELECT * FROM {table} ORDER BY ALL"
+        assert pipeline.open(old).sql(query).rows() == pipeline.open(dataset).sql(query).rows()
+    dims = pipeline.open(dataset).sql("SELECT count(*) FROM collective_matches").rows()
+    assert dims[0][0] > 0
 
 
 @pytest.fixture(scope="module")
@@ -186,15 +273,20 @@ def test_a_merge_of_parts_of_both_forms_stores_the_sequences(
 
 def _write_as_before(dataset: Path) -> None:
     """Rewrite each communicators part as a tokenwire without the stored form wrote it: each
-    sequence a list again, no ranks_first/ranks_stride columns."""
+    sequence, and each list that knows only its own rank, a list again, no
+    ranks_first/ranks_stride columns."""
     for rel in read_manifest(dataset).parts("communicators"):
         table = pq.read_table(dataset / rel)
-        lists = [
-            r["ranks"]
-            if r["ranks_stride"] is None
-            else [r["ranks_first"] + i * r["ranks_stride"] for i in range(r["nranks"])]
-            for r in table.to_pylist()
-        ]
+        lists = [_whole(r) for r in table.to_pylist()]
         at = table.schema.get_field_index("ranks")
         table = table.set_column(at, "ranks", pa.array(lists, pa.list_(pa.int64())))
         pq.write_table(table.drop_columns(["ranks_first", "ranks_stride"]), dataset / rel)
+
+
+def _whole(row: dict) -> list | None:
+    if row["ranks_stride"] is not None:
+        return [row["ranks_first"] + i * row["ranks_stride"] for i in range(row["nranks"])]
+    if row["ranks_first"] is not None:
+        return [row["ranks_first"] if i == row["rank_in_comm"] else None
+                for i in range(row["nranks"])]  # fmt: skip
+    return row["ranks"]
