@@ -19,7 +19,9 @@ child's whole process tree):
   it stands for a running cluster), ``tokenwire link``,
   ``tokenwire report``, a plain DuckDB ``count(*)`` over all of the job's Parquet tables (the
   issue's yardstick; it reads only the files' footers) and a DuckDB scan of every column of
-  every table (what linking has to read at least).
+  every table (what linking has to read at least). Each of these runs ``--repeats`` times
+  (3), the steps in turn, and its median run is the one compared: one run of the same build
+  put the 2-worker speed-up anywhere from 1.68x to 2.02x.
 
 Then the issue's targets, each with the measured ratio and met / not met.
 """
@@ -27,15 +29,17 @@ Then the issue's targets, each with the measured ratio and met / not met.
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.measure import REPO, Measurement, line, measure
+from benchmarks.measure import REPO, Measurement, line, measure, median_run, timed
 
 TIMED = """
 import os, sys, time
@@ -215,10 +219,6 @@ def hta_processes(folder: Path) -> int:
     return max(1, min(os.cpu_count() or 1, len(_files([folder]))))
 
 
-def _rate(m: Measurement) -> float:
-    return m.inner_seconds if m.inner_seconds is not None else m.seconds
-
-
 def compare_tools(title: str, folders: list[Path], work: Path) -> dict[str, Measurement]:
     """json.load, orjson, tokenwire (1 worker) and HTA on the same job folders."""
     files = _files(folders)
@@ -246,11 +246,12 @@ def compare_tools(title: str, folders: list[Path], work: Path) -> dict[str, Meas
     return out
 
 
-def compare_scaling(folder: Path, work: Path) -> dict[str, Measurement]:
-    """1 vs 2 local workers, Dask LocalCluster(2) vs the pool, link vs count(*)."""
+def compare_scaling(folder: Path, work: Path, repeats: int = 3) -> dict[str, Measurement]:
+    """1 vs 2 local workers, Dask LocalCluster(2) vs the pool, link vs count(*): each step
+    ``repeats`` times, the steps taken in turn (so that the machine's drift falls on all of
+    them alike), and each one's median run kept."""
     mb = json_mb(sorted(folder.iterdir()))
     print(f"== workers and linking: the generated job ({mb:,.1f} MB)", flush=True)
-    out: dict[str, Measurement] = {}
     cores = hta_processes(folder)
     steps = [
         ("w1", "ingest, 1 worker", INGEST, "1"),
@@ -260,22 +261,46 @@ def compare_scaling(folder: Path, work: Path) -> dict[str, Measurement]:
     ]
     if cores != 2:
         steps.insert(2, ("wcores", f"ingest, {cores} local workers", INGEST, str(cores)))
-    for key, label, code, setting in steps:
+
+    def ingest_run(key: str, label: str, code: str, setting: str) -> Measurement:
         dataset = work / f"ds-{key}"
         shutil.rmtree(dataset, ignore_errors=True)
         args = [setting, str(dataset), str(folder)]
-        out[key] = measure(label, code, *args, check=not key.startswith("dask"))
-        print(line(out[key], mb), flush=True)
+        return measure(label, code, *args, check=not key.startswith("dask"))
+
+    out = _repeated([(s[0], functools.partial(ingest_run, *s)) for s in steps], repeats, mb)
     out["wcores"] = out.get("wcores", out["w2"])
-    dataset = work / "ds-w2"
-    out["count"] = measure("DuckDB count(*) of every table", COUNT, str(dataset))
-    out["scan"] = measure("DuckDB scan of every column", SCAN, str(dataset))
-    out["link"] = measure("tokenwire link", LINK, str(dataset))
-    out["report"] = measure("tokenwire report", REPORT, str(dataset), str(work / "report.html"))
-    for key in ("count", "scan", "link", "report"):
-        m = out[key]
-        print(f"{line(m)}  (timed part {m.inner_seconds:.3f} s)", flush=True)
+    dataset = str(work / "ds-w2")
+    queries = [
+        ("count", functools.partial(measure, "DuckDB count(*) of every table", COUNT, dataset)),
+        ("scan", functools.partial(measure, "DuckDB scan of every column", SCAN, dataset)),
+        ("link", functools.partial(measure, "tokenwire link", LINK, dataset)),
+        ("report", functools.partial(
+            measure, "tokenwire report", REPORT, dataset, str(work / "report.html"))),
+    ]  # fmt: skip
+    out |= _repeated(queries, repeats, None)
     return out
+
+
+def _repeated(
+    steps: list[tuple[str, Callable[[], Measurement]]], repeats: int, mb: float | None
+) -> dict[str, Measurement]:
+    """Each step's median of ``repeats`` runs, the steps run in turn; printed as they end."""
+    runs: dict[str, list[Measurement]] = {key: [] for key, _ in steps}
+    for i in range(repeats):
+        for key, run in steps:
+            runs[key].append(m := run())
+            print(f"{line(m, mb)}{_timed_part(m)}  [run {i + 1}/{repeats}]", flush=True)
+    out = {key: median_run(ms) for key, ms in runs.items()}
+    if repeats > 1:
+        print(f"  -- the median run of each of {repeats}:")
+        for m in out.values():
+            print(line(m, mb) + _timed_part(m), flush=True)
+    return out
+
+
+def _timed_part(m: Measurement) -> str:
+    return f"  (timed part {m.inner_seconds:.3f} s)" if m.inner_seconds is not None else ""
 
 
 def targets(tools: dict[str, Measurement], scale: dict[str, Measurement]) -> list[tuple]:
@@ -286,29 +311,29 @@ def targets(tools: dict[str, Measurement], scale: dict[str, Measurement]) -> lis
         # HTA parses ranks in a pool of min(cores, ranks) processes: the fair match is as many
         # tokenwire workers (its own default); one worker against that pool is shown too.
         same = scale["wcores"]
-        speed = _rate(hta) / _rate(same)
+        speed = timed(hta) / timed(same)
         name = "ingest >= 10x faster than HTA load (same cores)"
         rows.append((name, f"{speed:.1f}x", speed >= 10))
         mem = hta.peak_rss_mb / same.peak_rss_mb
         rows.append(("ingest peak RSS <= 1/3 of HTA's (same cores)", f"1/{mem:.1f}", mem >= 3))
-        speed = _rate(hta) / _rate(tw)
+        speed = timed(hta) / timed(tw)
         rows.append(("(1 worker against HTA's pool: speed)", f"{speed:.1f}x", None))
         mem = hta.peak_rss_mb / tw.peak_rss_mb
         rows.append(("(1 worker against HTA's pool: peak RSS)", f"1/{mem:.1f}", None))
-        ceiling = _rate(hta) / _rate(tools["msgspec"])
+        ceiling = timed(hta) / timed(tools["msgspec"])
         rows.append(("(msgspec decode alone, 1 core / HTA load)", f"{ceiling:.1f}x", None))
     else:
         rows.append(("ingest >= 10x faster than HTA load", f"HTA failed: {hta.note}", None))
-    ratio = _rate(tw) / _rate(orj)
+    ratio = timed(tw) / timed(orj)
     rows.append(("ingest (parse + Parquet) <= 2x orjson.loads", f"{ratio:.2f}x", ratio <= 2))
-    speedup = _rate(scale["w1"]) / _rate(scale["w2"])
+    speedup = timed(scale["w1"]) / timed(scale["w2"])
     rows.append(("2 local workers >= 1.7x faster than 1", f"{speedup:.2f}x", speedup >= 1.7))
     for key, name in (
         ("dask_docs", "Dask LocalCluster(2) <= 1.3x the local pool"),
         ("dask", "(the same, Dask's default worker environment)"),
     ):
         if scale[key].ok:
-            ratio = _rate(scale[key]) / _rate(scale["w2"])
+            ratio = timed(scale[key]) / timed(scale["w2"])
             met = ratio <= 1.3 if key == "dask_docs" else None
             rows.append((name, f"{ratio:.2f}x", met))
         else:
@@ -330,6 +355,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a 200 MB generated job")
     parser.add_argument("--generated-mb", type=float, default=None)
     parser.add_argument("--work", type=Path, default=REPO / "bench_out")
+    parser.add_argument(
+        "--repeats", type=int, default=3,
+        help="runs of each worker, Dask, link and report step (the median is kept)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     target_mb = args.generated_mb or (200.0 if args.quick else 1100.0)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -342,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             print("== real traces: ../shared/real_traces is absent, skipped", flush=True)
         gen = generated_job(Path(tmp), target_mb)
         results["generated"] = compare_tools("generated 16-rank job", [gen], args.work)
-        scale = compare_scaling(gen, args.work)
+        scale = compare_scaling(gen, args.work, max(1, args.repeats))
     rows = targets(results["generated"], scale)
     print("== targets (generated 16-rank job; timed parts where a child reports one)")
     for name, measured, met in rows:
@@ -351,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
     if "real" in results and results["real"]["hta"].ok:
         r = results["real"]
         print(
-            f"  (real traces: ingest {_rate(r['hta']) / _rate(r['tokenwire']):.1f}x faster "
+            f"  (real traces: ingest {timed(r['hta']) / timed(r['tokenwire']):.1f}x faster "
             f"than HTA, peak RSS 1/{r['hta'].peak_rss_mb / r['tokenwire'].peak_rss_mb:.1f})"
         )
     dump = {k: {n: asdict(m) for n, m in v.items()} for k, v in results.items()}

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +36,27 @@ class Measurement:
     ok: bool = True
     note: str = ""
     inner_seconds: float | None = None  # the timed part only, when the child reports it
+    runs: list[float] = field(default_factory=list)  # each run's time, when repeated
+
+
+def timed(m: Measurement) -> float:
+    """The time a comparison uses: the timed part when the child reports one, else the whole
+    run."""
+    return m.inner_seconds if m.inner_seconds is not None else m.seconds
+
+
+def median_run(runs: list[Measurement]) -> Measurement:
+    """Of repeated runs of one step, the run of median time (the lower middle one of an even
+    number), with every run's time in ``runs``; the first failed run if any failed.
+
+    One run decides nothing on a shared machine: the same build's ratios moved by a tenth
+    from run to run, across a target's threshold.
+    """
+    failed = [m for m in runs if not m.ok]
+    if failed:
+        return failed[0]
+    ordered = sorted(runs, key=timed)
+    return replace(ordered[(len(ordered) - 1) // 2], runs=[timed(m) for m in runs])
 
 
 def _tree_rss(root: int) -> int:
@@ -82,7 +103,9 @@ def measure(label: str, code: str, *args: str, check: bool = True) -> Measuremen
     A failing child stops the benchmark when ``check``; else it comes back with ``ok`` False
     and its last line of stderr as ``note``.
     """
-    timing = Path(tempfile.mkstemp(prefix="tw-bench-", suffix=".txt")[1])
+    fd, name = tempfile.mkstemp(prefix="tw-bench-", suffix=".txt")
+    os.close(fd)
+    timing = Path(name)
     env = dict(os.environ, PYTHONPATH=str(REPO), TW_TIMING=str(timing))
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -104,7 +127,10 @@ def measure(label: str, code: str, *args: str, check: bool = True) -> Measuremen
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    stderr = proc.stderr.read() if proc.stderr is not None else ""
+    stderr = ""
+    if proc.stderr is not None:
+        with proc.stderr:
+            stderr = proc.stderr.read()
     _, status, _ = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     done.set()
@@ -140,4 +166,7 @@ def line(m: Measurement, mb: float | None = None) -> str:
     if not m.ok:
         return f"  {m.label:<34} failed: {m.note}"
     rate = f"{mb / m.seconds:8.1f} MB/s" if mb else " " * 13
-    return f"  {m.label:<34} {rate}  {m.seconds:7.2f} s  peak RSS {m.peak_rss_mb:8.0f} MB"
+    text = f"  {m.label:<34} {rate}  {m.seconds:7.2f} s  peak RSS {m.peak_rss_mb:8.0f} MB"
+    if len(m.runs) > 1:
+        text += f"  (median of {len(m.runs)}: {', '.join(f'{t:.2f}' for t in m.runs)} s)"
+    return text
