@@ -20,8 +20,8 @@ child's whole process tree):
   ``tokenwire report``, a plain DuckDB ``count(*)`` over all of the job's Parquet tables (the
   issue's yardstick; it reads only the files' footers) and a DuckDB scan of every column of
   every table (what linking has to read at least). Each of these runs ``--repeats`` times
-  (3), the steps in turn, and its median run is the one compared: one run of the same build
-  put the 2-worker speed-up anywhere from 1.68x to 2.02x.
+  (3), the steps in turn, and its median run is the one compared: the nine pairs of runs of
+  one build, in one such benchmark, put the 2-worker speed-up anywhere from 1.64x to 1.90x.
 
 Then the issue's targets, each with the measured ratio and met / not met.
 """
