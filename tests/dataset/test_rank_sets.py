@@ -166,17 +166,9 @@ def test_nccl_log_rows_are_stored_as_their_own_rank_and_read_back_whole(
     ]
     assert sorted(first_alone) == sorted(own)
     assert all(r["ranks_first"] == r["rank"] for r in stored if (r["rank"], r["comm"]) in own)
-    old = tmp_path / "old"
-    shutil.copytree(dataset, old)
-    _write_as_before(old)
-    assert _view(old) == _view(dataset)
-    link(dataset)
-    link(old)
-    for table in ("communicator_dims", "collective_matches"):
-        query = f"SELECT * FROM {table} ORDER BY ALL"
-        assert pipeline.open(old).sql(query).rows() == pipeline.open(dataset).sql(query).rows()
-    dims = pipeline.open(dataset).sql("SELECT count(*) FROM collective_matches").rows()
-    assert dims[0][0] > 0
+    _assert_the_older_form_links_the_same(dataset, tmp_path / "old", "collective_matches")
+    matches = pipeline.open(dataset).sql("SELECT count(*) FROM collective_matches").rows()
+    assert matches[0][0] > 0
 
 
 @pytest.fixture(scope="module")
@@ -242,14 +234,21 @@ def test_parts_written_before_the_stored_form_read_and_link_the_same(
     monkeypatch.setattr(compact, "SMALL_PART_ROWS", 0)  # a part per file
     current = tmp_path / "current"
     _ingest(current, traces / "low", traces / "high")
-    old = tmp_path / "old"
-    shutil.copytree(current, old)
+    _assert_the_older_form_links_the_same(current, tmp_path / "old")
+
+
+def _assert_the_older_form_links_the_same(dataset: Path, old: Path, *tables: str) -> None:
+    """A copy of ``dataset`` rewritten as an older tokenwire wrote it (:func:`_write_as_before`)
+    has the same communicators view, and link makes the same communicator_dims and
+    ``tables`` of both."""
+    shutil.copytree(dataset, old)
     _write_as_before(old)
-    assert _view(old) == _view(current)
-    link(current)
+    assert _view(old) == _view(dataset)
+    link(dataset)
     link(old)
-    query = "SELECT * FROM communicator_dims ORDER BY ALL"
-    assert pipeline.open(old).sql(query).rows() == pipeline.open(current).sql(query).rows()
+    for table in ("communicator_dims", *tables):
+        query = f"SELECT * FROM {table} ORDER BY ALL"
+        assert pipeline.open(old).sql(query).rows() == pipeline.open(dataset).sql(query).rows()
 
 
 def test_a_merge_of_parts_of_both_forms_stores_the_sequences(
