@@ -202,16 +202,24 @@ def test_times_are_exact_integers(tmp_path: Path) -> None:
                 "dur": 2636.669,
             },
             {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 0.0015},
+            {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 6, "dur": 0.0025},
+            {"ph": "X", "cat": "cpu_op", "name": "d", "pid": 1, "tid": 1, "ts": 7, "dur": 8},
         ],
     }
     path = tmp_path / "rank0.json"
-    path.write_text(json.dumps(doc))
+    text = json.dumps(doc).replace('"ts": 7, "dur": 8', '"ts": 1.5E3, "dur": 2e-3')
+    path.write_text(text)
     ops = pl.from_arrow(kineto.parse(path).tables["ops"]).sort("op_id")
+    base = 1_700_000_000_000_000_000
     assert ops["start_ns"].to_list() == [
-        1_700_000_000_000_000_000 + 4458677009853422,
-        1_700_000_000_000_000_000 + 5000,
+        base + 4458677009853422,
+        base + 5000,
+        base + 6000,
+        base + 1_500_000,
     ]
-    assert ops["dur_ns"].to_list() == [2636669, 1]
+    # (sub-nanosecond digits, which PyTorch does not write, round half to even; exponent
+    # forms are read exactly too)
+    assert ops["dur_ns"].to_list() == [2636669, 2, 2, 2]
 
 
 def _arg_rows(events: list[dict], keys: tuple[str, ...]) -> Counter:
