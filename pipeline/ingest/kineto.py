@@ -35,7 +35,7 @@ from pipeline.ingest.kineto_comms import (
 from pipeline.ingest.kineto_stream import BATCH_BYTES, EventStream
 from pipeline.ingest.nesting import add_nesting, add_scope_path
 from pipeline.ingest.result import ParseResult, Warnings
-from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr
+from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
     "cpu_op",
@@ -590,12 +590,14 @@ def _kernels(gpu: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.Da
         .unique("correlation", keep="first")
     )
     gpu = step_of(gpu, steps).join(launches, on="correlation", how="left")
+    kind = per_distinct(gpu, ["name", "cat"], kernel_kind(pl.col("name"), pl.col("cat")))
+    gpu = gpu.with_columns(kind.alias("kind"))
     return gpu.select(
         pl.col("event_id").alias("kernel_id"),
         "device",
         pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
         "name",
-        kernel_kind(pl.col("name"), pl.col("cat")).alias("kind"),
+        "kind",
         "start_ns",
         "end_ns",
         "dur_ns",

@@ -30,7 +30,7 @@ from pipeline.ingest.nsys_raw import (
     NsysRaw,
 )
 from pipeline.ingest.result import Warnings
-from pipeline.ingest.vocab import kernel_kind_expr
+from pipeline.ingest.vocab import kernel_kind_expr, per_distinct
 
 _COPY_KINDS = {
     0: "Unknown",
@@ -159,10 +159,12 @@ def _time_shift(raw: NsysRaw, warnings: Warnings) -> int:
 
 
 def _kernels(df: pl.DataFrame, shift: int) -> pl.DataFrame:
-    kind = (
+    kind = per_distinct(
+        df,
+        ["activity", "name"],
         pl.when(pl.col("activity") != "kernel")
         .then(pl.col("activity"))
-        .otherwise(kernel_kind_expr(pl.col("name")))
+        .otherwise(kernel_kind_expr(pl.col("name"))),
     )
     name = (
         pl.when(pl.col("activity") == "memcpy")
