@@ -69,18 +69,17 @@ def encode(table: pa.Table) -> pa.Table:
     members = values[np.repeat(starts, n) + i]
     same = members == np.repeat(first, n) + i * np.repeat(stride, n)
     sequence = np.logical_and.reduceat(same, row_starts) & (stride != 0)
-    own = _own_rank_only(table, rows, members, row_starts, n)
+    rank = table.column("rank").to_numpy(zero_copy_only=False)[rows].astype(np.float64)
+    own = _own_rank_only(table, rows, rank, members, row_starts, n)
     encoded = np.zeros(table.num_rows, bool)
     encoded[rows[sequence | own]] = True
     ranks = pa.ListArray.from_arrays(
         column.offsets, column.values, type=column.type, mask=pa.array(np.isnan(lengths) | encoded)
     )
     table = table.set_column(table.schema.get_field_index("ranks"), table.field("ranks"), ranks)
-    own_rank = table.column("rank").to_numpy(zero_copy_only=False)[rows].astype(np.float64)
     for name, value, where in (
-        ("ranks_first", first, sequence),
+        ("ranks_first", np.where(sequence, first, rank), sequence | own),
         ("ranks_stride", stride, sequence),
-        ("ranks_first", own_rank, own),
     ):
         kept = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
         kept[rows[where]] = value[where]
@@ -90,13 +89,17 @@ def encode(table: pa.Table) -> pa.Table:
 
 
 def _own_rank_only(
-    table: pa.Table, rows: np.ndarray, members: np.ndarray, row_starts: np.ndarray, n: np.ndarray
+    table: pa.Table,
+    rows: np.ndarray,
+    rank: np.ndarray,
+    members: np.ndarray,
+    row_starts: np.ndarray,
+    n: np.ndarray,
 ) -> np.ndarray:
     """Which of ``rows`` (their ``n`` ``members`` laid end to end from ``row_starts``) list
-    one rank, the row's own, at its ``rank_in_comm``, and nulls elsewhere."""
+    one rank, the row's own (``rank``), at its ``rank_in_comm``, and nulls elsewhere."""
     known = np.add.reduceat(~np.isnan(members), row_starts)
     position = table.column("rank_in_comm").to_numpy(zero_copy_only=False)[rows]
-    rank = table.column("rank").to_numpy(zero_copy_only=False)[rows]
     inside = (position >= 0) & (position < n)  # (false for a null position: NaN)
     at = row_starts + np.where(inside, position, 0).astype(np.int64)
     return (known == 1) & inside & (members[at] == rank)
