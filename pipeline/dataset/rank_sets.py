@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from pipeline.dataset.arrow_convert import from_numpy, ints_from_floats, to_floats, to_numpy
+
 #: The table whose ``ranks`` are stored this way.
 TABLE = "communicators"
 #: A view of the table's rows as the parts store them (``ranks`` null where a sequence).
@@ -51,15 +53,14 @@ def encode(table: pa.Table) -> pa.Table:
     cost per call (about 1 ms in Polars) would be paid by each of a job's files.
     """
     column = table.column("ranks").combine_chunks()
-    # (to_numpy gives NaN for a null, and NaN compares false)
-    lengths = column.value_lengths().to_numpy(zero_copy_only=False)
-    nranks = table.column("nranks").to_numpy(zero_copy_only=False)
+    lengths = to_floats(column.value_lengths())
+    nranks = to_floats(table.column("nranks"))
     rows = np.flatnonzero((lengths == nranks) & (nranks >= 2))
     if not len(rows):
         return table
     # (combined, the column is one array whose offsets index its values)
-    starts = column.offsets.to_numpy()[rows]
-    values = column.values.to_numpy(zero_copy_only=False)  # float with NaN for null members
+    starts = to_numpy(column.offsets)[rows]
+    values = to_floats(column.values)
     n = lengths[rows].astype(np.int64)
     first = values[starts]
     stride = values[starts + 1] - first
@@ -69,21 +70,24 @@ def encode(table: pa.Table) -> pa.Table:
     members = values[np.repeat(starts, n) + i]
     same = members == np.repeat(first, n) + i * np.repeat(stride, n)
     sequence = np.logical_and.reduceat(same, row_starts) & (stride != 0)
-    rank = table.column("rank").to_numpy(zero_copy_only=False)[rows].astype(np.float64)
+    rank = to_floats(table.column("rank"))[rows]
     own = _own_rank_only(table, rows, rank, members, row_starts, n)
     encoded = np.zeros(table.num_rows, bool)
     encoded[rows[sequence | own]] = True
     ranks = pa.ListArray.from_arrays(
-        column.offsets, column.values, type=column.type, mask=pa.array(np.isnan(lengths) | encoded)
+        column.offsets,
+        column.values,
+        type=column.type,
+        mask=from_numpy(np.isnan(lengths) | encoded),
     )
     table = table.set_column(table.schema.get_field_index("ranks"), table.field("ranks"), ranks)
     for name, value, where in (
         ("ranks_first", np.where(sequence, first, rank), sequence | own),
         ("ranks_stride", stride, sequence),
     ):
-        kept = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        kept = to_floats(table.column(name))
         kept[rows[where]] = value[where]
-        stored = pa.array(np.nan_to_num(kept).astype(np.int64), mask=np.isnan(kept))
+        stored = ints_from_floats(kept)
         table = table.set_column(table.schema.get_field_index(name), table.field(name), stored)
     return table
 
@@ -99,7 +103,7 @@ def _own_rank_only(
     """Which of ``rows`` (their ``n`` ``members`` laid end to end from ``row_starts``) list
     one rank, the row's own (``rank``), at its ``rank_in_comm``, and nulls elsewhere."""
     known = np.add.reduceat(~np.isnan(members), row_starts)
-    position = table.column("rank_in_comm").to_numpy(zero_copy_only=False)[rows]
+    position = to_floats(table.column("rank_in_comm"))[rows]
     inside = (position >= 0) & (position < n)  # (false for a null position: NaN)
     at = row_starts + np.where(inside, position, 0).astype(np.int64)
     return (known == 1) & inside & (members[at] == rank)

@@ -15,6 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import yaml
 
+from pipeline.dataset.arrow_convert import string_scalar
+
 #: libyaml's loader where PyYAML was built with it: the pure-Python one took 0.19 s to read
 #: the schemas, in every process that touches the dataset (each ingest worker too).
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -137,7 +139,8 @@ def conform(name: str, table: pa.Table, **constants: str) -> pa.Table:
     arrays = []
     for col in schema.columns:
         if col.name in constants:
-            arr = pa.repeat(pa.scalar(constants[col.name], col.type), n)
+            value = string_scalar(constants[col.name])
+            arr = pa.repeat(value if col.type == pa.string() else value.cast(col.type), n)
         elif col.name in table.column_names:
             arr = table.column(col.name)
             if arr.type != col.type:

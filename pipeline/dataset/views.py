@@ -103,7 +103,7 @@ def parts_select(
     (measured: 0.2 s per reference of a table of 2,048 parts, more than the scan itself).
     """
     if not parts:
-        return f"SELECT {_null_row(schema)} WHERE false"
+        return empty_select(schema)
     selects = []
     for folders, group in _parts_by_columns(con, dataset, parts):
         # version 2 parts have a rank folder and no rank column; version 3 the other way
@@ -147,10 +147,12 @@ def _parts_by_columns(
     return list(groups.values())
 
 
-def _null_row(schema: TableSchema) -> str:
-    return ", ".join(
+def empty_select(schema: TableSchema) -> str:
+    """A ``SELECT`` of no rows with the columns and types of ``schema``."""
+    nulls = ", ".join(
         f"CAST(NULL AS {_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}" for c in schema.columns
     )
+    return f"SELECT {nulls} WHERE false"
 
 
 def _ident(name: str) -> str:

@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.gz import gunzip
 from pipeline.ingest.result import ParseResult, Warnings
@@ -588,9 +589,9 @@ def _communicators(rank: int, groups: dict[str, _Group], rows: _Rows) -> pa.Tabl
         data["nranks"].append(len(members) if members is not None else None)
         data["ranks"].append(members)
         data["rank_in_comm"].append(members.index(rank) if members and rank in members else None)
-    return pa.table(
+    return table_from_lists(
         data,
-        schema=pa.schema(
+        pa.schema(
             [
                 ("rank", pa.int64()),
                 ("comm", pa.string()),
@@ -654,16 +655,16 @@ def parse(path: Path) -> ParseResult:
     groups = _resolve_groups(dump, entry_pgs, warnings)
     ranks_of = {c: g.ranks for c, g in groups.items() if g.ranks}
     rows = _entries(path, dump, rank, ranks_of)
-    collectives = pa.table(rows.cols, schema=_collectives_arrow())
+    collectives = table_from_lists(rows.cols, _collectives_arrow())
     backend = next(iter(rows.backends.values()), None)
-    ranks = pa.table(
+    ranks = table_from_lists(
         {
             "rank": [rank],
             "world_size": [_world_size(groups)],
             "backend": [backend],
             "comm_lib_version": [dump.comm_lib_version],
         },
-        schema=pa.schema(
+        pa.schema(
             [
                 ("rank", pa.int64()),
                 ("world_size", pa.int64()),

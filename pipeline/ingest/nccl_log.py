@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from pipeline.dataset.arrow_convert import empty_table
 from pipeline.dataset.schema import WRITER_COLUMNS, table_schema
 from pipeline.errors import TraceFormatError
 from pipeline.ingest import _nccl_lines as L
@@ -311,9 +312,7 @@ def _arrow(name: str, frame: pl.DataFrame) -> pa.Table:
     if frame.height:
         return frame.to_arrow()
     schema = table_schema(name).arrow
-    return pa.Table.from_pylist(
-        [], schema=pa.schema([f for f in schema if f.name not in WRITER_COLUMNS])
-    )
+    return empty_table(pa.schema([f for f in schema if f.name not in WRITER_COLUMNS]))
 
 
 def _version(parts: dict[str, pl.DataFrame], warnings: Warnings) -> str | None:

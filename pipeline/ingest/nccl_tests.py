@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from pipeline.dataset.arrow_convert import empty_table
 from pipeline.dataset.schema import WRITER_COLUMNS, table_schema
 from pipeline.errors import TraceFormatError
 from pipeline.ingest._nccl_lines import iter_batches
@@ -198,6 +199,4 @@ def _arrow(frame: pl.DataFrame) -> pa.Table:
     if frame.height:
         return frame.to_arrow()
     schema = table_schema("bandwidth_tests").arrow
-    return pa.Table.from_pylist(
-        [], schema=pa.schema([f for f in schema if f.name not in WRITER_COLUMNS])
-    )
+    return empty_table(pa.schema([f for f in schema if f.name not in WRITER_COLUMNS]))

@@ -15,6 +15,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from pipeline.dataset.arrow_convert import from_numpy
+
 
 class Warnings:
     """Counts warnings by message, so a million bad lines give one line of summary each."""
@@ -81,7 +83,7 @@ def values_at(table: pa.Table, rows: np.ndarray, names: tuple[str, ...]) -> pl.D
 def _take(column: pa.ChunkedArray, rows: np.ndarray) -> pl.Series:
     if pa.types.is_string_view(column.type):  # Polars' own layout: shared, then gathered
         return pl.from_arrow(column).gather(rows)
-    return pl.from_arrow(column.take(pa.array(rows)))
+    return pl.from_arrow(column.take(from_numpy(rows)))
 
 
 def _column(table: pa.Table, name: str) -> pa.ChunkedArray:

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dataset.schema import conform
+from pipeline.dataset.arrow_convert import table_from_lists
+from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     ROW_GROUP_ROWS,
     DatasetWriteError,
@@ -641,7 +642,8 @@ def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
         "warning_messages": [out.warnings for out in outs],
         "ingested_at_ns": [now] * len(outs),
     }
-    return part_columns("files", conform("files", pa.table(rows), job=job))
+    schema = pa.schema([f for f in table_schema("files").arrow if f.name in rows])
+    return part_columns("files", conform("files", table_from_lists(rows, schema), job=job))
 
 
 @contextmanager

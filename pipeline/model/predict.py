@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import ConfigError
 from pipeline.gcpause import gc_paused
 from pipeline.model import params as P
@@ -515,7 +516,7 @@ def predictions_table(
                     cols[c].append(getattr(row, c))
     types = {"rank": pa.int64(), "calls": pa.int64(), "bytes": pa.int64(),
              "wire_bytes": pa.float64(), "est_time_s": pa.float64()}  # fmt: skip
-    return pa.table({c: pa.array(v, types.get(c, pa.string())) for c, v in cols.items()})
+    return table_from_lists(cols, pa.schema([(c, types.get(c, pa.string())) for c in cols]))
 
 
 def format_table(pred: Prediction) -> str:

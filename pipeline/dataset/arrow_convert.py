@@ -1,0 +1,72 @@
+"""Python and NumPy values to Arrow and back, without importing pandas.
+
+pyarrow converting Python or NumPy objects (``pa.table`` of lists, ``pa.array``,
+``pa.scalar``, ``to_numpy`` of an array with nulls, even ``Schema.empty_table``) first imports
+pandas where it is installed, to check whether the objects are pandas': 0.25 to 0.35 s of
+every process that does it (each ingest worker; ``tokenwire link``, where it was a quarter of
+the time on a 1 GB job). tokenwire has no use for pandas. These conversions go through
+Polars, which hands its arrays to pyarrow through the Arrow C interface, or build Arrow
+buffers directly; ``tests/test_no_pandas.py`` runs every command and checks that pandas is
+never asked for.
+
+Polars is imported where it is used: ``tokenwire link`` imports this module (through the
+schemas) and, without a job.yaml, needs none of it, and Polars takes 0.16 s to import.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+
+def table_from_lists(columns: Mapping[str, Sequence[Any]], schema: pa.Schema) -> pa.Table:
+    """``columns`` (a Python list for each column of ``schema``) as a table of its types."""
+    import polars as pl
+
+    dtypes = pl.from_arrow(empty_table(schema)).schema
+    frame = pl.DataFrame({name: columns[name] for name in schema.names}, schema=dtypes)
+    return frame.to_arrow().cast(schema)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` with no rows."""
+    return pa.Table.from_batches([], schema=schema)
+
+
+def string_scalar(text: str) -> pa.Scalar:
+    """``text`` as an Arrow string scalar, built from its UTF-8 bytes."""
+    data = text.encode()
+    offsets = pa.py_buffer(struct.pack("<2i", 0, len(data)))
+    return pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)])[0]
+
+
+def to_floats(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Numbers as float64, NaN for a null (which compares false with anything)."""
+    import polars as pl
+
+    return pl.Series(values).cast(pl.Float64).to_numpy()
+
+
+def to_numpy(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Values without nulls (offsets, indices) as NumPy, of their own type."""
+    import polars as pl
+
+    return pl.Series(values).to_numpy()
+
+
+def from_numpy(values: np.ndarray) -> pa.Array:
+    """A NumPy array as Arrow, of its own type (NaN stays NaN)."""
+    import polars as pl
+
+    return pl.Series(values).to_arrow()
+
+
+def ints_from_floats(values: np.ndarray) -> pa.Array:
+    """float64 values as int64, NaN as null."""
+    import polars as pl
+
+    return pl.Series(values).fill_nan(None).cast(pl.Int64).to_arrow()
