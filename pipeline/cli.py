@@ -493,6 +493,7 @@ def report(
     Example:
       tokenwire report run42.tw --config job.yaml -o report.html
     """
+    _without_jsonschema_format_checkers()
     from pipeline.report import build_report
 
     try:
@@ -506,3 +507,12 @@ def report(
     )
     if result.images:
         click.echo(f"wrote {len(result.images)} chart images to {png_dir}", err=True)
+
+
+def _without_jsonschema_format_checkers() -> None:
+    """jsonschema, which altair imports, imports the checker of every string format whose
+    package is installed; rfc3987-syntax (which comes with JupyterLab) builds its grammar on
+    import: 1.0 to 1.4 s of every report, for a check altair never makes (it validates
+    charts without formats). The process is the command's own, so the package is marked
+    missing here, which jsonschema takes as not installed."""
+    sys.modules.setdefault("rfc3987_syntax", None)

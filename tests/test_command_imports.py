@@ -1,11 +1,15 @@
-"""No command imports pandas.
+"""What the commands must not import.
 
-tokenwire never uses pandas, but pyarrow imports it (where it is installed) the first time it
-converts Python or NumPy objects, to check whether they are pandas': 0.25 to 0.35 s of every
-process that does so, which was a third of ``tokenwire link`` on a 1 GB job
-(:mod:`pipeline.dataset.arrow_lists`). The commands run in one process with a finder first
-on ``sys.meta_path`` that records each attempt to import pandas, whether or not it is
-installed.
+- pandas: tokenwire never uses it, but pyarrow imports it (where it is installed) the first
+  time it converts Python or NumPy objects, to check whether they are pandas': 0.25 to
+  0.35 s of every process that does so, which was a quarter of ``tokenwire link`` on a 1 GB
+  job (:mod:`pipeline.dataset.arrow_convert`).
+- rfc3987_syntax: jsonschema, which altair imports, imports it where it is installed (it
+  comes with JupyterLab) and it builds a grammar on import, 1.0 to 1.4 s of every report;
+  ``tokenwire report`` marks it missing (``pipeline/cli.py``).
+
+The commands run in one process with a finder first on ``sys.meta_path`` that records each
+attempt to import either, whether or not it is installed.
 """
 
 from __future__ import annotations
@@ -25,14 +29,14 @@ class Watch:
         self.attempts = []
 
     def find_spec(self, name, path=None, target=None):
-        if name == "pandas":
+        if name in ("pandas", "rfc3987_syntax"):
             stack = traceback.format_stack()
             # (Polars looks whether pandas is there, without importing it)
             if not any("polars" in frame and "_dependencies" in frame for frame in stack):
-                self.attempts.append("".join(stack[-8:-1]))
+                self.attempts.append(name + " from:\n" + "".join(stack[-8:-1]))
         return None
 
-assert "pandas" not in sys.modules
+assert "pandas" not in sys.modules and "rfc3987_syntax" not in sys.modules
 watch = Watch()
 sys.meta_path.insert(0, watch)
 from pipeline.cli import cli
@@ -54,7 +58,7 @@ print(json.dumps(found))
 """
 
 
-def test_commands_do_not_import_pandas(tmp_path: Path) -> None:
+def test_commands_import_neither(tmp_path: Path) -> None:
     dataset = str(tmp_path / "ds")
     job = str(REPO_ROOT / "sample_traces" / "job.yaml")
     _assert_no_attempts(
@@ -77,9 +81,7 @@ def test_commands_do_not_import_pandas(tmp_path: Path) -> None:
     )
 
 
-def test_real_traces_of_every_format_do_not_import_pandas(
-    real_traces: Path, tmp_path: Path
-) -> None:
+def test_real_traces_of_every_format_import_neither(real_traces: Path, tmp_path: Path) -> None:
     ddp = real_traces / "kineto_cpu_gloo" / "ddp" / "ws2"  # Kineto and flight recorder
     formats = {
         "ddp": ddp,
