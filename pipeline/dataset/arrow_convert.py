@@ -32,6 +32,15 @@ def table_from_lists(columns: Mapping[str, Sequence[Any]], schema: pa.Schema) ->
     return frame.to_arrow().cast(schema)
 
 
+def array_from_list(values: Sequence[Any], type: pa.DataType) -> pa.Array:
+    """A Python list as an array of ``type``."""
+    return (
+        table_from_lists({"values": values}, pa.schema([("values", type)]))
+        .column(0)
+        .combine_chunks()
+    )
+
+
 def empty_table(schema: pa.Schema) -> pa.Table:
     """A table of ``schema`` with no rows."""
     return pa.Table.from_batches([], schema=schema)

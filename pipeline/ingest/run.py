@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dataset.arrow_convert import table_from_lists
+from pipeline.dataset.arrow_convert import array_from_list, table_from_lists
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     ROW_GROUP_ROWS,
@@ -579,7 +579,7 @@ def _copy_part_without(dataset: Path, rel: str, new: str, file_ids: set[str]) ->
     """Write part ``rel`` again as ``new``, without the rows of ``file_ids``."""
     import pyarrow.compute as pc  # (50 ms to import, for a rank clash only)
 
-    unwanted = pa.array(sorted(file_ids))
+    unwanted = array_from_list(sorted(file_ids), pa.string())
     with PartWriter(dataset, new) as part:
         for batch in pq.ParquetFile(dataset / rel).iter_batches(ROW_GROUP_ROWS):
             part.write(
