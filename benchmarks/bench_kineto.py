@@ -290,17 +290,13 @@ def _repeated(
     for i in range(repeats):
         for key, run in steps:
             runs[key].append(m := run())
-            print(f"{line(m, mb)}{_timed_part(m)}  [run {i + 1}/{repeats}]", flush=True)
+            print(f"{line(m, mb)}  [run {i + 1}/{repeats}]", flush=True)
     out = {key: median_run(ms) for key, ms in runs.items()}
     if repeats > 1:
         print(f"  -- the median run of each of {repeats}:")
         for m in out.values():
-            print(line(m, mb) + _timed_part(m), flush=True)
+            print(line(m, mb), flush=True)
     return out
-
-
-def _timed_part(m: Measurement) -> str:
-    return f"  (timed part {m.inner_seconds:.3f} s)" if m.inner_seconds is not None else ""
 
 
 def targets(tools: dict[str, Measurement], scale: dict[str, Measurement]) -> list[tuple]:

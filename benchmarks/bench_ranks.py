@@ -93,7 +93,7 @@ def run(folder: Path, work: Path, baseline_rows: int = 0) -> dict[str, dict[str,
         parts = sum(1 for _ in dataset.rglob("*.parquet"))
         print(f"  ({layout}: {parts:,} Parquet files after link)", flush=True)
         for m in steps.values():
-            print(f"{line(m)}  (timed part {m.inner_seconds:.3f} s)", flush=True)
+            print(line(m), flush=True)
     return out
 
 

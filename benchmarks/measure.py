@@ -162,11 +162,14 @@ def report(title: str, mb: float, base: Measurement, ours: Measurement) -> str:
 
 
 def line(m: Measurement, mb: float | None = None) -> str:
-    """One measurement as a table row."""
+    """One measurement as a table row: the whole child's time and, where it reports one, the
+    timed part's."""
     if not m.ok:
         return f"  {m.label:<34} failed: {m.note}"
     rate = f"{mb / m.seconds:8.1f} MB/s" if mb else " " * 13
     text = f"  {m.label:<34} {rate}  {m.seconds:7.2f} s  peak RSS {m.peak_rss_mb:8.0f} MB"
     if len(m.runs) > 1:
         text += f"  (median of {len(m.runs)}: {', '.join(f'{t:.2f}' for t in m.runs)} s)"
+    if m.inner_seconds is not None:
+        text += f"  (timed part {m.inner_seconds:.3f} s)"
     return text

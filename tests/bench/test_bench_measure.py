@@ -34,5 +34,6 @@ def test_a_child_reports_its_timed_part() -> None:
     code = "import os, sys, time\nopen(os.environ['TW_TIMING'], 'w').write(sys.argv[1])\n"
     m = measure("child", code, "0.25")
     assert m.ok and m.inner_seconds == 0.25 and timed(m) == 0.25 and m.seconds > 0
+    assert line(m).endswith("(timed part 0.250 s)")
     bad = measure("child", "raise SystemExit('no luck')", check=False)
     assert not bad.ok and bad.note == "no luck"
