@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.model.config import job_from_dict
-from pipeline.model.predict import predict
+from pipeline.model.predict import predict, predictions_table
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -123,3 +123,15 @@ def test_tokens_per_step(doc):
     job = job_from_dict(doc)
     assert job.tokens_per_step == doc["batch"]["global_batch"] * doc["model"]["seq_len"]
     assert predict(job, 0).to_dict()["tokens_per_step"] == job.tokens_per_step
+
+
+@SETTINGS
+@given(layouts())
+def test_the_predictions_table_holds_every_ranks_rows_exactly(doc):
+    # (the table is built with strict types: a float count or size would fail here)
+    job = job_from_dict(doc)
+    world = job.parallel.world_size
+    table = predictions_table(job, world)
+    rows = [(rank, r.calls, r.bytes) for rank in range(world) for r in predict(job, rank).rows]
+    columns = [table.column(c).to_pylist() for c in ("rank", "calls", "bytes")]
+    assert list(zip(*columns, strict=True)) == rows
