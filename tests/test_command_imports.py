@@ -59,20 +59,11 @@ print(json.dumps(found))
 
 
 def test_commands_import_neither(tmp_path: Path) -> None:
-    dataset = str(tmp_path / "ds")
-    job = str(REPO_ROOT / "sample_traces" / "job.yaml")
+    samples, dataset = REPO_ROOT / "sample_traces", str(tmp_path / "ds")
+    job = str(samples / "job.yaml")
     _assert_no_attempts(
         [
-            [
-                "ingest",
-                str(REPO_ROOT / "sample_traces"),
-                "-o",
-                dataset,
-                "--job",
-                "s",
-                "--jobs",
-                "1",
-            ],
+            ["ingest", str(samples), "-o", dataset, "--job", "s", "--jobs", "1"],
             ["link", dataset, "--config", job],
             ["report", dataset, "--config", job, "-o", str(tmp_path / "r.html")],
             ["sql", dataset, "SELECT count(*) FROM token_wire"],

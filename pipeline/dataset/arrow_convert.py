@@ -6,8 +6,8 @@ pandas where it is installed, to check whether the objects are pandas': 0.25 to 
 every process that does it (each ingest worker; ``tokenwire link``, where it was a quarter of
 the time on a 1 GB job). tokenwire has no use for pandas. These conversions go through
 Polars, which hands its arrays to pyarrow through the Arrow C interface, or build Arrow
-buffers directly; ``tests/test_no_pandas.py`` runs every command and checks that pandas is
-never asked for.
+buffers directly; ``tests/test_command_imports.py`` runs every command and checks that pandas
+is never asked for.
 
 Polars is imported where it is used: ``tokenwire link`` imports this module (through the
 schemas) and, without a job.yaml, needs none of it, and Polars takes 0.16 s to import.
