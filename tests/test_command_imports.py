@@ -74,14 +74,12 @@ def test_commands_import_neither(tmp_path: Path) -> None:
 
 def test_real_traces_of_every_format_import_neither(real_traces: Path, tmp_path: Path) -> None:
     ddp = real_traces / "kineto_cpu_gloo" / "ddp" / "ws2"  # Kineto and flight recorder
+    nsys = real_traces / "nsys" / "cpu_nvtx_nccl_like"
     formats = {
         "ddp": ddp,
         "log": real_traces / "nccl_logs" / "nccl-issue-1189.log",
         "tests": real_traces / "nccl_tests" / "nccl-issue-1530.txt",
-        "nsys": real_traces
-        / "nsys"
-        / "cpu_nvtx_nccl_like"
-        / "nsys2023.4_cpu_nvtx_nccl_like.sqlite",
+        "nsys": nsys / "nsys2023.4_cpu_nvtx_nccl_like.sqlite",
     }
     commands = []
     for job, path in formats.items():
