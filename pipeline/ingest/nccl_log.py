@@ -27,12 +27,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from pipeline.dataset.arrow_convert import empty_table
-from pipeline.dataset.schema import WRITER_COLUMNS, table_schema
 from pipeline.errors import TraceFormatError
 from pipeline.ingest import _nccl_lines as L
 from pipeline.ingest._nccl_version import infer_version
-from pipeline.ingest.result import ParseResult, Warnings
+from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 
 FORMAT = "nccl_log"
 
@@ -300,19 +298,11 @@ def _build(
     }
     return ParseResult(
         format=FORMAT,
-        tables={k: _arrow(k, v) for k, v in tables.items()},
+        tables={k: parsed_table(k, v) for k, v in tables.items()},
         format_version=version,
         rank_source=source,
         warnings=warnings,
     )
-
-
-def _arrow(name: str, frame: pl.DataFrame) -> pa.Table:
-    """The frame as Arrow; an empty table gets every column of its schema (typed, no rows)."""
-    if frame.height:
-        return frame.to_arrow()
-    schema = table_schema(name).arrow
-    return empty_table(pa.schema([f for f in schema if f.name not in WRITER_COLUMNS]))
 
 
 def _version(parts: dict[str, pl.DataFrame], warnings: Warnings) -> str | None:

@@ -14,13 +14,10 @@ import re
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 
-from pipeline.dataset.arrow_convert import empty_table
-from pipeline.dataset.schema import WRITER_COLUMNS, table_schema
 from pipeline.errors import TraceFormatError
 from pipeline.ingest._nccl_lines import iter_batches
-from pipeline.ingest.result import ParseResult, Warnings
+from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 
 FORMAT = "nccl_tests"
 
@@ -128,7 +125,7 @@ def parse(path: Path) -> ParseResult:
     table = _rows(lines, candidates, path, warnings)
     return ParseResult(
         format=FORMAT,
-        tables={"bandwidth_tests": _arrow(table)},
+        tables={"bandwidth_tests": parsed_table("bandwidth_tests", table)},
         format_version="with redop"
         if lines["body"].str.contains(r"#\s+size\s+count\s+type\s+redop").any()
         else "without redop"
@@ -193,10 +190,3 @@ def _rows(
     unreadable = out.filter(pl.any_horizontal([pl.col(c).is_null() for c in numbers])).height
     warnings.add("table value that is not a number", unreadable)
     return out
-
-
-def _arrow(frame: pl.DataFrame) -> pa.Table:
-    if frame.height:
-        return frame.to_arrow()
-    schema = table_schema("bandwidth_tests").arrow
-    return empty_table(pa.schema([f for f in schema if f.name not in WRITER_COLUMNS]))

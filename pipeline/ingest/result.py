@@ -15,7 +15,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.dataset.arrow_convert import from_numpy
+from pipeline.dataset.arrow_convert import empty_table, from_numpy
+from pipeline.dataset.schema import WRITER_COLUMNS, table_schema
 
 
 class Warnings:
@@ -72,6 +73,15 @@ def columns(table: pa.Table | None, dtypes: dict[str, pl.DataType]) -> pl.DataFr
     return pl.DataFrame(
         [pl.from_arrow(_column(table, n)).cast(t).alias(n) for n, t in dtypes.items()]
     )
+
+
+def parsed_table(name: str, frame: pl.DataFrame) -> pa.Table:
+    """A parser's frame of table ``name`` as Arrow; with no rows, every column the parser
+    gives (the schema's, less the writer's), typed."""
+    if frame.height:
+        return frame.to_arrow()
+    schema = table_schema(name).arrow
+    return empty_table(pa.schema([f for f in schema if f.name not in WRITER_COLUMNS]))
 
 
 def values_at(table: pa.Table, rows: np.ndarray, names: tuple[str, ...]) -> pl.DataFrame:
