@@ -150,8 +150,8 @@ def _register_job_inputs(
                 layout["parallel_dim"].append(dim)
             facts["job"].append(job)
             facts["tokens_per_step"].append(job_spec.tokens_per_step)
-    # (built by DuckDB from the lists: a table pyarrow builds from Python objects imports
-    # pandas where it is installed, 0.25 to 0.35 s of every link)
+    # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
+    # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     con.execute(
         "CREATE TEMP TABLE _job_layout AS SELECT unnest(?::VARCHAR[]) AS job, "
         "unnest(?::VARCHAR[]) AS comm, unnest(?::VARCHAR[]) AS parallel_dim",
