@@ -19,7 +19,9 @@ child's whole process tree):
   it stands for a running cluster), ``tokenwire link``,
   ``tokenwire report``, a plain DuckDB ``count(*)`` over all of the job's Parquet tables (the
   issue's yardstick; it reads only the files' footers) and a DuckDB scan of every column of
-  every table (what linking has to read at least). Each of these runs ``--repeats`` times
+  every table (what linking has to read at least), and a DuckDB rewrite of the collectives
+  as they are (less than any link does, which writes a row per collective: a floor under
+  the link target). Each of these runs ``--repeats`` times
   (3), the steps in turn, and its median run is the one compared: the nine pairs of runs of
   one build, in one such benchmark, put the 2-worker speed-up anywhere from 1.64x to 1.90x.
 
@@ -167,6 +169,29 @@ done(t0)
 print(total)
 """
 )
+# The least a link can cost: it writes collective_links, a row for each collective. This reads
+# the collectives, every column, and writes them back unchanged, with DuckDB's own Parquet
+# writer, in a fresh connection as the count(*) has (connect outside the timed part).
+REWRITE = (
+    TIMED
+    + """
+import duckdb, tempfile
+dataset = Path(sys.argv[1])
+files = sorted(str(f) for f in (dataset / 'collectives').rglob('*.parquet'))
+if not files:
+    sys.exit(f"{dataset}: no collectives to rewrite")
+con = duckdb.connect()
+with tempfile.TemporaryDirectory() as tmp:
+    out = Path(tmp) / 'collectives.parquet'
+    t0 = time.perf_counter()
+    con.execute(f"COPY (SELECT * FROM read_parquet(?)) TO '{out}' (FORMAT parquet)", [files])
+    done(t0)
+    written = con.execute('SELECT count(*) FROM read_parquet(?)', [str(out)]).fetchall()[0][0]
+    read = con.execute('SELECT count(*) FROM read_parquet(?)', [files]).fetchall()[0][0]
+if written != read:
+    sys.exit(f"the rewrite holds {written} rows of the {read} collectives")
+"""
+)
 
 
 def json_mb(paths: list[Path]) -> float:
@@ -274,6 +299,8 @@ def compare_scaling(folder: Path, work: Path, repeats: int = 3) -> dict[str, Mea
     queries = [
         ("count", functools.partial(measure, "DuckDB count(*) of every table", COUNT, dataset)),
         ("scan", functools.partial(measure, "DuckDB scan of every column", SCAN, dataset)),
+        ("rewrite", functools.partial(
+            measure, "DuckDB rewrite of the collectives", REWRITE, dataset)),
         ("link", functools.partial(measure, "tokenwire link", LINK, dataset)),
         ("report", functools.partial(
             measure, "tokenwire report", REPORT, dataset, str(work / "report.html"))),
@@ -338,7 +365,11 @@ def targets(tools: dict[str, Measurement], scale: dict[str, Measurement]) -> lis
     rows.append(("tokenwire link <= 5x DuckDB count(*)", f"{ratio:.1f}x", ratio <= 5))
     ratio = scale["report"].inner_seconds / scale["count"].inner_seconds
     rows.append(("tokenwire report <= 5x DuckDB count(*)", f"{ratio:.1f}x", ratio <= 5))
-    # count(*) reads only Parquet footers; a scan of every column is what linking must do
+    # count(*) reads only Parquet footers. Rewriting the collectives as they are is less than
+    # any link does (it must also join them and write five more tables): where that alone is
+    # over 5x, no link meets the target above.
+    ratio = scale["rewrite"].inner_seconds / scale["count"].inner_seconds
+    rows.append(("(floor: DuckDB rewrite of the collectives / count(*))", f"{ratio:.1f}x", None))
     for key in ("link", "report"):
         ratio = scale[key].inner_seconds / scale["scan"].inner_seconds
         rows.append((f"(tokenwire {key} / DuckDB scan of every column)", f"{ratio:.1f}x", None))

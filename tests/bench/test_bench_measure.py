@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from benchmarks.measure import Measurement, line, measure, median_run, timed
+from tests.conftest import REPO_ROOT
 
 
 def _run(seconds: float, inner: float | None = None, ok: bool = True) -> Measurement:
@@ -37,3 +38,19 @@ def test_a_child_reports_its_timed_part() -> None:
     assert line(m).endswith("(timed part 0.250 s)")
     bad = measure("child", "raise SystemExit('no luck')", check=False)
     assert not bad.ok and bad.note == "no luck"
+
+
+def test_the_link_floor_rewrites_every_collective_and_fails_on_none(tmp_path) -> None:
+    from benchmarks.bench_kineto import REWRITE
+    from pipeline.ingest.run import ingest
+
+    dataset = tmp_path / "ds"
+    files = sorted((REPO_ROOT / "sample_traces").glob("rank0.*"))
+    assert not ingest(files, dataset, job="sample", jobs=1).errors
+    m = measure("floor", REWRITE, str(dataset))
+    assert m.ok and m.inner_seconds is not None and m.inner_seconds > 0
+    # (a dataset without collectives has nothing to rewrite: the step says so rather than
+    # timing nothing)
+    (tmp_path / "empty" / "collectives").mkdir(parents=True)
+    bad = measure("floor", REWRITE, str(tmp_path / "empty"), check=False)
+    assert not bad.ok and bad.note.endswith("no collectives to rewrite")
