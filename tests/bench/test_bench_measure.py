@@ -1,4 +1,5 @@
-"""The benchmark's measuring helpers (benchmarks/measure.py): which of repeated runs counts."""
+"""The benchmark's measuring helpers (benchmarks/measure.py): which of repeated runs counts;
+and the floor step of bench_kineto (its child checks what it rewrote)."""
 
 from __future__ import annotations
 
