@@ -52,7 +52,6 @@ from pipeline.dataset.store import (
 from pipeline.errors import DatasetError, TokenwireError, TraceFormatError
 from pipeline.ingest.attribution import attribute_collectives
 from pipeline.ingest.detect import detect, module_for
-from pipeline.ingest.polars_thread import on_polars_thread
 from pipeline.ingest.time_breakdown import add_time_breakdown
 
 if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
@@ -355,17 +354,8 @@ def parse_file(
     """Detect, parse and write the parts of one file (runs in a worker process); tables of
     fewer than ``small_rows`` rows come back in the outcome instead.
 
-    Never raises: bad input and internal errors come back as a failed outcome. The work runs
-    on a thread of Polars' pool (:mod:`pipeline.ingest.polars_thread`).
+    Never raises: bad input and internal errors come back as a failed outcome.
     """
-    return on_polars_thread(
-        functools.partial(_parse_file, path, job, explicit, sha256, dataset, small_rows)
-    )
-
-
-def _parse_file(
-    path: Path, job: str, explicit: bool, sha256: str, dataset: Path, small_rows: int
-) -> FileOutcome:
     out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
     try:
         fmt = detect(path)
