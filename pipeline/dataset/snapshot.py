@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import duckdb
 
-from pipeline.dataset.store import MANIFEST, MissingPartError, read_manifest, require_parts
+from pipeline.dataset.store import MANIFEST, MissingPartError, read_parts_by_table, require_parts
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ def read_snapshot(dataset: Path, read: Callable[[], T], *, attempts: int = ATTEM
                 continue
             # A part gone under a manifest that lists it: say which. Any other I/O error
             # (a part that is there but unreadable) is not this module's to explain.
-            require_parts(dataset, read_manifest(dataset).all_parts())
+            require_parts(dataset, [p for ps in read_parts_by_table(dataset).values() for p in ps])
             raise
     raise AssertionError("unreachable: the last attempt returns or raises")
 

@@ -127,11 +127,60 @@ def read_manifest(dataset: Path) -> Manifest:
     path = dataset / MANIFEST
     if not path.exists():
         return Manifest()
+    doc = _read_doc(path)
+    _parts_index(path, doc)  # (a broken one is named by every command, writers included)
+    return _manifest_of(path, doc)
+
+
+def read_parts_by_table(dataset: Path) -> dict[str, list[str]]:
+    """:meth:`Manifest.parts_by_table` of ``dataset``'s manifest, for a reader: the index of
+    them that the manifest holds, or (written by a tokenwire before the index) worked out
+    from its files. Empty when the folder holds no dataset yet."""
+    path = dataset / MANIFEST
+    if not path.exists():
+        return {}
+    doc = _read_doc(path)
+    tables = _parts_index(path, doc)
+    manifest = _manifest_of(path, doc)  # (checked whole all the same: a damaged one is named)
+    return tables if tables is not None else manifest.parts_by_table()
+
+
+def _parts_index(path: Path, doc: dict[str, Any]) -> dict[str, list[str]] | None:
+    """The manifest's index of parts by table (``tables``), checked; None when it has none."""
+    if "tables" not in doc:
+        return None
+    try:
+        tables = _checked(doc["tables"], dict)
+        for rels in tables.values():
+            if not all(isinstance(rel, str) for rel in _checked(rels, list)):
+                raise TypeError("a part that is not a path")
+    except TypeError as exc:
+        raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
+    return tables
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    """The manifest's JSON, checked to be a tokenwire manifest of a version this reads."""
     try:
         with gc_paused():
             doc = orjson.loads(path.read_bytes())
-            if doc.get("format") != FORMAT_NAME:
-                raise ValueError("not a tokenwire manifest")
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
+            raise ValueError("not a tokenwire manifest")
+        version = int(doc.get("version", 1))
+    except (ValueError, TypeError) as exc:
+        raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
+    if version > FORMAT_VERSION:
+        raise DatasetError(
+            f"{path}: dataset version {version} was written by a newer tokenwire "
+            f"(this one reads up to {FORMAT_VERSION}); upgrade tokenwire"
+        )
+    return doc
+
+
+def _manifest_of(path: Path, doc: dict[str, Any]) -> Manifest:
+    """The :class:`Manifest` of a manifest's JSON (``path``: named in errors)."""
+    try:
+        with gc_paused():
             # (orjson made every list and dict afresh: they are taken as they are)
             files = {
                 fid: FileEntry(
@@ -143,18 +192,12 @@ def read_manifest(dataset: Path) -> Manifest:
                     ranks=_checked(e["ranks"], list),
                     parts=_checked(e["parts"], dict),
                 )
-                for fid, e in doc["files"].items()
+                for fid, e in _checked(doc["files"], dict).items()
             }
             derived = _checked(doc.get("derived", {}), dict)
-            version = int(doc.get("version", 1))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
-    if version > FORMAT_VERSION:
-        raise DatasetError(
-            f"{path}: dataset version {version} was written by a newer tokenwire "
-            f"(this one reads up to {FORMAT_VERSION}); upgrade tokenwire"
-        )
-    return Manifest(files=files, derived=derived, version=version)
+    return Manifest(files=files, derived=derived, version=int(doc.get("version", 1)))
 
 
 def _checked(value: Any, kind: type) -> Any:
@@ -210,6 +253,10 @@ def write_manifest(dataset: Path, manifest: Manifest) -> None:
             "version": FORMAT_VERSION,
             "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
             "derived": manifest.derived,
+            # Readers take their parts from here instead of every file's lists: at 16,384
+            # ranks, 0.35 s of each command. A tokenwire before it drops the key when it
+            # writes, so an index is never older than the files it sits beside.
+            "tables": manifest.parts_by_table(),
         }
     # orjson: the standard encoder with an indent is pure Python (42 ms against 2 ms for the
     # 1.6 MB manifest of a 1,024-rank job, and every ingest and link writes it)

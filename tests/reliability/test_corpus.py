@@ -250,8 +250,16 @@ def test_a_listed_part_that_is_gone_is_one_line(tmp_path: Path) -> None:
         (lambda doc: doc["files"][next(iter(doc["files"]))].pop("sha256"), "'sha256'"),
         (lambda doc: doc.update(derived=["x"]), "expected a dict"),
         (lambda doc: doc.update(format="other"), "not a tokenwire manifest"),
+        (lambda doc: doc["tables"].update(ranks=[3]), "a part that is not a path"),
     ],
-    ids=["parts-not-a-dict", "ranks-not-a-list", "no-sha256", "derived-not-a-dict", "format"],
+    ids=[
+        "parts-not-a-dict",
+        "ranks-not-a-list",
+        "no-sha256",
+        "derived-not-a-dict",
+        "format",
+        "index-not-paths",
+    ],
 )
 def test_a_damaged_manifest_is_one_line(tmp_path: Path, damage, reason: str) -> None:  # noqa: ANN001
     """Every command that reads the manifest names it and what is wrong, exit 1; an ingest

@@ -76,7 +76,7 @@ def _report_ranks(ds: Path, out: Path) -> int:
     ("module", "opener", "ranks_seen"),
     [
         (query, "connect", _sql_ranks),
-        (catalog, "read_manifest", _tables_ranks),
+        (catalog, "read_parts_by_table", _tables_ranks),
         (context, "connect", _report_ranks),
     ],
     ids=["sql", "tables", "report"],
