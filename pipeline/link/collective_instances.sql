@@ -37,14 +37,15 @@ WITH g AS (
     FROM _instance_aligned
     GROUP BY job, source, instance_comm, instance_seq
 ),
--- Where ranks disagree on the op (rare): the op most of them report, the first by name of
--- equals, so that the table is the same on every run.
+-- Where ranks disagree on the op (rare; a send and its recv always do, and are send_recv): the
+-- op most of them report, the first by name of equals, so that the table is the same on
+-- every run.
 usual AS (
     SELECT job, source, comm, seq, first(op ORDER BY n DESC, op) AS usual_op
     FROM (SELECT r.job, r.source, r.instance_comm AS comm, r.instance_seq AS seq, r.op,
                  count(*) AS n
           FROM _instance_rows r
-          SEMI JOIN (SELECT * FROM g WHERE min_op <> max_op) d
+          SEMI JOIN (SELECT * FROM g WHERE min_op <> max_op AND NOT p2p) d
               ON d.job = r.job AND d.source = r.source AND d.comm = r.instance_comm
              AND d.seq = r.instance_seq
           GROUP BY ALL)
