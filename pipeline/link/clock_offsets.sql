@@ -47,13 +47,19 @@ GROUP BY ALL;
 
 -- A host's offset: the median of its end times minus the reference host's, over the
 -- instances the two share. Hosts that share none with the reference keep offset 0.
+-- (the reference host's end times first: DuckDB otherwise paired the hosts sharing each
+-- instance, every one with every other, and kept those of the reference host after, 10.7
+-- million pairs and 0.4 s for the 2,048 hosts of 16,384 ranks)
 CREATE TEMP TABLE _host_offsets AS
+WITH ref AS MATERIALIZED (
+    SELECT e.* FROM _host_ends e JOIN _reference_host rh ON rh.job = e.job AND rh.host = e.host
+)
 SELECT e.job, e.host, CAST(round(median(e.end_ns - ref.end_ns)) AS BIGINT) AS offset_ns,
        count(*) AS instances
 FROM _host_ends e
-JOIN _reference_host rh ON rh.job = e.job AND rh.host <> e.host
-JOIN _host_ends ref ON ref.job = e.job AND ref.host = rh.host AND ref.source = e.source
+JOIN ref ON ref.job = e.job AND ref.source = e.source
     AND ref.instance_comm = e.instance_comm AND ref.instance_seq = e.instance_seq
+WHERE e.host <> ref.host
 GROUP BY ALL;
 
 -- Each rank's end times against its instances' median end, on the aligned clock.
