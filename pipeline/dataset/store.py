@@ -254,7 +254,7 @@ def write_manifest(dataset: Path, manifest: Manifest) -> None:
             "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
             "derived": manifest.derived,
             # Readers take their parts from here instead of every file's lists: at 16,384
-            # ranks, 0.35 s of each command. A tokenwire before it drops the key when it
+            # ranks, 0.2 s of each command. A tokenwire before it drops the key when it
             # writes, so an index is never older than the files it sits beside.
             "tables": manifest.parts_by_table(),
         }
