@@ -262,3 +262,27 @@ def test_counts_show_a_decimal_only_when_they_have_one(value, text):
     from pipeline.report import fmt
 
     assert fmt.count(value) == text
+
+
+def test_chart_rows_become_json_with_no_nan_and_nothing_that_ends_the_script():
+    """A chart's rows: NaN and infinities of any float column become null, other values stay
+    as they are, and the spec's JSON text cannot close the element it sits in."""
+    from pipeline.report import fmt
+    from pipeline.report.page import spec_json
+
+    frame = pl.DataFrame(
+        {
+            "bytes": [1.5, float("nan"), float("inf"), None, -float("inf")],
+            "share": pl.Series([0.25, 1.0, float("nan"), 2.0, 3.0], dtype=pl.Float32),
+            "calls": [1, 2, None, 4, 5],
+            "kernel": ["a", "</script><b>", "ü & ß", None, "e"],
+        }
+    )
+    rows = fmt.records(frame)
+    assert [r["bytes"] for r in rows] == [1.5, None, None, None, None]
+    assert [r["share"] for r in rows] == [0.25, 1.0, None, 2.0, 3.0]
+    assert [r["calls"] for r in rows] == [1, 2, None, 4, 5]
+    assert [r["kernel"] for r in rows] == ["a", "</script><b>", "ü & ß", None, "e"]
+    text = spec_json({"data": {"values": rows}})
+    assert "<" not in text and ">" not in text and "&" not in text and "NaN" not in text
+    assert json.loads(text) == {"data": {"values": rows}}
