@@ -25,16 +25,18 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.dataset import rank_sets
 from pipeline.dataset.schema import table_schema
 from pipeline.errors import DatasetError
 from pipeline.gcpause import gc_paused
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
@@ -350,6 +352,9 @@ class PartWriter:
         """Append ``table`` (the first piece sets the part's schema)."""
         with _write_errors(self.dataset, self.rel):
             if self._writer is None:
+                # (imported here: 45 ms that the commands which only read never need)
+                import pyarrow.parquet as pq
+
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._writer = pq.ParquetWriter(self._tmp, table.schema, compression="zstd")
             self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)

@@ -95,7 +95,7 @@ def test_injected_disk_full(
 ) -> None:
     src = make_job(tmp_path / "more", events=5)
     before = tree_digest(dataset)
-    owner = {"write_table": store.pq.ParquetWriter, "replace": store.os}[target]
+    owner = {"write_table": pq.ParquetWriter, "replace": store.os}[target]
     monkeypatch.setattr(owner, target, patch())
     result = ingest(src, "-o", dataset)
     assert result.exit_code == 1, result.output
@@ -152,14 +152,14 @@ def _disk_full_on(monkeypatch: pytest.MonkeyPatch, part: str) -> None:
             _enospc()
         return _WRITE_TABLE(writer, *args, **kwargs)
 
-    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", fail)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", fail)
 
 
 def test_disk_full_into_a_new_dataset_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = make_job(tmp_path / "job", events=5)
-    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", _fail_after(3, _WRITE_TABLE))
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", _fail_after(3, _WRITE_TABLE))
     result = ingest(src, "-o", tmp_path / "new")
     assert result.exit_code == 1
     assert _errors(result) == [f"Error: {tmp_path / 'new'}: disk full while writing "]
@@ -174,7 +174,7 @@ def test_other_write_errors_are_clean_too(
 
     src = make_job(tmp_path / "more", events=5)
     before = tree_digest(dataset)
-    monkeypatch.setattr(store.pq.ParquetWriter, "write_table", eio)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", eio)
     result = ingest(src, "-o", dataset)
     assert result.exit_code == 1
     assert f"Error: {dataset}: cannot write " in result.stderr
