@@ -17,14 +17,13 @@ from pathlib import Path
 import polars as pl
 
 from benchmarks.measure import measure
+from pipeline.dataset.commit import write_manifest, write_part
 from pipeline.dataset.schema import conform
 from pipeline.dataset.store import (
     FileEntry,
     Manifest,
     part_columns,
     part_path,
-    write_manifest,
-    write_part,
 )
 from pipeline.dataset.views import connect
 from pipeline.ingest.run import ingest

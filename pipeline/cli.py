@@ -37,22 +37,49 @@ class _Group(click.Group):
         except Exception as exc:
             if os.environ.get("TOKENWIRE_DEBUG"):
                 raise
-            click.echo(f"Error: internal error: {type(exc).__name__}: {exc}", err=True)
-            raise SystemExit(EXIT_INTERNAL) from None
+            _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tokenwire")
 def cli() -> None:
     """tokenwire: where the bytes of a training job go."""
+    # A path or value from the input that is not valid text (a file name from an old file
+    # system) is printed escaped rather than stopping the command.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
 
 
 EXIT_BAD_INPUT = 1
 EXIT_INTERNAL = 3
 
 
+#: An error or warning line is cut to this many characters: a message quotes paths and
+#: values from the input, which may be of any length.
+MAX_LINE_CHARS = 1000
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line of bounded length: line breaks, other control
+    characters and bytes that are not UTF-8 (a file name from an old file system) are
+    written as escapes, and what is past :data:`MAX_LINE_CHARS` is cut."""
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    text = "".join(_escape(c) for c in text) if not text.isprintable() else text
+    return text if len(text) <= MAX_LINE_CHARS else text[: MAX_LINE_CHARS - 3] + "..."
+
+
+def _escape(char: str) -> str:
+    return char if char.isprintable() else repr(char)[1:-1]
+
+
+def _say(kind: str, message: str) -> None:
+    """One line on stderr: ``Error: ...``, ``Warning: ...``."""
+    click.echo(f"{kind}: {one_line(message)}", err=True)
+
+
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"Error: {message}", err=True)
+    _say("Error", message)
     raise SystemExit(code)
 
 
@@ -112,12 +139,18 @@ def ingest(
     except TokenwireError as exc:
         _fail(str(exc))
     except Exception as exc:  # a bug: one line and exit 3, never a traceback
+        if os.environ.get("TOKENWIRE_DEBUG"):
+            raise
         first = (str(exc).splitlines() or [""])[0]
         _fail(f"internal error: {type(exc).__name__}: {first}", EXIT_INTERNAL)
     _print_summary(summary)
+    for folder in summary.unreadable:
+        _say("Warning", folder)
     errors = summary.errors
     for out in errors:
-        click.echo(f"Error: {out.error}", err=True)
+        _say("Error", out.error or "failed")
+        if out.traceback:  # (TOKENWIRE_DEBUG: the parser bug's traceback, as it is)
+            click.echo(out.traceback, err=True, nl=False)
     if any(o.internal for o in errors):
         raise SystemExit(EXIT_INTERNAL)
     if errors:
@@ -157,20 +190,18 @@ def _print_summary(summary) -> None:
         click.echo(f"  {table:<16} {n:>12,} rows", err=True)
     for out in summary.outcomes:
         if out.status == "ingested" and out.warning_count:
-            click.echo(f"Warning: {out.path}: {out.warning_count} warnings", err=True)
+            _say("Warning", f"{out.path}: {out.warning_count} warnings")
             for msg in out.warnings[:5]:
-                click.echo(f"  {msg}", err=True)
+                click.echo(f"  {one_line(msg)}", err=True)
         if out.status == "unrecognised" and out.path.suffix in (".yaml", ".yml"):
             # a job.yaml beside the traces is the usual layout, not a mistake
-            click.echo(
-                f"Note: {out.path}: not a trace, skipped (a job config is given to "
-                "link and report with --config)",
-                err=True,
+            _say(
+                "Note",
+                f"{out.path}: not a trace, skipped (a job config is given to link and report "
+                "with --config)",
             )
         elif out.status == "unrecognised":
-            click.echo(
-                f"Warning: {out.path}: not a trace format tokenwire reads; skipped", err=True
-            )
+            _say("Warning", f"{out.path}: not a trace format tokenwire reads; skipped")
 
 
 @cli.command()
@@ -225,11 +256,14 @@ def sql(
     ATTACH, EXPORT, INSTALL/LOAD) are refused unless --allow-writes is given.
     """
     from pipeline.dataset.query import run_query, write_result
+    from pipeline.output import refuse_inside
 
     if fmt == "parquet" and output is None:
         raise click.UsageError("--format parquet needs -o FILE")
     text = query if query is not None else sys.stdin.read()
     try:
+        if output is not None and not allow_writes:
+            refuse_inside(dataset, output)
         frame = run_query(dataset, text, allow_writes=allow_writes)
         if output is not None:
             write_result(frame, output, fmt)
@@ -239,20 +273,11 @@ def sql(
         _fail(str(exc))
 
 
-def flatten_nested(frame):
-    """Lists and structs as JSON text, for formats that hold only flat values (CSV)."""
-    import polars as pl
-
-    nested = [c for c, t in frame.schema.items() if isinstance(t, (pl.List, pl.Array, pl.Struct))]
-    return frame.with_columns(
-        pl.struct(pl.col(c).alias("v")).struct.json_encode().str.slice(5).str.head(-1).alias(c)
-        for c in nested
-    )
-
-
 def format_frame(frame, fmt: str) -> str:
     """Render a Polars frame as text for stdout."""
     import polars as pl
+
+    from pipeline.dataset.query import flatten_nested
 
     if fmt == "csv":
         return flatten_nested(frame).write_csv()
@@ -494,9 +519,13 @@ def report(
       tokenwire report run42.tw --config job.yaml -o report.html
     """
     _without_jsonschema_format_checkers()
+    from pipeline.output import refuse_inside
     from pipeline.report import build_report
 
     try:
+        refuse_inside(dataset, output)
+        if png_dir is not None:
+            refuse_inside(dataset, png_dir, "--png-dir")
         result = build_report(dataset, config=config, output=output, png_dir=png_dir, job=job)
     except TokenwireError as exc:
         _fail(str(exc))

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from pipeline.dataset.schema import Column, load_schemas
 from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.store import MANIFEST, read_parts_by_table
+from pipeline.dataset.store import MANIFEST, read_parts_by_table, require_parts
 from pipeline.errors import DatasetError
 
 
@@ -33,6 +33,7 @@ def describe(dataset: Path) -> list[TableInfo]:
 
 def _describe(dataset: Path) -> list[TableInfo]:
     by_table = read_parts_by_table(dataset)
+    require_parts(dataset, [p for ps in by_table.values() for p in ps])
     out = []
     for schema in load_schemas().values():
         rows = sum(

@@ -72,9 +72,42 @@ def _run(dataset: Path, text: str, *, allow_writes: bool) -> pl.DataFrame:
         relation = con.sql(statements[-1].query)
         if relation is None:
             return pl.DataFrame()
-        return pl.from_arrow(relation.to_arrow_table())
+        return _frame(_with_text_columns(relation))
     finally:
         con.close()
+
+
+#: DuckDB types that Polars cannot hold, or that CSV and JSON cannot write (binary, maps
+#: with keys that are not text): a column of such a type, or holding one, comes as text,
+#: DuckDB's own spelling of the value.
+_AS_TEXT = re.compile(
+    r"\b(INTERVAL|UNION|MAP|BIT|BLOB|TIMETZ|TIME WITH TIME ZONE|VARINT|BIGNUM|GEOMETRY)\b"
+)
+
+
+def _with_text_columns(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """``relation`` with its columns of a type in :data:`_AS_TEXT` cast to text."""
+    types = [str(t) for t in relation.types]
+    if not any(_AS_TEXT.search(t) for t in types):
+        return relation
+    names = ['"' + c.replace('"', '""') + '"' for c in relation.columns]
+    return relation.project(
+        ", ".join(
+            f"CAST({n} AS VARCHAR) AS {n}" if _AS_TEXT.search(t) else n
+            for n, t in zip(names, types, strict=True)
+        )
+    )
+
+
+def _frame(relation: duckdb.DuckDBPyRelation) -> pl.DataFrame:
+    try:
+        return pl.from_arrow(relation.to_arrow_table())
+    except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
+        # (a type Polars has no place for that _AS_TEXT does not know yet)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise QueryError(
+            f"the result cannot be shown: {first}; cast the column to VARCHAR"
+        ) from exc
 
 
 def _check_read_only(con: duckdb.DuckDBPyConnection, statement) -> None:
@@ -82,7 +115,10 @@ def _check_read_only(con: duckdb.DuckDBPyConnection, statement) -> None:
 
     ``EXPLAIN ANALYZE`` runs the statement it explains, so that one is checked too.
     """
-    kind = statement.type
+    try:
+        kind = statement.type
+    except ValueError:  # a statement type newer than this duckdb module's enum knows
+        kind = None
     if kind == duckdb.StatementType.EXPLAIN:
         inner = con.extract_statements(_EXPLAIN.sub("", statement.query, count=1))
         if len(inner) == 1 and inner[0].type != duckdb.StatementType.EXPLAIN:
@@ -90,18 +126,36 @@ def _check_read_only(con: duckdb.DuckDBPyConnection, statement) -> None:
         kind = None
     if kind in READ_ONLY_TYPES:
         return None
-    name = kind.name if kind is not None else "this EXPLAIN"
+    name = kind.name if kind is not None else _first_word(statement.query)
     raise QueryError(
         f"{name} statement refused: tokenwire sql opens the dataset read-only "
         "(run it with --allow-writes if you mean to write)"
     )
 
 
+def _first_word(query: str) -> str:
+    words = query.split()
+    return words[0].upper()[:40] if words else "this"
+
+
+def flatten_nested(frame: pl.DataFrame) -> pl.DataFrame:
+    """Lists and structs as JSON text, for formats that hold only flat values (CSV)."""
+    nested = [c for c, t in frame.schema.items() if isinstance(t, (pl.List, pl.Array, pl.Struct))]
+    return frame.with_columns(
+        pl.struct(pl.col(c).alias("v")).struct.json_encode().str.slice(5).str.head(-1).alias(c)
+        for c in nested
+    )
+
+
 def write_result(frame: pl.DataFrame, output: Path, fmt: str) -> None:
-    """Write a query result to ``output`` in ``fmt`` (table is written as CSV)."""
-    if fmt == "parquet":
-        frame.write_parquet(output)
-    elif fmt == "json":
-        frame.write_json(output)
-    else:
-        frame.write_csv(output)
+    """Write a query result to ``output`` in ``fmt`` (table is written as CSV), whole or not
+    at all (:func:`pipeline.output.atomic_output`)."""
+    from pipeline.output import atomic_output
+
+    with atomic_output(output) as tmp:
+        if fmt == "parquet":
+            frame.write_parquet(tmp)
+        elif fmt == "json":
+            frame.write_json(tmp)
+        else:
+            flatten_nested(frame).write_csv(tmp)

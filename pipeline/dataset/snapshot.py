@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import duckdb
+import pyarrow as pa
 
 from pipeline.dataset.store import MANIFEST, MissingPartError, read_parts_by_table, require_parts
 
@@ -49,11 +50,23 @@ def read_snapshot(dataset: Path, read: Callable[[], T], *, attempts: int = ATTEM
         except (MissingPartError, duckdb.IOException, duckdb.PermissionException, OSError):
             if attempt < attempts and _manifest_stamp(dataset) != before:
                 continue
-            # A part gone under a manifest that lists it: say which. Any other I/O error
-            # (a part that is there but unreadable) is not this module's to explain.
-            require_parts(dataset, [p for ps in read_parts_by_table(dataset).values() for p in ps])
+            # A part gone under a manifest that lists it, or damaged: say which.
+            _require_whole(dataset)
+            raise
+        except (duckdb.InvalidInputException, pa.ArrowException):
+            _require_whole(dataset)  # (Parquet decoding errors come as these)
             raise
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _require_whole(dataset: Path) -> None:
+    """Name a listed part that is missing, a link, or not whole Parquet (see
+    :func:`pipeline.dataset.views.require_readable`)."""
+    from pipeline.dataset.views import require_readable
+
+    parts = [p for ps in read_parts_by_table(dataset).values() for p in ps]
+    require_parts(dataset, parts)
+    require_readable(dataset, parts)
 
 
 def _manifest_stamp(dataset: Path) -> tuple[int, int] | None:

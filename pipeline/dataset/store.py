@@ -1,4 +1,4 @@
-"""The dataset on disk: Parquet parts, the manifest that lists them, and the writer's lock.
+"""The dataset on disk: how parts are named, the manifest that lists them, and its checks.
 
 A dataset is a folder holding ``manifest.json`` and parts Hive-partitioned by job,
 ``<table>/job=<job>/part-<id>.parquet``: one per table and input file (``id`` the file's)
@@ -8,20 +8,22 @@ for a table of many rows, one per table and job for the small tables of an inges
 ``rank`` is a column inside the parts (datasets of version 2 and older had a
 ``rank=<rank>`` folder instead). The manifest is the commit point: a part that is not
 listed in it is not part of the dataset (a crash leaves, at worst, an unlisted part that
-the next ingest removes). Every file write is atomic: write to a temporary name in the
-same folder, fsync, then ``os.replace``.
+the next ingest removes). Every write goes through :mod:`pipeline.dataset.commit`.
+
+A manifest may come from anyone (datasets are copied between clusters and unpacked from
+tarballs): every value in it is checked when it is read, and a part path must have the
+shape tokenwire writes (:data:`PART_PATH`), so no entry can name a file outside the
+dataset; :func:`require_inside` refuses parts reached through a link.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import hashlib
 import itertools
 import os
 import re
-import time
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,7 @@ from pipeline.errors import DatasetError
 from pipeline.gcpause import gc_paused
 
 if TYPE_CHECKING:
-    import pyarrow.parquet as pq
+    pass
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
@@ -127,7 +129,7 @@ class Manifest:
 def read_manifest(dataset: Path) -> Manifest:
     """The manifest of ``dataset``; an empty one when the folder holds no dataset yet."""
     path = dataset / MANIFEST
-    if not path.exists():
+    if not os.path.lexists(path):
         return Manifest()
     doc = _read_doc(path)
     _parts_index(path, doc)  # (a broken one is named by every command, writers included)
@@ -139,7 +141,7 @@ def read_parts_by_table(dataset: Path) -> dict[str, list[str]]:
     them that the manifest holds, or (written by a tokenwire before the index) worked out
     from its files. Empty when the folder holds no dataset yet."""
     path = dataset / MANIFEST
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
     doc = _read_doc(path)
     tables = _parts_index(path, doc)
@@ -151,26 +153,27 @@ def _parts_index(path: Path, doc: dict[str, Any]) -> dict[str, list[str]] | None
     """The manifest's index of parts by table (``tables``), checked; None when it has none."""
     if "tables" not in doc:
         return None
-    try:
-        tables = _checked(doc["tables"], dict)
-        for rels in tables.values():
-            if not all(isinstance(rel, str) for rel in _checked(rels, list)):
-                raise TypeError("a part that is not a path")
-    except TypeError as exc:
-        raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
-    return tables
+    return _table_parts(path, "tables", doc["tables"])
+
+
+#: A manifest larger than this is refused before it is parsed: a 16,384-rank job's is
+#: 28 MB, so this holds a job of some 150,000 ranks, and memory stays bounded.
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 
 
 def _read_doc(path: Path) -> dict[str, Any]:
     """The manifest's JSON, checked to be a tokenwire manifest of a version this reads."""
+    data = _manifest_bytes(path)
     try:
         with gc_paused():
-            doc = orjson.loads(path.read_bytes())
+            doc = orjson.loads(data)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
             raise ValueError("not a tokenwire manifest")
-        version = int(doc.get("version", 1))
-    except (ValueError, TypeError) as exc:
-        raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
+        version = doc.get("version", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"version {shown(version)} is not a dataset version")
+    except ValueError as exc:
+        raise DatasetError(f"{path}: unreadable manifest: {_first_line(exc)}") from exc
     if version > FORMAT_VERSION:
         raise DatasetError(
             f"{path}: dataset version {version} was written by a newer tokenwire "
@@ -179,34 +182,103 @@ def _read_doc(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _manifest_of(path: Path, doc: dict[str, Any]) -> Manifest:
-    """The :class:`Manifest` of a manifest's JSON (``path``: named in errors)."""
+def _manifest_bytes(path: Path) -> bytes:
+    """The manifest file's bytes: a regular file (not a link) of a bounded size."""
     try:
-        with gc_paused():
-            # (orjson made every list and dict afresh: they are taken as they are)
-            files = {
-                fid: FileEntry(
-                    file_id=fid,
-                    sha256=e["sha256"],
-                    path=e["path"],
-                    job=e["job"],
-                    format=e["format"],
-                    ranks=_checked(e["ranks"], list),
-                    parts=_checked(e["parts"], dict),
-                )
-                for fid, e in _checked(doc["files"], dict).items()
-            }
-            derived = _checked(doc.get("derived", {}), dict)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DatasetError(f"{path}: unreadable manifest: {exc}") from exc
-    return Manifest(files=files, derived=derived, version=int(doc.get("version", 1)))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise DatasetError(f"{path}: cannot read the manifest: {why}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise DatasetError(f"{path}: the manifest is not a regular file")
+        if st.st_size > MAX_MANIFEST_BYTES:
+            raise DatasetError(
+                f"{path}: the manifest is {st.st_size:,} bytes, more than any dataset's "
+                f"({MAX_MANIFEST_BYTES:,} at most)"
+            )
+        try:
+            return f.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as exc:
+            raise DatasetError(f"{path}: cannot read the manifest: {exc.strerror}") from None
 
 
-def _checked(value: Any, kind: type) -> Any:
-    """``value``, if it is a ``kind``."""
-    if not isinstance(value, kind):
-        raise TypeError(f"expected a {kind.__name__}, found {type(value).__name__}")
+def _manifest_of(path: Path, doc: dict[str, Any]) -> Manifest:
+    """The :class:`Manifest` of a manifest's JSON (``path``: named in errors), every value
+    checked: a manifest may come from anyone, and its paths must name parts of this
+    dataset."""
+    files_doc = doc.get("files")
+    if not isinstance(files_doc, dict):
+        raise _bad(path, "files", f"expected an object, found {_kind(files_doc)}")
+    with gc_paused():
+        files = {fid: _file_entry(path, fid, e) for fid, e in files_doc.items()}
+        rels = {rel for e in files.values() for ps in e.parts.values() for rel in ps}
+        _check_paths(path, "files", rels)
+    derived = _table_parts(path, "derived", doc.get("derived", {}))
+    return Manifest(files=files, derived=derived, version=doc.get("version", 1))
+
+
+def _file_entry(path: Path, fid: str, e: Any) -> FileEntry:
+    """One entry of the manifest's ``files``, its values checked (its parts' paths are
+    checked by the caller, once each)."""
+    where = f"files.{shown(fid, 40)}"
+    if not FILE_ID.fullmatch(fid):
+        raise _bad(path, where, "not a file id")
+    if not isinstance(e, dict):
+        raise _bad(path, where, f"expected an object, found {_kind(e)}")
+    for key in ("sha256", "path", "job", "format"):
+        if not isinstance(e.get(key), str):
+            raise _bad(path, f"{where}.{key}", f"expected a string, found {_kind(e.get(key))}")
+    if not JOB_NAME.fullmatch(e["job"]):
+        raise _bad(path, f"{where}.job", f"{shown(e['job'])} is not a job name")
+    ranks = e.get("ranks")
+    if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks):
+        raise _bad(path, f"{where}.ranks", "expected a list of integers")
+    parts = e.get("parts")
+    if not isinstance(parts, dict) or not all(
+        isinstance(rels, list) and all(isinstance(rel, str) for rel in rels)
+        for rels in parts.values()
+    ):
+        raise _bad(path, f"{where}.parts", "expected lists of part paths by table")
+    return FileEntry(fid, e["sha256"], e["path"], e["job"], e["format"], ranks, parts)
+
+
+def _table_parts(path: Path, key: str, value: Any) -> dict[str, list[str]]:
+    """``derived`` or ``tables`` of a manifest: part paths by table, checked."""
+    if not isinstance(value, dict):
+        raise _bad(path, key, f"expected an object, found {_kind(value)}")
+    for table, rels in value.items():
+        if not isinstance(rels, list):
+            raise _bad(path, f"{key}.{shown(table, 40)}", "expected a list of parts")
+        _check_paths(path, f"{key}.{shown(table, 40)}", rels)
     return value
+
+
+def _check_paths(path: Path, where: str, rels: Iterable[Any]) -> None:
+    for rel in rels:
+        check_part_path(rel, where=f"{path}: {where}: unreadable manifest")
+
+
+#: A file's id in the manifest: the first 16 hex digits of its sha256.
+FILE_ID = re.compile(r"[0-9a-z-]{1,64}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+
+
+def _kind(value: Any) -> str:
+    name = type(value).__name__
+    return "null" if value is None else f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+def _bad(path: Path, place: str, what: str) -> DatasetError:
+    return DatasetError(f"{path}: {place}: unreadable manifest: {what}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 def require_current(dataset: Path, manifest: Manifest) -> None:
@@ -231,70 +303,46 @@ class MissingPartError(DatasetError):
 
 def require_parts(dataset: Path, parts: Iterable[str]) -> None:
     """Refuse a dataset whose manifest lists a part that is gone (deleted by hand, or merged
-    away by an ingest that committed after this process read the manifest).
+    away by an ingest that committed after this process read the manifest), or that is not
+    a regular file in a real folder of the dataset (:func:`require_inside`).
 
     Raises
     ------
     MissingPartError
         Naming the first missing part.
+    DatasetError
+        A part that is a link, or under one.
     """
-    missing = [rel for rel in parts if not (dataset / rel).is_file()]
+    missing = require_inside(dataset, parts)
     if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise MissingPartError(
-            f"{dataset}: {missing[0]}{more} is listed in the manifest but missing; if an "
-            "ingest or link was writing the dataset, run this again"
-        )
+        raise MissingPartError(_missing(dataset, missing[0], len(missing)))
 
 
-def write_manifest(dataset: Path, manifest: Manifest) -> None:
-    """Replace the manifest atomically."""
-    with gc_paused():
-        doc = {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
-            "derived": manifest.derived,
-            # Readers take their parts from here instead of every file's lists: at 16,384
-            # ranks, 0.2 s of each command. A tokenwire before it drops the key when it
-            # writes, so an index is never older than the files it sits beside.
-            "tables": manifest.parts_by_table(),
-        }
-    # orjson: the standard encoder with an indent is pure Python (42 ms against 2 ms for the
-    # 1.6 MB manifest of a 1,024-rank job, and every ingest and link writes it)
-    atomic_write_bytes(dataset / MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+def _missing(dataset: Path, rel: str, count: int) -> str:
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return (
+        f"{dataset}: {rel}{more} is listed in the manifest but missing; if an ingest or "
+        "link was writing the dataset, run this again"
+    )
+
+
+def manifest_doc(manifest: Manifest) -> dict[str, Any]:
+    """The manifest's JSON document (:func:`pipeline.dataset.commit.write_manifest` writes
+    it)."""
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
+        "derived": manifest.derived,
+        # Readers take their parts from here instead of every file's lists: at 16,384
+        # ranks, 0.2 s of each command. A tokenwire before it drops the key when it
+        # writes, so an index is never older than the files it sits beside.
+        "tables": manifest.parts_by_table(),
+    }
 
 
 class DatasetWriteError(DatasetError):
     """The dataset's disk refused a write (full, quota, read-only): no part of it is committed."""
-
-
-@contextlib.contextmanager
-def _write_errors(dataset: Path, rel: str) -> Iterator[None]:
-    """Turn an OSError while writing ``rel`` into one line that names the dataset."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            what = "disk full" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-            raise DatasetWriteError(f"{dataset}: {what} while writing {rel}") from exc
-        reason = exc.strerror or str(exc).splitlines()[0]
-        raise DatasetWriteError(f"{dataset}: cannot write {rel}: {reason}") from exc
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with _write_errors(path.parent, path.name):
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -317,65 +365,103 @@ def check_job_name(name: str) -> str:
 
 def part_path(table: str, job: str, part_id: str) -> str:
     """Relative path of one part of ``table``: one file's rows (``part_id`` is the file's id),
-    merged small parts (:func:`part_id`), or one link run's derived rows (``link-<stamp>``)."""
-    return f"{table}/job={job}/part-{part_id}.parquet"
+    merged small parts (:func:`part_id`), or one link run's derived rows (``link-<stamp>``).
+    Checked like a path read from a manifest: a job name is a name, never a path."""
+    return check_part_path(f"{table}/job={job}/part-{part_id}.parquet")
+
+
+#: A part's path inside a dataset, as tokenwire writes it (``rank=`` folders: version 2).
+#: Names only: no ``..``, no absolute path, no character a partition value could use to
+#: climb out of its folder (``%2F`` included).
+PART_PATH = re.compile(
+    r"[a-z][a-z0-9_]{0,63}/job=[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/rank=-?[0-9]{1,10})?"
+    r"/part-[0-9a-z-]{1,64}\.parquet"
+)
+#: The file names of parts and of their staging files (written, not yet renamed).
+PART_NAME = re.compile(r"\.?part-[0-9a-z-]{1,64}\.parquet(\.tmp-\d+)?")
+
+
+def check_part_path(rel: object, *, where: str = "part path") -> str:
+    """``rel`` if it is a part path of the shape :data:`PART_PATH`, else a DatasetError
+    naming ``where`` (the manifest and its entry) and the value, cut short."""
+    if isinstance(rel, str) and PART_PATH.fullmatch(rel):
+        return rel
+    raise DatasetError(f"{where}: {shown(rel)} is not a part path of a tokenwire dataset")
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error line: one line, at most about ``limit`` characters."""
+    text = repr(value) if isinstance(value, str) else _kind(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def require_inside(dataset: Path, parts: Iterable[str]) -> list[str]:
+    """Refuse parts that are not regular files in real folders of ``dataset`` (a link in
+    the dataset could lead a read, a write or a delete out of it); the parts that are not
+    there are returned (a reader refuses them, a writer may be about to make them).
+
+    Raises
+    ------
+    DatasetError
+        Naming the part and what is wrong with it.
+    """
+    folders: dict[str, bool] = {}
+    missing = []
+    for rel in parts:
+        folder = rel.rsplit("/", 1)[0]
+        if folder not in folders:
+            folders[folder] = _real_folders(dataset, folder)
+        if not folders[folder]:
+            raise DatasetError(
+                f"{dataset}: {rel}: a folder on its path is a symbolic link or not a folder; "
+                "tokenwire never makes one, and will not follow it out of the dataset"
+            )
+        try:
+            mode = os.lstat(dataset / rel).st_mode
+        except FileNotFoundError:
+            missing.append(rel)
+            continue
+        except OSError as exc:
+            raise DatasetError(f"{dataset}: {rel}: cannot read: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise DatasetError(f"{dataset}: {rel}: the part is {what}")
+    return missing
+
+
+def _real_folders(dataset: Path, folder: str) -> bool:
+    """Whether every folder of ``folder`` (relative) under ``dataset`` is a real folder or
+    missing (a writer makes it)."""
+    path = dataset
+    for name in folder.split("/"):
+        path = path / name
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False
+        except FileNotFoundError:
+            return True
+    return True
+
+
+def check_dataset_folder(dataset: Path, *, must_exist: bool) -> None:
+    """Refuse a dataset path that is not a folder (a file, a FIFO) or, with ``must_exist``,
+    is missing."""
+    try:
+        mode = os.stat(dataset).st_mode
+    except FileNotFoundError:
+        if must_exist:
+            raise DatasetError(f"{dataset}: not a tokenwire dataset (no such folder)") from None
+        return
+    except OSError as exc:
+        raise DatasetError(f"{dataset}: cannot open the dataset folder: {exc.strerror}") from None
+    if not stat.S_ISDIR(mode):
+        raise DatasetError(f"{dataset}: not a folder, so not a tokenwire dataset")
 
 
 def part_id(names: Iterable[str]) -> str:
     """The id of a part that holds the rows of several files or parts (hex, like a file's
     id): the same ``names`` always give the same id."""
     return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]
-
-
-def write_part(dataset: Path, rel: str, table: pa.Table) -> None:
-    """Write one Parquet part atomically (temporary name in the same folder, then rename)."""
-    with PartWriter(dataset, rel) as part:
-        part.write(table)
-
-
-class PartWriter:
-    """One Parquet part written piece by piece (a row group or more each), atomically: to a
-    temporary name in the same folder, renamed into place when the block ends without error
-    and removed when it does not.
-
-    Writing a big table piece by piece keeps what each piece costs to convert and encode to
-    that piece.
-    """
-
-    def __init__(self, dataset: Path, rel: str) -> None:
-        self.dataset, self.rel = dataset, rel
-        self.path = dataset / rel
-        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        self._writer: pq.ParquetWriter | None = None
-
-    def write(self, table: pa.Table) -> None:
-        """Append ``table`` (the first piece sets the part's schema)."""
-        with _write_errors(self.dataset, self.rel):
-            if self._writer is None:
-                # (imported here: 45 ms that the commands which only read never need)
-                import pyarrow.parquet as pq
-
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._writer = pq.ParquetWriter(self._tmp, table.schema, compression="zstd")
-            self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-
-    def __enter__(self) -> PartWriter:
-        return self
-
-    def __exit__(self, kind: type | None, *_: object) -> None:
-        try:
-            if self._writer is not None and kind is None:
-                with _write_errors(self.dataset, self.rel):
-                    self._writer.close()
-                    with open(self._tmp, "rb+") as f:
-                        os.fsync(f.fileno())
-                    os.replace(self._tmp, self.path)
-            elif self._writer is not None:  # the error that stopped the block is the one to see
-                with contextlib.suppress(Exception):
-                    self._writer.close()
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                self._tmp.unlink()
 
 
 def row_groups(pieces: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[list]:
@@ -401,79 +487,3 @@ def part_columns(name: str, table: pa.Table) -> pa.Table:
     if name == rank_sets.TABLE:
         table = rank_sets.encode(table)
     return table.drop_columns(list(table_schema(name).partition))
-
-
-_PART_NAME = re.compile(r"\.?part-[0-9a-f]+\.parquet(\.tmp-\d+)?")
-
-
-def remove_unlisted(dataset: Path, manifest: Manifest) -> None:
-    """Delete parts and temporary files the manifest does not list (left by a crash or a
-    failed write). Call only while holding the writer lock; other files are never touched."""
-    listed = set(manifest.all_parts())
-    for path in dataset.glob(".manifest.json.tmp-*"):
-        path.unlink(missing_ok=True)
-    for path in dataset.glob("*/**/*part-*"):
-        rel = path.relative_to(dataset).as_posix()
-        if path.is_file() and _PART_NAME.fullmatch(path.name) and rel not in listed:
-            path.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def writer_lock(dataset: Path) -> Iterator[None]:
-    """Hold the dataset's writer lock: one ingest at a time, a clear error for the second.
-
-    The lock is an ``flock`` on ``.lock``, which holds the holder's pid. The kernel drops the
-    flock when its process dies, so a lock file left by a killed ingest (its pid dead) is
-    simply taken over; a live holder makes the second writer stop at once, naming its pid.
-    """
-    dataset.mkdir(parents=True, exist_ok=True)
-    path = dataset / LOCK
-    for _ in range(10):
-        with _write_errors(dataset, LOCK):
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            holder = _lock_holder(path)
-            who = f"pid {holder}" if holder is not None else "pid unknown"
-            raise DatasetError(
-                f"{dataset}: another tokenwire process ({who}) is writing this dataset; "
-                "run again when it has finished"
-            ) from None
-        # The previous holder may have unlinked the file between our open and our flock.
-        if _same_file(fd, path):
-            break
-        os.close(fd)
-    else:
-        raise DatasetError(f"{dataset}: could not take the writer lock {path}")
-    try:
-        with contextlib.suppress(OSError):  # a full disk: the lock holds, its pid is unknown
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {time.time():.0f}\n".encode(), 0)
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        os.close(fd)
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    own = os.fstat(fd)
-    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
-
-
-def _lock_holder(path: Path) -> int | None:
-    # The holder writes its pid just after taking the flock: give it a moment.
-    for _ in range(20):
-        try:
-            return int(path.read_text().split()[0])
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, IndexError):
-            time.sleep(0.01)
-    return None

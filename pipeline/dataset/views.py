@@ -8,6 +8,8 @@ still a typed view and queries never depend on which sources a job happened to h
 from __future__ import annotations
 
 import re
+import secrets
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -63,16 +65,55 @@ def connect(
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.execute("SET parquet_metadata_cache = true")
-    for schema in schemas:
-        con.execute(view_sql(con, dataset, by_table[schema.name], schema))
+    try:
+        for schema in schemas:
+            con.execute(view_sql(con, dataset, by_table[schema.name], schema))
+    except duckdb.Error:
+        con.close()
+        require_readable(dataset, parts)  # a damaged part is named; anything else is a bug
+        raise
     con.execute(resources.files("pipeline.dataset").joinpath("sources.sql").read_text())
     if derived:
         con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
     if read_only:
+        # DuckDB may always reach its temporary folder, by default ``.tmp`` of the current
+        # folder: one of its own, unguessable and not there yet, which it removes on close
+        spill = Path(tempfile.gettempdir()) / f"tokenwire-sql-{secrets.token_hex(8)}"
+        con.execute("SET temp_directory = ?", [str(spill)])
         con.execute("SET allowed_paths = ?", [[str(dataset / rel) for rel in parts]])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return con
+
+
+def require_readable(dataset: Path, parts: list[str]) -> None:
+    """Name the first of ``parts`` that is not a whole Parquet file: every footer is read
+    first (what a view needs), then every page. Called when DuckDB failed on the dataset,
+    to tell damaged input (exit 1, naming the part) from a bug.
+
+    Raises
+    ------
+    DatasetError
+        The part and pyarrow's reason.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def refuse(rel: str, exc: Exception) -> DatasetError:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        return DatasetError(f"{dataset}: {rel}: unreadable Parquet part: {first}")
+
+    for rel in parts:
+        try:
+            pq.read_metadata(dataset / rel)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise refuse(rel, exc) from None
+    for rel in parts:
+        try:
+            for _batch in pq.ParquetFile(dataset / rel).iter_batches(64 * 1024):
+                pass
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise refuse(rel, exc) from None
 
 
 def view_sql(

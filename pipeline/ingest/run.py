@@ -15,9 +15,9 @@ import functools
 import hashlib
 import itertools
 import os
-import shutil
 import stat
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -30,26 +30,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.dataset.arrow_convert import array_from_list, table_from_lists
+from pipeline.dataset.commit import PartWriter, Transaction, discard_parts, write_part
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     ROW_GROUP_ROWS,
     DatasetWriteError,
     FileEntry,
-    PartWriter,
     check_job_name,
     job_name_from,
     part_columns,
     part_id,
     part_path,
-    read_manifest,
-    remove_unlisted,
-    require_current,
     row_groups,
-    write_manifest,
-    write_part,
-    writer_lock,
 )
-from pipeline.errors import DatasetError, TokenwireError, TraceFormatError
+from pipeline.errors import TokenwireError, TraceFormatError
 from pipeline.ingest.attribution import attribute_collectives
 from pipeline.ingest.detect import detect, module_for
 from pipeline.ingest.time_breakdown import add_time_breakdown
@@ -97,6 +91,8 @@ class FileOutcome:
     warning_count: int = 0
     error: str | None = None
     internal: bool = False
+    #: The traceback of an internal error, kept when ``TOKENWIRE_DEBUG`` is set.
+    traceback: str | None = None
 
 
 @dataclass
@@ -104,6 +100,8 @@ class IngestSummary:
     """The outcome of one ingest run."""
 
     outcomes: list[FileOutcome]
+    #: Folders under the inputs that could not be read (their files were not found).
+    unreadable: list[str] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         """Number of files with ``status``."""
@@ -125,30 +123,56 @@ class IngestSummary:
         return [o for o in self.outcomes if o.status == "failed"]
 
 
-def find_inputs(paths: Iterable[Path], job: str | None) -> list[InputFile]:
-    """Expand folders (recursively, sorted) into files, each with its job name.
+@dataclass
+class Inputs:
+    """The files found for an ingest, and the folders under the inputs that could not be
+    listed (reported, never skipped in silence)."""
+
+    files: list[InputFile]
+    unreadable: list[str]
+
+
+def find_inputs(paths: Iterable[Path], job: str | None) -> Inputs:
+    """Expand folders (recursively, sorted, links to folders not followed) into files, each
+    with its job name.
 
     Without ``job``, a file's job is the name of the folder given on the command line (or,
     for a file given directly, of the folder holding it).
     """
     if job is not None:
         check_job_name(job)
-    found: list[InputFile] = []
+    found = Inputs([], [])
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             name = job or job_name_from(path.resolve().name)
-            # Everything but folders: a broken symlink, a loop or a FIFO is reported, not skipped.
-            files = sorted(p for p in path.rglob("*") if not p.is_dir() and not _hidden(p, path))
-            if not files:
+            files = _walk(path, found.unreadable)
+            if not files and not found.unreadable:
                 raise TraceFormatError(path, "no files in this folder")
-            found.extend(InputFile(p, name, explicit=False) for p in files)
+            found.files.extend(InputFile(p, name, explicit=False) for p in files)
         elif path.exists() or path.is_symlink():
             name = job or job_name_from(_resolved(path).parent.name)
-            found.append(InputFile(path, name, explicit=True))
+            found.files.append(InputFile(path, name, explicit=True))
         else:
             raise TraceFormatError(path, "no such file or folder")
+    if not found.files and found.unreadable:
+        raise TraceFormatError(found.unreadable[0], "cannot read folder: no file could be found")
     return found
+
+
+def _walk(root: Path, unreadable: list[str]) -> list[Path]:
+    """Every file under ``root`` but hidden ones, sorted; a folder that cannot be listed is
+    added to ``unreadable`` with the reason. Anything that is not a folder is a file here:
+    a broken link, a loop or a FIFO is reported when it is read, not skipped."""
+
+    def refused(exc: OSError) -> None:
+        unreadable.append(f"{exc.filename}: cannot read folder: {exc.strerror}")
+
+    files = []
+    for folder, dirs, names in os.walk(root, onerror=refused):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        files.extend(Path(folder, n) for n in names if not n.startswith("."))
+    return sorted(files)
 
 
 def ingest(
@@ -186,50 +210,32 @@ def ingest(
     IngestSummary
         One outcome per input file; bad files are reported there, never raised.
     """
-    inputs = find_inputs(paths, job)
+    found = find_inputs(paths, job)
+    inputs = found.files
     if on_start is not None:
         on_start(len(inputs))
-    dataset = Path(dataset)
-    created = not dataset.exists()
-    accepted: list[FileOutcome] = []
+    outcomes: list[FileOutcome] = []
     # (connect first: an unreachable scheduler is reported before the dataset is touched)
-    with _cluster(scheduler) as cluster, writer_lock(dataset):
-        manifest = read_manifest(dataset)
-        require_current(dataset, manifest)
-        remove_unlisted(dataset, manifest)  # what a killed ingest left behind
-        outcomes: list[FileOutcome] = []
+    with _cluster(scheduler) as cluster, Transaction(Path(dataset)) as txn:
         sizes = [_size(inp.path) for inp in inputs]
         # (the parsing workers import this module and never need DuckDB, which compact does)
         from pipeline.dataset.compact import SMALL_PART_ROWS
 
-        finished = functools.partial(_finished, _SmallTables(dataset), on_file)
-        planned = _plan(
-            inputs, sizes, manifest, dataset, finished, outcomes, SMALL_PART_ROWS, cluster
-        )
-        try:
-            results = _parse_all(planned, sizes, jobs, finished, cluster)
-            accepted = _check_ranks(results, manifest, dataset)
-            _commit(dataset, manifest, accepted)
-        except DatasetError:
-            # The disk refused a write, or a listed part is gone: drop every part not
-            # committed, keep what was.
-            remove_unlisted(dataset, read_manifest(dataset))
-            if created:
-                shutil.rmtree(dataset, ignore_errors=True)
-            raise
+        finished = functools.partial(_finished, _SmallTables(txn.dataset), on_file)
+        planned = _plan(inputs, sizes, txn, finished, outcomes, SMALL_PART_ROWS, cluster)
+        results = _parse_all(planned, sizes, jobs, finished, cluster)
+        accepted = _check_ranks(results, txn)
+        _commit(txn, accepted)
         outcomes.extend(results)
-    if created and not accepted:
-        shutil.rmtree(dataset, ignore_errors=True)
     order = {inp.path: i for i, inp in enumerate(inputs)}
     outcomes.sort(key=lambda o: order.get(o.path, 0))
-    return IngestSummary(outcomes)
+    return IngestSummary(outcomes, found.unreadable)
 
 
 def _plan(
     inputs: list[InputFile],
     sizes: list[int],
-    manifest,
-    dataset: Path,
+    txn: Transaction,
     on_file,
     done: list[FileOutcome],
     small_rows: int,
@@ -246,7 +252,7 @@ def _plan(
     # files already ingested, then those planned in this run: either way the file is skipped
     # (a set: checked against every manifest entry, re-ingesting 32,768 files took 28.7 s;
     # 5.7 s so)
-    seen = manifest.sha256s()
+    seen = txn.manifest.sha256s()
     with _hashing(cluster) as hashes:
         found = hashes([inputs[i].path for i in order], [sizes[i] for i in order])
         for i, sha in zip(order, found, strict=True):
@@ -254,11 +260,15 @@ def _plan(
             if isinstance(sha, OSError):
                 error = f"{inp.path}: cannot read file: {_read_error(sha, inp.path, cluster)}"
                 out = FileOutcome(inp.path, inp.job, "failed", error=error)
+            elif not _utf8(inp.path):
+                # (the files table and the manifest hold paths as UTF-8 text)
+                error = f"{inp.path}: the file name is not valid UTF-8; rename it to ingest it"
+                out = FileOutcome(inp.path, inp.job, "failed", error=error)
             elif sha in seen:
                 out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
             else:
                 seen.add(sha)
-                yield i, (inp.path, inp.job, inp.explicit, sha, dataset, small_rows)
+                yield i, (inp.path, inp.job, inp.explicit, sha, txn.dataset, small_rows)
                 continue
             done.append(out)
             _notify(on_file, out)
@@ -385,6 +395,8 @@ def parse_file(
         first = (str(exc).splitlines() or [""])[0]
         out.error = f"{path}: internal error: {type(exc).__name__}: {first}"
         out.internal = True
+        if os.environ.get("TOKENWIRE_DEBUG"):
+            out.traceback = traceback.format_exc()
     if out.status == "failed":
         _remove_parts(dataset, out)
     return out
@@ -398,9 +410,7 @@ def parse_files(batch: list[tuple]) -> list[FileOutcome]:
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:
     """Delete the parts a failed file wrote (the manifest never listed them) and drop the
     small tables it holds. (A file refused for its rank: :func:`_drop_refused`.)"""
-    for rels in out.parts.values():
-        for rel in rels:
-            (dataset / rel).unlink(missing_ok=True)
+    discard_parts(dataset, [rel for rels in out.parts.values() for rel in rels])
     out.parts = {}
     out.small = {}
 
@@ -435,11 +445,11 @@ def _write_tables(
     out.ranks = sorted(r for r in ranks if r is not None)
 
 
-def _check_ranks(results: list[FileOutcome], manifest, dataset: Path) -> list[FileOutcome]:
+def _check_ranks(results: list[FileOutcome], txn: Transaction) -> list[FileOutcome]:
     """Refuse files that claim a rank another file of the same job and format already holds."""
     owner: dict[tuple[str, str, int], str] = {}
     refused: list[FileOutcome] = []
-    for e in manifest.files.values():
+    for e in txn.manifest.files.values():
         for r in e.ranks:
             owner[(e.job, e.format, r)] = e.path
     accepted = []
@@ -463,11 +473,13 @@ def _check_ranks(results: list[FileOutcome], manifest, dataset: Path) -> list[Fi
         for r in out.ranks:
             owner[(out.job, out.format, r)] = str(out.path)
         accepted.append(out)
-    _drop_refused(dataset, refused, accepted)
+    _drop_refused(txn, refused, accepted)
     return accepted
 
 
-def _drop_refused(dataset: Path, refused: list[FileOutcome], accepted: list[FileOutcome]) -> None:
+def _drop_refused(
+    txn: Transaction, refused: list[FileOutcome], accepted: list[FileOutcome]
+) -> None:
     """Delete what refused files wrote. A part they share with accepted files (small tables
     written past :data:`SMALL_TABLES_BYTES`) is written again without their rows."""
     holders: dict[str, list[FileOutcome]] = {}
@@ -482,18 +494,18 @@ def _drop_refused(dataset: Path, refused: list[FileOutcome], accepted: list[File
                 if rel in holders:
                     drop.setdefault((name, rel), set()).add(out.file_id)
                 else:
-                    (dataset / rel).unlink(missing_ok=True)
+                    txn.discard(rel)
         out.parts, out.small = {}, {}
     for (name, rel), file_ids in sorted(drop.items()):
         kept = holders[rel]
         new = part_path(name, kept[0].job, part_id(out.file_id for out in kept))
-        _copy_part_without(dataset, rel, new, file_ids)
+        _copy_part_without(txn.dataset, rel, new, file_ids)
         for out in kept:
             out.parts[name] = [new if r == rel else r for r in out.parts[name]]
-        (dataset / rel).unlink()
+        txn.discard(rel)
 
 
-def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
+def _commit(txn: Transaction, accepted: list[FileOutcome]) -> None:
     """Write the small tables and the ``files`` rows (one part per table and job), list the
     accepted files in the manifest, then merge the small parts of their jobs (those of earlier
     runs; :mod:`pipeline.dataset.compact`).
@@ -503,12 +515,13 @@ def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
     """
     if not accepted:
         return
+    manifest = txn.manifest
     stale = [rel for rels in manifest.derived.values() for rel in rels]
     manifest.derived = {}
     for job, outs in _by_job(accepted).items():
-        _write_small_tables(dataset, job, outs)
+        _write_small_tables(txn.dataset, job, outs)
         rel = part_path("files", job, part_id(out.file_id for out in outs))
-        write_part(dataset, rel, _files_rows(job, outs))
+        write_part(txn.dataset, rel, _files_rows(job, outs))
         for out in outs:
             out.parts["files"] = [rel]
             out.rows["files"] = 1
@@ -523,10 +536,8 @@ def _commit(dataset: Path, manifest, accepted: list[FileOutcome]) -> None:
             )
     from pipeline.dataset.compact import compact
 
-    merged = compact(dataset, manifest, {out.job for out in accepted})
-    write_manifest(dataset, manifest)  # the commit: until here the dataset is as it was
-    for rel in stale + merged:
-        (dataset / rel).unlink(missing_ok=True)
+    merged = compact(txn.dataset, manifest, {out.job for out in accepted})
+    txn.commit(removed=stale + merged)  # until here the dataset is as it was
 
 
 def _packed(table: pa.Table) -> bytes:
@@ -718,8 +729,12 @@ def _kind(path: Path) -> str:
     return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
+def _utf8(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _notify(on_file, out: FileOutcome) -> None:

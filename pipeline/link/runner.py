@@ -7,7 +7,6 @@ tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -16,19 +15,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from pipeline.dataset.commit import SPILL, Transaction, write_part
 from pipeline.dataset.rank_sets import STORED_VIEW
 from pipeline.dataset.schema import conform, table_schema
-from pipeline.dataset.store import (
-    Manifest,
-    part_columns,
-    part_path,
-    read_manifest,
-    require_current,
-    write_manifest,
-    write_part,
-    writer_lock,
-)
-from pipeline.dataset.views import connect, empty_select
+from pipeline.dataset.store import part_columns, part_path
+from pipeline.dataset.views import connect, empty_select, require_readable
 from pipeline.errors import ConfigError, DatasetError
 
 #: The link questions, in the order they build on each other.
@@ -76,15 +67,14 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
         A dataset of several jobs takes one job.yaml for all of them only when they share it.
     """
     dataset = Path(dataset)
-    with writer_lock(dataset):
-        # (read once: 0.16 s for the 28 MB manifest of 16,384 ranks, and the lock holds it)
-        manifest = read_manifest(dataset)
-        require_current(dataset, manifest)
-        con = connect(dataset, derived=False, manifest=manifest)
-        # Big jobs spill to disk beside the dataset instead of holding every row in memory.
-        spill = dataset / ".link-spill"
+    with Transaction(dataset, create=False) as txn:
+        # (the manifest is read once, by the transaction: 0.16 s for the 28 MB manifest of
+        # 16,384 ranks, and the lock holds it)
+        con = connect(dataset, derived=False, manifest=txn.manifest)
+        # Big jobs spill to disk beside the dataset instead of holding every row in memory
+        # (the transaction removed a link planted there: DuckDB would write through it).
         con.execute("SET preserve_insertion_order = false")
-        con.execute("SET temp_directory = ?", [str(spill)])
+        con.execute("SET temp_directory = ?", [str(dataset / SPILL)])
         jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
         if not jobs:
             raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
@@ -92,12 +82,12 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
         for name in SQL_FILES:
             try:
                 con.execute(sql_text(name))
-            except duckdb.Error as exc:  # a bug in our SQL, not bad input
+            except duckdb.Error as exc:  # a damaged part (named here), else a bug in our SQL
+                require_readable(dataset, txn.manifest.all_parts())
                 raise RuntimeError(f"link step {name} failed: {exc}") from exc
         tables = {t: _published(con, t) for t in (*DERIVED, "predictions")}
         con.close()
-        shutil.rmtree(spill, ignore_errors=True)
-        rows = _materialize(dataset, manifest, tables)
+        rows = _materialize(txn, tables)
     return LinkSummary(rows=rows, config=str(config) if config else None)
 
 
@@ -211,12 +201,10 @@ def _comm_dims_from_layout(
     return out
 
 
-def _materialize(
-    dataset: Path, manifest: Manifest, tables: dict[str, dict[str, pa.Table]]
-) -> dict[str, int]:
-    """Write the derived tables (each as {job: rows}) and swap them into ``manifest`` (the
-    dataset's, read under the writer lock) in one commit."""
-    old = [rel for rels in manifest.derived.values() for rel in rels]
+def _materialize(txn: Transaction, tables: dict[str, dict[str, pa.Table]]) -> dict[str, int]:
+    """Write the derived tables (each as {job: rows}) and swap them into the dataset's
+    manifest in one commit."""
+    old = [rel for rels in txn.manifest.derived.values() for rel in rels]
     derived: dict[str, list[str]] = {}
     rows: dict[str, int] = {}
     for name, by_job in tables.items():
@@ -227,12 +215,10 @@ def _materialize(
             table = conform(name, table)
             rows[name] += table.num_rows
             rel = part_path(name, job, f"link-{_stamp()}")
-            write_part(dataset, rel, part_columns(name, table))
+            write_part(txn.dataset, rel, part_columns(name, table))
             derived.setdefault(name, []).append(rel)
-    manifest.derived = derived
-    write_manifest(dataset, manifest)
-    for rel in old:
-        (dataset / rel).unlink(missing_ok=True)
+    txn.manifest.derived = derived
+    txn.commit(removed=old)
     return rows
 
 

@@ -270,9 +270,9 @@ def _cell(value: Any) -> str:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write the page so that a reader sees the old file or the whole new one."""
-    from pipeline.dataset.store import atomic_write_bytes
+    from pipeline.output import atomic_write_bytes, make_folder
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
@@ -280,15 +280,21 @@ def write_images(sections: list[Section], folder: Path) -> list[Path]:
     """Each chart as ``<name>.svg`` and ``<name>.png`` in ``folder``; the paths written."""
     import vl_convert
 
-    folder.mkdir(parents=True, exist_ok=True)
+    from pipeline.output import atomic_write_bytes, make_folder
+
+    make_folder(folder)
     out = []
     for section in sections:
         for chart in section.charts():
             spec = chart_spec(chart.chart)
             svg = folder / f"{chart.name}.svg"
-            svg.write_text(vl_convert.vegalite_to_svg(spec, vl_version=VL_VERSION))
+            atomic_write_bytes(
+                svg, vl_convert.vegalite_to_svg(spec, vl_version=VL_VERSION).encode("utf-8")
+            )
             png = folder / f"{chart.name}.png"
-            png.write_bytes(vl_convert.vegalite_to_png(spec, vl_version=VL_VERSION, scale=2))
+            atomic_write_bytes(
+                png, vl_convert.vegalite_to_png(spec, vl_version=VL_VERSION, scale=2)
+            )
             out += [svg, png]
     return out
 

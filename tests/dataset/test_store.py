@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from pipeline.dataset.commit import write_manifest
 from pipeline.dataset.store import (
     FileEntry,
     Manifest,
     read_manifest,
     read_parts_by_table,
-    write_manifest,
 )
 from pipeline.errors import DatasetError
 
@@ -94,9 +95,9 @@ def test_a_manifest_without_the_index_is_listed_from_its_files(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("tables", "reason"),
     [
-        ([], "expected a dict"),
-        ({"ops": "ops/part.parquet"}, "expected a list"),
-        ({"ops": [3]}, "not a path"),
+        ([], "tables: unreadable manifest: expected an object, found a list"),
+        ({"ops": "ops/part.parquet"}, "tables.'ops': unreadable manifest: expected a list"),
+        ({"ops": [3]}, "tables.'ops': unreadable manifest: an int is not a part path"),
     ],
 )
 def test_a_broken_parts_index_is_an_unreadable_manifest(
@@ -107,5 +108,5 @@ def test_a_broken_parts_index_is_an_unreadable_manifest(
     doc["tables"] = tables
     (tmp_path / "manifest.json").write_text(json.dumps(doc))
     for read in (read_parts_by_table, read_manifest):
-        with pytest.raises(DatasetError, match=rf"manifest.json: unreadable manifest: .*{reason}"):
+        with pytest.raises(DatasetError, match=rf"manifest.json: {re.escape(reason)}"):
             read(tmp_path)

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dataset.store import LOCK, writer_lock
+from pipeline.dataset.commit import writer_lock
+from pipeline.dataset.store import LOCK
 from pipeline.errors import DatasetError
 from pipeline.ingest.run import ingest
 from tests.conftest import REPO_ROOT
 from tests.reliability.procs import RANKS, make_job, rows, start_ingest
 
 HOLD = (
-    "import sys; from pathlib import Path; from pipeline.dataset.store import writer_lock\n"
+    "import sys; from pathlib import Path; from pipeline.dataset.commit import writer_lock\n"
     "with writer_lock(Path(sys.argv[1])):\n"
     "    print('held', flush=True); sys.stdin.read()\n"
 )

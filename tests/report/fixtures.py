@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from altair.utils.schemapi import debug_mode
 
+from pipeline.dataset.commit import write_manifest
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     FileEntry,
     part_columns,
     part_path,
     read_manifest,
-    write_manifest,
 )
 from pipeline.ingest.run import ingest
 from pipeline.ingest.time_breakdown import add_time_breakdown
