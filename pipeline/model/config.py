@@ -796,7 +796,7 @@ def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -
     for key in raw:
         if key not in allowed:
             # (a key may be any scalar YAML reads: a number, a date, a 1 MB string)
-            text = key if isinstance(key, str) and len(key) <= 40 else shown(key, 40)
+            text = key if isinstance(key, str) and len(key) <= 40 else shown(key)
             hint = _closest(text, allowed)
             extra = f" (did you mean {prefix}{hint}?)" if hint else ""
             raise ConfigError(f"{prefix}{text}: unknown key{extra}; allowed: {', '.join(allowed)}")
