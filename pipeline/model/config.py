@@ -365,7 +365,9 @@ class _JobLoader(yaml.SafeLoader):
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
-        except (ValueError, OverflowError) as exc:
+        except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError) as exc:
+            # PyYAML's scalar constructors trust that the text matched the tag's pattern; an
+            # explicit tag (`!!int ''`, `!!timestamp x`) skips that match
             raise _Refused(_unconstructible(node, exc), node.start_mark) from None
 
 
