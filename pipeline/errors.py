@@ -6,7 +6,50 @@ into one line on stderr (``Error: path:line: message``) and a documented exit co
 
 from __future__ import annotations
 
+import math
+import reprlib
 from pathlib import Path
+
+#: Longest one error message (after the file name and place) may grow; a library's message
+#: or a value a user wrote can be any length, and an error is one line a person reads.
+MAX_MESSAGE_CHARS = 400
+#: Longest text one user value takes in an error message (``got 'xxx...'``).
+MAX_VALUE_CHARS = 80
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` as one line of at most ``limit`` characters: every run of whitespace (line
+    breaks of a multi-line library message included) becomes one space, and a longer text is
+    cut, ending in ``...``."""
+    # look at no more than the limit needs: the text may be a whole file's worth
+    folded = " ".join(text[: limit * 4 + 4].split())
+    if len(folded) > limit or len(text) > limit * 4 + 4:
+        return folded[: max(limit - 3, 0)].rstrip() + "..."
+    return folded
+
+
+def shown(value: object, limit: int = MAX_VALUE_CHARS) -> str:
+    """A user's value as an error message shows it: its ``repr``, one line, at most ``limit``
+    characters, in time and memory bounded whatever the value is (a list of a million items,
+    an integer of 5,000 digits, a structure that contains itself)."""
+    return one_line(_BOUNDED_REPR.repr(value), limit)
+
+
+class _BoundedRepr(reprlib.Repr):
+    """``reprlib`` shows only the first items of containers and the ends of long strings; an
+    integer's decimal digits are not even worked out past a few dozen (Python refuses to
+    print more than 4,300 of them)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            digits = int(x.bit_length() * math.log10(2)) + 1
+            return f"{'-' if x < 0 else ''}<an integer of about {digits} digits>"
+        return super().repr_int(x, level)
+
+
+_BOUNDED_REPR = _BoundedRepr()
+_BOUNDED_REPR.maxstring = MAX_VALUE_CHARS
+_BOUNDED_REPR.maxother = MAX_VALUE_CHARS
 
 
 class TokenwireError(Exception):
@@ -21,7 +64,8 @@ class TraceFormatError(TokenwireError):
     path
         The file.
     message
-        What is wrong, lower-case, one line.
+        What is wrong, lower-case; a longer or multi-line text (a library's message) is
+        folded into one line and cut (:func:`one_line`).
     line
         1-based line number, where the parser knows it.
     offset
@@ -37,7 +81,7 @@ class TraceFormatError(TokenwireError):
         offset: int | None = None,
     ) -> None:
         self.path = str(path)
-        self.message = message.splitlines()[0] if message else "unreadable input"
+        self.message = one_line(message) or "unreadable input"
         self.line = line
         self.offset = offset
         super().__init__(str(self))
@@ -56,4 +100,11 @@ class DatasetError(TokenwireError):
 
 
 class ConfigError(TokenwireError):
-    """A job description (job.yaml) or option that is invalid; the message names the key."""
+    """A job description (job.yaml) or option that is invalid; the message names the key.
+
+    The message is folded into one line and cut (:func:`one_line`, with room for the file
+    name in front), whatever a library or a user's value put into it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message, 2 * MAX_MESSAGE_CHARS))

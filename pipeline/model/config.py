@@ -9,6 +9,8 @@ dataclasses that the rest of :mod:`pipeline.model` reads.
 
 from __future__ import annotations
 
+import codecs
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, one_line, shown
 from pipeline.model.presets import PRESETS, preset
 
 #: Bytes per element of each dtype name (reference §0; fp8 scales are not counted).
@@ -25,6 +27,32 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 #: Megatron's default rank order (``--rank-order``-free default in ``parallel_state``).
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+
+# Limits on what a job.yaml may hold. Each is far beyond any real job, and each bounds the
+# time and memory of reading the file or of the model's arithmetic (docs/job-yaml.md, "Limits").
+
+#: Largest job.yaml read: a real one is a few KB; reading on would only cost memory
+#: (``--config /dev/zero``).
+MAX_JOB_BYTES = 1 << 20
+#: Most YAML nodes (keys, values, list items) a job.yaml may hold once every alias is
+#: expanded: a full job.yaml has about 100, an alias bomb ("billion laughs") billions.
+MAX_YAML_NODES = 10_000
+#: Deepest nesting of mappings and lists, aliases expanded: a job.yaml nests 4 deep
+#: (the document, ``model``, ``moe``, ``experts``); deeper only exhausts Python's stack.
+MAX_YAML_DEPTH = 32
+#: Most ranks (``tp·pp·dp·cp``, and any degree): ten times the largest jobs trained so far;
+#: the model lists the members of each communicator, up to the whole world.
+MAX_RANKS = 1 << 20
+#: Most transformer layers: the model works through each layer of a stage (real: up to ~130).
+MAX_LAYERS = 1 << 14
+#: Largest model dimension, MoE or MLA setting, or batch size (sequences): 16,777,216, a
+#: vocabulary, width or context of 16M is far past any model (real: 256K, 53K, 10M).
+MAX_DIM = 1 << 24
+#: Largest gradient bucket in elements (real: 40 million to a few billion).
+MAX_BUCKET = 1 << 48
+#: Largest count the model outputs (calls or bytes of a rank per step): the ``predictions``
+#: table stores them as 64-bit integers.
+MAX_INT64 = (1 << 63) - 1
 
 _TOP_KEYS = ("model", "parallel", "batch", "dtypes", "recompute", "network")
 _MODEL_KEYS = (
@@ -200,6 +228,8 @@ class Job:
     dtypes: Dtypes
     recompute: str
     network: Network
+    #: The job.yaml it was read from, for error messages (not part of the job's identity).
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def microbatches(self) -> int:
@@ -216,21 +246,182 @@ class Job:
 
 
 def read_job_file(path: str | Path) -> dict[str, Any]:
-    """The parsed mapping of a ``job.yaml`` (unvalidated), or :class:`ConfigError`."""
+    """The parsed mapping of a ``job.yaml`` (unvalidated), or :class:`ConfigError`.
+
+    The file is read as YAML by PyYAML's safe loader within the limits above (size, nodes
+    with aliases expanded, nesting); every error is one line naming the file and the line
+    and column (or the key) at fault.
+    """
     path = Path(path)
+    raw = _read_bounded(path)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        doc = _load(raw)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: not valid YAML") from exc
+        raise ConfigError(f"{path}: {_yaml_error(exc, raw)}") from None
     if not isinstance(doc, dict):
         raise ConfigError(
             f"{path}: the job description must be a mapping with keys " + ", ".join(_TOP_KEYS)
         )
     return doc
+
+
+def _load(raw: bytes) -> Any:
+    loader = _JobLoader(raw)  # (decodes the whole text: a ReaderError comes from here)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _read_bounded(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_JOB_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_JOB_BYTES:
+        raise ConfigError(
+            f"{path}: byte {MAX_JOB_BYTES}: the file goes on past {MAX_JOB_BYTES >> 20} MiB; "
+            "a job.yaml is a few KB"
+        )
+    return raw
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that a job.yaml may not hold (past a limit, a duplicate key): its message
+    is ``line L, column C: problem``, without PyYAML's "not valid YAML" wording."""
+
+    def __init__(self, problem: str, mark: yaml.Mark) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+class _JobLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, within :data:`MAX_YAML_NODES` and :data:`MAX_YAML_DEPTH`.
+
+    PyYAML composes an alias as a reference to its anchor's node, so a billion-laughs
+    document loads small and fast; it is what reads it next (validation, an error message
+    showing a value) that expands it. So the loader counts every node as if each alias were
+    a copy of what it refers to, and refuses the alias that goes past the limit. It also
+    refuses a key given twice in one mapping (PyYAML keeps the last silently), and turns a
+    scalar that cannot be constructed (a month 13, an integer of 5,000 digits) into an error
+    at its line instead of a Python exception.
+    """
+
+    def __init__(self, stream: bytes) -> None:
+        super().__init__(stream)
+        self._nodes = 0  # nodes composed so far, each alias counted as its anchor's subtree
+        self._depth = 0  # nesting of the node being composed (the document's root is 1)
+        self._deepest = 0  # deepest nesting reached inside the node being composed
+        self._anchored: dict[str, tuple[int, int]] = {}  # anchor: (nodes, height) it stands for
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            self._alias(event)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        first, outer = self._nodes, self._deepest
+        self._deepest = self._depth
+        self._grow(1, self._depth, event.start_mark, "the document")
+        node = super().compose_node(parent, index)
+        if isinstance(node, yaml.MappingNode):
+            _check_duplicates(node)
+        if event.anchor is not None:
+            height = self._deepest - self._depth + 1
+            self._anchored[event.anchor] = (self._nodes - first, height)
+        self._deepest = max(outer, self._deepest)
+        self._depth -= 1
+        return node
+
+    def _alias(self, event: yaml.AliasEvent) -> None:
+        size = self._anchored.get(event.anchor)
+        if size is None:
+            if event.anchor in self.anchors:  # its node is still being composed
+                raise _Refused(
+                    f"alias *{shown(event.anchor)[1:-1]} is inside the node it refers to "
+                    "(a structure that contains itself)",
+                    event.start_mark,
+                )
+            return  # an undefined alias: PyYAML's own error says so
+        nodes, height = size
+        self._grow(nodes, self._depth + height, event.start_mark, f"alias *{event.anchor}")
+
+    def _grow(self, nodes: int, depth: int, mark: yaml.Mark, what: str) -> None:
+        self._nodes += nodes
+        self._deepest = max(self._deepest, depth)
+        if self._nodes > MAX_YAML_NODES:
+            raise _Refused(
+                f"{one_line(what, 40)} takes the document past {MAX_YAML_NODES:,} YAML nodes "
+                "(aliases expanded); a job.yaml has about 100",
+                mark,
+            )
+        if depth > MAX_YAML_DEPTH:
+            raise _Refused(
+                f"{one_line(what, 40)} nests deeper than {MAX_YAML_DEPTH} levels (aliases "
+                "expanded); a job.yaml nests 4 deep",
+                mark,
+            )
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError) as exc:
+            # PyYAML's scalar constructors trust that the text matched the tag's pattern; an
+            # explicit tag (`!!int ''`, `!!timestamp x`) skips that match
+            raise _Refused(_unconstructible(node, exc), node.start_mark) from None
+
+
+def _check_duplicates(node: yaml.MappingNode) -> None:
+    seen: dict[tuple[str, str], yaml.Node] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        first = seen.setdefault((key.tag, key.value), key)
+        if first is not key:
+            raise _Refused(
+                f"key {shown(key.value)} given twice in one mapping (first at line "
+                f"{first.start_mark.line + 1})",
+                key.start_mark,
+            )
+
+
+def _unconstructible(node: yaml.Node, exc: Exception) -> str:
+    kind = node.tag.rpartition(":")[2]
+    text = node.value if isinstance(node.value, str) else ""
+    digits = sum(c.isdigit() for c in text)
+    if kind == "int" and digits > 1000:
+        # (Python's own message tells a programmer to raise sys.set_int_max_str_digits)
+        return f"an integer of {digits:,} digits; no job.yaml value has more than 15"
+    return f"{kind} {shown(text)} cannot be read: {exc}"
+
+
+def _yaml_error(exc: yaml.YAMLError, raw: bytes) -> str:
+    """``PLACE: what`` for a YAML error: the line and column, and the problem in one line."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return _reader_error(exc, raw)
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return f"not valid YAML: {exc}"
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    if isinstance(exc, _Refused):
+        return where + str(exc.problem)
+    what = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+    return f"{where}not valid YAML: {what}"
+
+
+def _reader_error(exc: yaml.reader.ReaderError, raw: bytes) -> str:
+    if exc.encoding != "unicode":  # bytes that do not decode: the position is a byte's
+        line = raw[: exc.position].count(b"\n") + 1
+        return (
+            f"line {line}: not {exc.encoding.upper()} text (byte 0x{exc.character:02x} at "
+            f"byte {exc.position}); a job.yaml is UTF-8 text"
+        )
+    # a character YAML does not allow (a control character): the position is a character's
+    # (in the text as PyYAML decoded it: UTF-16 when it starts with its byte order mark)
+    utf16 = raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    text = raw.decode("utf-16" if utf16 else "utf-8", "replace")
+    line = text[: exc.position].count("\n") + 1
+    return f"line {line}: character U+{exc.character:04X} is not allowed in YAML text"
 
 
 def build_job(
@@ -263,11 +454,12 @@ def build_job(
         sec[key] = value
         doc[section] = sec
     try:
-        return job_from_dict(doc, world_size=world_size)
+        job = job_from_dict(doc, world_size=world_size)
     except ConfigError as exc:
         if path is None:
             raise
         raise ConfigError(f"{path}: {exc}") from None
+    return job if path is None else dataclasses.replace(job, source=str(path))
 
 
 def load_job(path: str | Path) -> Job:
@@ -293,14 +485,11 @@ def job_from_dict(doc: Any, *, world_size: int | None = None) -> Job:
     if "model" not in doc:
         raise ConfigError("model: missing; give model.preset or the model dims")
     model = _model(doc["model"])
-    parallel, given_world = _parallel(doc.get("parallel") or {})
-    batch = _batch(doc.get("batch") or {}, parallel.dp)
-    dtypes = _dtypes(doc.get("dtypes") or {})
-    recompute = doc.get("recompute", "none")
-    if recompute is None:
-        recompute = "none"
-    _choice(recompute, _RECOMPUTE, "recompute")
-    network = _network(doc.get("network") or {})
+    parallel, given_world = _parallel(_opt(doc, "parallel", {}))
+    batch = _batch(_opt(doc, "batch", {}), parallel.dp)
+    dtypes = _dtypes(_opt(doc, "dtypes", {}))
+    recompute = _choice(_opt(doc, "recompute", "none"), _RECOMPUTE, "recompute")
+    network = _network(_opt(doc, "network", {}))
     job = Job(model, parallel, batch, dtypes, recompute, network)
     for key, ws in (("parallel.world_size", given_world), ("world size", world_size)):
         if ws is not None and ws != parallel.world_size:
@@ -320,47 +509,51 @@ def _model(raw: Any) -> Model:
     if isinstance(raw, str):
         raw = {"preset": raw}
     if not isinstance(raw, Mapping):
-        raise ConfigError("model: must be a mapping (model: {preset: NAME} or the dims)")
+        raise ConfigError(
+            f"model: must be a mapping (model: {{preset: NAME}} or the dims), got {shown(raw)}"
+        )
     _check_keys(raw, _MODEL_KEYS, "model.")
     name = raw.get("preset")
     if name is not None:
-        if name not in PRESETS:
+        # (a list or a mapping is no preset's name, and no key of PRESETS: unhashable)
+        if not isinstance(name, str) or name not in PRESETS:
             raise ConfigError(
-                f"model.preset: unknown preset {name!r}; allowed: {', '.join(PRESETS)}"
+                f"model.preset: unknown preset {shown(name)}; allowed: {', '.join(PRESETS)}"
             )
         merged: dict[str, Any] = preset(name)
         for key, value in raw.items():
-            if key == "preset":
+            if key == "preset" or value is None:  # null: the preset's own value
                 continue
             if key in ("moe", "mla") and isinstance(value, Mapping) and merged.get(key):
                 merged[key] = {**merged[key], **value}
             else:
                 merged[key] = value
     else:
-        merged = dict(raw)
+        merged = {k: v for k, v in raw.items() if v is not None}
         missing = [k for k in _DIM_KEYS if k not in merged and k != "kv_heads"]
         if missing:
             raise ConfigError(
                 f"model.{missing[0]}: missing; without model.preset give all of "
                 + ", ".join(k for k in _DIM_KEYS if k != "kv_heads")
             )
-    layers = _pos_int(merged["layers"], "model.layers")
+    layers = _pos_int(merged["layers"], "model.layers", MAX_LAYERS)
     hidden = _pos_int(merged["hidden"], "model.hidden")
     heads = _pos_int(merged["heads"], "model.heads")
     kv_heads = _pos_int(merged.get("kv_heads", heads), "model.kv_heads")
     ffn = _pos_int(merged["ffn_hidden"], "model.ffn_hidden")
     vocab = _pos_int(merged["vocab"], "model.vocab")
     seq = _pos_int(merged["seq_len"], "model.seq_len")
-    tied = _bool(merged.get("tied_embeddings", False), "model.tied_embeddings")
-    mlp = _choice(merged.get("mlp", "gelu"), _MLP, "model.mlp")
-    norm = _choice(merged.get("norm", "layernorm"), _NORM, "model.norm")
-    position = _choice(merged.get("position", "learned"), _POSITION, "model.position")
+    tied = _bool(_opt(merged, "tied_embeddings", False), "model.tied_embeddings")
+    mlp = _choice(_opt(merged, "mlp", "gelu"), _MLP, "model.mlp")
+    norm = _choice(_opt(merged, "norm", "layernorm"), _NORM, "model.norm")
+    position = _choice(_opt(merged, "position", "learned"), _POSITION, "model.position")
     if hidden % heads:
         raise ConfigError(f"model.hidden ({hidden}) must be divisible by model.heads ({heads})")
     if heads % kv_heads:
         raise ConfigError(f"model.kv_heads ({kv_heads}) must divide model.heads ({heads})")
-    moe = _moe(merged["moe"], ffn, layers) if merged.get("moe") else None
-    mla = _mla(merged["mla"]) if merged.get("mla") else None
+    # (absent, null or {}: none; any other value must be the mapping)
+    moe = _moe(merged["moe"], ffn, layers) if _given(merged, "moe") else None
+    mla = _mla(merged["mla"]) if _given(merged, "mla") else None
     return Model(
         name=name or "custom",
         layers=layers,
@@ -381,9 +574,11 @@ def _model(raw: Any) -> Model:
 
 def _moe(raw: Any, ffn: int, layers: int) -> MoE:
     if not isinstance(raw, Mapping):
-        raise ConfigError("model.moe: must be a mapping with keys " + ", ".join(_MOE_KEYS))
+        raise ConfigError(
+            f"model.moe: must be a mapping with keys {', '.join(_MOE_KEYS)}, got {shown(raw)}"
+        )
     _check_keys(raw, _MOE_KEYS, "model.moe.")
-    if "experts" not in raw or "top_k" not in raw:
+    if raw.get("experts") is None or raw.get("top_k") is None:
         raise ConfigError("model.moe: experts and top_k are required")
     experts = _pos_int(raw["experts"], "model.moe.experts")
     top_k = _pos_int(raw["top_k"], "model.moe.top_k")
@@ -391,27 +586,25 @@ def _moe(raw: Any, ffn: int, layers: int) -> MoE:
         raise ConfigError(
             f"model.moe.top_k ({top_k}) must be at most model.moe.experts ({experts})"
         )
-    every = _pos_int(raw.get("every", 1), "model.moe.every")
-    first_dense = _nonneg_int(raw.get("first_dense", 0), "model.moe.first_dense")
+    every = _pos_int(_opt(raw, "every", 1), "model.moe.every")
+    first_dense = _nonneg_int(_opt(raw, "first_dense", 0), "model.moe.first_dense")
     if first_dense >= layers:
         raise ConfigError(f"model.moe.first_dense ({first_dense}) must be below model.layers")
-    eff = _pos_int(raw.get("ffn_hidden", ffn) or ffn, "model.moe.ffn_hidden")
-    shared = _nonneg_int(raw.get("shared_experts", 0) or 0, "model.moe.shared_experts")
+    eff = _pos_int(_opt(raw, "ffn_hidden", ffn), "model.moe.ffn_hidden")
+    shared = _nonneg_int(_opt(raw, "shared_experts", 0), "model.moe.shared_experts")
     cf = raw.get("capacity_factor")
     if cf is not None:
-        if isinstance(cf, bool) or not isinstance(cf, int | float) or cf <= 0:
-            raise ConfigError(
-                f"model.moe.capacity_factor: must be a positive number or null, got {cf!r}"
-            )
-        cf = float(cf)
+        cf = _pos_num(cf, "model.moe.capacity_factor")
     return MoE(experts, top_k, every, first_dense, eff, shared, cf)
 
 
 def _mla(raw: Any) -> MLA:
     if not isinstance(raw, Mapping):
-        raise ConfigError("model.mla: must be a mapping with keys " + ", ".join(_MLA_KEYS))
+        raise ConfigError(
+            f"model.mla: must be a mapping with keys {', '.join(_MLA_KEYS)}, got {shown(raw)}"
+        )
     _check_keys(raw, _MLA_KEYS, "model.mla.")
-    missing = [k for k in _MLA_KEYS if k not in raw]
+    missing = [k for k in _MLA_KEYS if raw.get(k) is None]
     if missing:
         raise ConfigError(f"model.mla.{missing[0]}: missing; model.mla needs all of its keys")
     return MLA(*(_pos_int(raw[k], f"model.mla.{k}") for k in _MLA_KEYS))
@@ -419,37 +612,50 @@ def _mla(raw: Any) -> MLA:
 
 def _parallel(raw: Any) -> tuple[Parallel, int | None]:
     if not isinstance(raw, Mapping):
-        raise ConfigError("parallel: must be a mapping with keys " + ", ".join(_PARALLEL_KEYS))
+        raise ConfigError(
+            f"parallel: must be a mapping with keys {', '.join(_PARALLEL_KEYS)}, got {shown(raw)}"
+        )
     _check_keys(raw, _PARALLEL_KEYS, "parallel.")
-    ints = {k: _pos_int(raw.get(k, 1), f"parallel.{k}") for k in ("tp", "pp", "dp", "cp", "ep")}
-    vpp = _pos_int(raw.get("vpp", 1) or 1, "parallel.vpp")
-    zero = raw.get("zero_stage", 0) or 0
-    if zero not in (0, 1, 2, 3) or isinstance(zero, bool):
-        raise ConfigError(f"parallel.zero_stage: must be 0, 1, 2 or 3, got {zero!r}")
-    fsdp = _bool(raw.get("fsdp", False), "parallel.fsdp")
+    ints = {
+        k: _pos_int(_opt(raw, k, 1), f"parallel.{k}", MAX_RANKS)
+        for k in ("tp", "pp", "dp", "cp", "ep")
+    }
+    world_product = ints["tp"] * ints["pp"] * ints["dp"] * ints["cp"]
+    if world_product > MAX_RANKS:
+        raise ConfigError(
+            f"parallel: tp*pp*dp*cp = {world_product:,} ranks, more than the {MAX_RANKS:,} "
+            "tokenwire models"
+        )
+    vpp = _pos_int(_opt(raw, "vpp", 1), "parallel.vpp", MAX_LAYERS)
+    zero = _opt(raw, "zero_stage", 0)
+    if isinstance(zero, bool) or not isinstance(zero, int) or zero not in (0, 1, 2, 3):
+        raise ConfigError(f"parallel.zero_stage: must be 0, 1, 2 or 3, got {shown(zero)}")
+    fsdp = _bool(_opt(raw, "fsdp", False), "parallel.fsdp")
     if fsdp and zero in (1, 2):
         raise ConfigError(
             f"parallel.fsdp: FSDP shards parameters (ZeRO-3); it cannot be combined with "
             f"parallel.zero_stage {zero} (use 0 or 3)"
         )
-    order = raw.get("order", DEFAULT_ORDER) or DEFAULT_ORDER
+    order = _opt(raw, "order", DEFAULT_ORDER)
     bucket = raw.get("bucket_size")
     if bucket is not None:
-        bucket = _pos_int(bucket, "parallel.bucket_size")
+        bucket = _pos_int(bucket, "parallel.bucket_size", MAX_BUCKET)
     world = raw.get("world_size")
     if world is not None:
-        world = _pos_int(world, "parallel.world_size")
+        world = _pos_int(world, "parallel.world_size", MAX_RANKS)
     par = Parallel(
         **ints,
         vpp=vpp,
-        sequence_parallel=_bool(raw.get("sequence_parallel", False), "parallel.sequence_parallel"),
+        sequence_parallel=_bool(
+            _opt(raw, "sequence_parallel", False), "parallel.sequence_parallel"
+        ),
         zero_stage=zero,
         fsdp=fsdp,
         reshard_after_forward=_bool(
-            raw.get("reshard_after_forward", True), "parallel.reshard_after_forward"
+            _opt(raw, "reshard_after_forward", True), "parallel.reshard_after_forward"
         ),
         distributed_optimizer=_bool(
-            raw.get("distributed_optimizer", False), "parallel.distributed_optimizer"
+            _opt(raw, "distributed_optimizer", False), "parallel.distributed_optimizer"
         ),
         order=_order(order, ints),
         bucket_size=bucket,
@@ -463,17 +669,17 @@ def _order(raw: Any, degrees: Mapping[str, int]) -> str:
         "left out; ep left out sits just before dp)"
     )
     if not isinstance(raw, str):
-        raise ConfigError(f"parallel.order: must be {allowed}, got {raw!r}")
+        raise ConfigError(f"parallel.order: must be {allowed}, got {shown(raw)}")
     dims = [d.strip().lower() for d in raw.split("-")]
     if len(set(dims)) != len(dims) or not set(dims) <= set(_ORDER_DIMS):
-        raise ConfigError(f"parallel.order: must be {allowed}, got {raw!r}")
+        raise ConfigError(f"parallel.order: must be {allowed}, got {shown(raw)}")
     if "ep" not in dims:
         dims.insert(dims.index("dp") if "dp" in dims else len(dims), "ep")
     for dim in _ORDER_DIMS:
         if dim not in dims:
             if degrees[dim] > 1:
                 raise ConfigError(
-                    f"parallel.order: {raw!r} leaves out {dim}, whose degree is {degrees[dim]}"
+                    f"parallel.order: {shown(raw)} leaves out {dim}, whose degree is {degrees[dim]}"
                 )
             dims.append(dim)
     return "-".join(dims)
@@ -481,9 +687,11 @@ def _order(raw: Any, degrees: Mapping[str, int]) -> str:
 
 def _batch(raw: Any, dp: int) -> Batch:
     if not isinstance(raw, Mapping):
-        raise ConfigError("batch: must be a mapping with keys " + ", ".join(_BATCH_KEYS))
+        raise ConfigError(
+            f"batch: must be a mapping with keys {', '.join(_BATCH_KEYS)}, got {shown(raw)}"
+        )
     _check_keys(raw, _BATCH_KEYS, "batch.")
-    b = _pos_int(raw.get("micro_batch", 1), "batch.micro_batch")
+    b = _pos_int(_opt(raw, "micro_batch", 1), "batch.micro_batch")
     accum = raw.get("grad_accum")
     if accum is not None:
         accum = _pos_int(accum, "batch.grad_accum")
@@ -496,6 +704,11 @@ def _batch(raw: Any, dp: int) -> Batch:
             )
     else:
         gb = b * dp * (accum or 1)
+        if gb > MAX_DIM:  # (the default, from values each within their limits)
+            raise ConfigError(
+                f"batch.global_batch: micro_batch*dp*grad_accum = {gb:,} sequences, more than "
+                f"{MAX_DIM:,}"
+            )
     if gb % (b * dp):
         raise ConfigError(
             f"batch.global_batch ({gb}) must be divisible by batch.micro_batch x parallel.dp "
@@ -506,11 +719,13 @@ def _batch(raw: Any, dp: int) -> Batch:
 
 def _dtypes(raw: Any) -> Dtypes:
     if not isinstance(raw, Mapping):
-        raise ConfigError("dtypes: must be a mapping with keys " + ", ".join(_DTYPE_KEYS))
+        raise ConfigError(
+            f"dtypes: must be a mapping with keys {', '.join(_DTYPE_KEYS)}, got {shown(raw)}"
+        )
     _check_keys(raw, _DTYPE_KEYS, "dtypes.")
     names = tuple(DTYPE_BYTES)
     vals = {
-        k: _choice(raw.get(k, default), names, f"dtypes.{k}")
+        k: _choice(_opt(raw, k, default), names, f"dtypes.{k}")
         for k, default in (("params", "bf16"), ("activations", "bf16"), ("grad_reduce", "fp32"))
     }
     return Dtypes(**vals)
@@ -518,13 +733,15 @@ def _dtypes(raw: Any) -> Dtypes:
 
 def _network(raw: Any) -> Network:
     if not isinstance(raw, Mapping):
-        raise ConfigError("network: must be a mapping with keys " + ", ".join(_NETWORK_KEYS))
+        raise ConfigError(
+            f"network: must be a mapping with keys {', '.join(_NETWORK_KEYS)}, got {shown(raw)}"
+        )
     _check_keys(raw, _NETWORK_KEYS, "network.")
     return Network(
-        gpus_per_node=_pos_int(raw.get("gpus_per_node", 8), "network.gpus_per_node"),
-        intra_node_GBps=_pos_num(raw.get("intra_node_GBps", 450.0), "network.intra_node_GBps"),
-        inter_node_GBps=_pos_num(raw.get("inter_node_GBps", 50.0), "network.inter_node_GBps"),
-        algorithm=_choice(raw.get("algorithm", "ring"), _ALGORITHMS, "network.algorithm"),
+        gpus_per_node=_pos_int(_opt(raw, "gpus_per_node", 8), "network.gpus_per_node", MAX_RANKS),
+        intra_node_GBps=_pos_num(_opt(raw, "intra_node_GBps", 450.0), "network.intra_node_GBps"),
+        inter_node_GBps=_pos_num(_opt(raw, "inter_node_GBps", 50.0), "network.inter_node_GBps"),
+        algorithm=_choice(_opt(raw, "algorithm", "ring"), _ALGORITHMS, "network.algorithm"),
     )
 
 
@@ -580,9 +797,11 @@ def _check_layout(job: Job) -> None:
 def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -> None:
     for key in raw:
         if key not in allowed:
-            hint = _closest(str(key), allowed)
+            # (a key may be any scalar YAML reads: a number, a date, a 1 MB string)
+            text = key if isinstance(key, str) and len(key) <= 40 else shown(key)
+            hint = _closest(text, allowed)
             extra = f" (did you mean {prefix}{hint}?)" if hint else ""
-            raise ConfigError(f"{prefix}{key}: unknown key{extra}; allowed: {', '.join(allowed)}")
+            raise ConfigError(f"{prefix}{text}: unknown key{extra}; allowed: {', '.join(allowed)}")
 
 
 #: Long spellings users write for the short keys, used only to suggest the right key.
@@ -607,33 +826,50 @@ def _closest(key: str, allowed: tuple[str, ...]) -> str | None:
     return _HINTS.get(hits[0], hits[0])
 
 
-def _pos_int(value: Any, key: str) -> int:
+def _opt(raw: Mapping[Any, Any], key: str, default: Any) -> Any:
+    """``raw[key]``, or ``default`` when the key is absent or null (``key:`` left empty)."""
+    value = raw.get(key)
+    return default if value is None else value
+
+
+def _given(raw: Mapping[Any, Any], key: str) -> bool:
+    """Whether an optional section is given: not absent, null or an empty mapping."""
+    value = raw.get(key)
+    return value is not None and not (isinstance(value, Mapping) and not value)
+
+
+def _pos_int(value: Any, key: str, maximum: int = MAX_DIM) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key}: must be a positive integer, got {value!r}")
+        raise ConfigError(f"{key}: must be a positive integer, got {shown(value)}")
+    if value > maximum:
+        raise ConfigError(f"{key}: must be at most {maximum:,}, got {shown(value)}")
     return value
 
 
-def _nonneg_int(value: Any, key: str) -> int:
+def _nonneg_int(value: Any, key: str, maximum: int = MAX_DIM) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{key}: must be a non-negative integer, got {value!r}")
+        raise ConfigError(f"{key}: must be a non-negative integer, got {shown(value)}")
+    if value > maximum:
+        raise ConfigError(f"{key}: must be at most {maximum:,}, got {shown(value)}")
     return value
 
 
 def _pos_num(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigError(f"{key}: must be a positive number, got {value!r}")
-    if not math.isfinite(value):
-        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+        raise ConfigError(f"{key}: must be a positive number, got {shown(value)}")
+    # (an integer past float's range is as infinite as .inf)
+    if (isinstance(value, int) and value.bit_length() > 1000) or not math.isfinite(value):
+        raise ConfigError(f"{key}: must be a finite number, got {shown(value)}")
     return float(value)
 
 
 def _bool(value: Any, key: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{key}: must be true or false, got {value!r}")
+        raise ConfigError(f"{key}: must be true or false, got {shown(value)}")
     return value
 
 
 def _choice(value: Any, allowed: tuple[str, ...], key: str) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{key}: must be one of {', '.join(allowed)}, got {value!r}")
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"{key}: must be one of {', '.join(allowed)}, got {shown(value)}")
     return value

@@ -9,6 +9,7 @@ presets are checked against (§8).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -187,7 +188,8 @@ def stage_layers(job: Job, pp_rank: int) -> list[int]:
     """
     p, v = job.parallel.pp, job.parallel.vpp
     sizes = chunk_sizes(job.model.layers, p * v)
-    starts = [sum(sizes[:k]) for k in range(p * v)]
+    # (one pass: summing each prefix anew was quadratic in pp·vpp)
+    starts = [0, *itertools.accumulate(sizes)]
     out: list[int] = []
     for j in range(v):
         k = j * p + pp_rank

@@ -27,7 +27,7 @@ from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import ConfigError
 from pipeline.gcpause import gc_paused
 from pipeline.model import params as P
-from pipeline.model.config import Job, job_from_dict, load_job
+from pipeline.model.config import MAX_INT64, Job, job_from_dict, load_job
 from pipeline.model.traffic import ep_a2a_message, wire_bytes
 
 #: Display and sort order of parallel dimensions and phases.
@@ -267,6 +267,8 @@ class _Rows:
         net = self.job.network
         out = []
         for (dim, op, phase, kind, msg, n, link), (calls,) in self.rows.items():
+            if calls * msg > MAX_INT64:
+                raise _beyond_int64(self.job, dim, op, calls * msg)
             bw = (net.intra_node_GBps if link == "intra" else net.inter_node_GBps) * 1e9
             w = wire_bytes(op, msg, n, net.algorithm, intra=link == "intra")
             moved = msg if op == "recv" else w
@@ -277,13 +279,26 @@ class _Rows:
         return tuple(sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase))))
 
 
+def _beyond_int64(job: Job, dim: str, op: str, size: int) -> ConfigError:
+    # Dims and batch each within their limits (pipeline.model.config) can still multiply to
+    # more bytes than the predictions table's 64-bit columns hold (and float arithmetic on
+    # them would overflow); no real job comes near: its busiest rank sends terabytes a step.
+    where = f"{job.source}: " if job.source else ""
+    return ConfigError(
+        f"{where}model and batch: {dim} {op} traffic of one rank would be about "
+        f"2^{size.bit_length() - 1} bytes per step, past 64-bit byte counts; the model and "
+        "batch are far larger than any real job's"
+    )
+
+
 def predict(job: Job, rank: int = 0) -> Prediction:
     """Predicted traffic of global ``rank`` per training step (reference §6, docs/model.md).
 
     Raises
     ------
     ConfigError
-        ``rank`` outside ``0 .. world_size-1``.
+        ``rank`` outside ``0 .. world_size-1``, or a row of more bytes per step than 64-bit
+        integers hold.
     """
     world = job.parallel.world_size
     if not 0 <= rank < world:

@@ -153,7 +153,9 @@ def test_file_errors_name_the_file(tmp_path):
         load_job(bad)
     broken = tmp_path / "broken.yaml"
     broken.write_text("model: {layers: 4\nparallel: [")
-    with pytest.raises(ConfigError, match=re.escape(str(broken)) + r":\d+: not valid YAML"):
+    with pytest.raises(
+        ConfigError, match=re.escape(str(broken)) + r": line 2, column \d+: not valid YAML: "
+    ):
         load_job(broken)
     with pytest.raises(ConfigError, match="cannot read"):
         load_job(tmp_path / "missing.yaml")
