@@ -142,20 +142,6 @@ def flops_per_token(model: Model) -> int:
     return 6 * n_mm + model.layers * attn
 
 
-def narayanan_params(*, layers: int, hidden: int, vocab: int, seq_len: int) -> float:
-    """Narayanan 2021 eq. (2): ``N = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h))`` (§5.1)."""
-    n_l, h = layers, hidden
-    return 12 * n_l * h**2 * (1 + 13 / (12 * h) + (vocab + seq_len) / (12 * n_l * h))
-
-
-def narayanan_flops_per_iteration(
-    *, batch: int, seq_len: int, layers: int, hidden: int, vocab: int
-) -> float:
-    """Narayanan 2021 eq. (3), full recomputation: ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))``."""
-    b, s, n_l, h = batch, seq_len, layers, hidden
-    return 96 * b * s * n_l * h**2 * (1 + s / (6 * h) + vocab / (16 * n_l * h))
-
-
 def _whole(p: LayerParams) -> int:
     return p.dense + p.expert
 
