@@ -73,7 +73,7 @@ def dtype_size_expr(dtype: pl.Expr) -> pl.Expr:
 def message_bytes_expr(
     op: pl.Expr, in_count: pl.Expr, out_count: pl.Expr, size: pl.Expr
 ) -> pl.Expr:
-    """Message size M (analytic-models.md §0) from per-rank input and output element counts.
+    """Message size M (``docs/dataset.md``) from per-rank input and output element counts.
 
     all_gather and gather: the gathered output; every other op: this rank's input (the full
     buffer for all_reduce and reduce_scatter, all it contributes for all_to_all, the tensor

@@ -21,7 +21,7 @@ Besides Kineto it writes, from the same simulated calls:
 - ``nccl``: an ``NCCL_DEBUG=INFO`` log per rank (``NCCL_DEBUG_SUBSYS=INIT,COLL,GRAPH``):
   the version banner, per communicator ``Init START``/``COMPLETE`` with the same commId on
   every member, ring/tree and channel connection lines, then one COLL line per call, in
-  the 2.26 shapes of ``shared/reference/formats-nccl-nsys.md`` §1;
+  the shapes NCCL 2.26 prints (github.com/NVIDIA/nccl, tag v2.26.x);
 - ``nsys``: one Nsight Systems SQLite export of the job (:mod:`pipeline.synth.nsys`) whose
   kernels, launches and NCCL ranges are the job's own, the ranges with NCCL 2.25+ NVTX
   payloads (the call's comm hash and bytes; a ``ncclCommInitRank`` per communicator of each

