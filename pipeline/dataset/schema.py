@@ -17,7 +17,7 @@ import yaml
 
 from pipeline.dataset.arrow_convert import string_scalar
 
-#: libyaml's loader where PyYAML was built with it: the pure-Python one took 0.19 s to read
+#: libyaml's loader where PyYAML was built with it: the pure-Python one takes 0.19 s to read
 #: the schemas, in every process that touches the dataset (each ingest worker too).
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -55,7 +55,7 @@ def infer_version(sample: pl.DataFrame, warnings: Warnings) -> str | None:
     jobs, or a shape this table has wrong) a warning is added and None returned.
     """
     # every rule in one pass: a log of a few KB is parsed in tens of ms, a query per rule
-    # was a fifth of that
+    # would add a fifth to that
     hits = sample.select(
         ((pl.col("kind") == kind) & pl.col("msg").str.contains(pattern)).any().alias(str(i))
         for i, (kind, pattern, _, _) in enumerate(RULES)
