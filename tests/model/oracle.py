@@ -10,21 +10,11 @@ Sources: Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
 Using Megatron-LM" (SC'21, arXiv:2104.04473); Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models" (MLSys'23, arXiv:2205.05198); Rajbhandari et al.,
 "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models" (SC'20,
-arXiv:1910.02054); Fedus et al., "Switch Transformers" (arXiv:2101.03961); NVIDIA/nccl-tests
-doc/PERFORMANCE.md; NVIDIA/Megatron-LM docs/source/api-guide/context_parallel.rst.
+arXiv:1910.02054); Fedus et al., "Switch Transformers" (arXiv:2101.03961); NVIDIA/Megatron-LM
+docs/source/api-guide/context_parallel.rst.
 """
 
 from __future__ import annotations
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests ``busbw / algbw`` (doc/PERFORMANCE.md): all_reduce ``2(n−1)/n``; all_gather,
-    reduce_scatter, all_to_all ``(n−1)/n``; broadcast, reduce, send/recv 1."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 def tp_units(*, sequence_parallel: bool, recompute: str) -> int:
