@@ -18,14 +18,14 @@ child's whole process tree):
   worker environment and with the one ``docs/scale.md`` recommends (cluster start excluded:
   it stands for a running cluster), ``tokenwire link``,
   ``tokenwire report``, a plain DuckDB ``count(*)`` over all of the job's Parquet tables (the
-  issue's yardstick; it reads only the files' footers) and a DuckDB scan of every column of
+  targets' yardstick; it reads only the files' footers) and a DuckDB scan of every column of
   every table (what linking has to read at least), and a DuckDB rewrite of the collectives
   as they are (less than any link does, which writes a row per collective: a floor under
   the link target). Each of these runs ``--repeats`` times
   (3), the steps in turn, and its median run is the one compared: the nine pairs of runs of
   one build, in one such benchmark, put the 2-worker speed-up anywhere from 1.64x to 1.90x.
 
-Then the issue's targets, each with the measured ratio and met / not met.
+Then the targets (``docs/benchmarks.md``), each with the measured ratio and met / not met.
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def _repeated(
 
 
 def targets(tools: dict[str, Measurement], scale: dict[str, Measurement]) -> list[tuple]:
-    """(target, measured text, met) for each of the issue's targets."""
+    """(target, measured text, met) for each target of ``docs/benchmarks.md``."""
     rows = []
     tw, hta, orj = tools["tokenwire"], tools["hta"], tools["orjson"]
     if hta.ok:

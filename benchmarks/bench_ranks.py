@@ -12,8 +12,8 @@ queries (bytes per rank and op over every collective; ops and their time per ran
 DuckDB ``count(*)`` of every table, each in its own child process, and prints the ratios.
 
 ``--target-mb`` makes each rank's trace bigger (the job's Kineto MB in all): at 3,000 MB for
-1,024 ranks each trace holds some 5,400 ops, a table per file above 4,096 rows, the
-threshold up to stop 16 (``--baseline-rows 4096`` compares it with today's).
+1,024 ranks each trace holds some 5,400 ops, a table per file above 4,096 rows
+(``--baseline-rows 4096`` compares that threshold with tokenwire's 16 Ki).
 """
 
 from __future__ import annotations

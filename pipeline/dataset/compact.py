@@ -37,7 +37,7 @@ from pipeline.dataset.views import parts_select, require_readable
 #: Measured with DuckDB on this project's tables: opening a part costs about 0.1 to 0.35 ms,
 #: reading a row 2.5 ns (two columns, an aggregate) to 0.2 us (every column). Below 16 Ki
 #: rows the opening is a large share of a query's time: 1,024 parts of 5,400 ops rows each
-#: (a 1,024-rank job of 3 MB traces) took 105 ms to aggregate, the same rows in one part 14
+#: (a 1,024-rank job of 3 MB traces) take 105 ms to aggregate, the same rows in one part 14
 #: ms. Above, a part is left as ingest wrote it: the main process writes what is gathered,
 #: one file after another, and at 64 Ki the 30,000 kernels a rank of the 1 GB benchmark job
 #: moved there too (peak RSS +54 MB); rewriting a 1 GB job's big parts would cost seconds

@@ -17,7 +17,7 @@ import yaml
 
 from pipeline.dataset.arrow_convert import string_scalar
 
-#: libyaml's loader where PyYAML was built with it: the pure-Python one took 0.19 s to read
+#: libyaml's loader where PyYAML was built with it: the pure-Python one takes 0.19 s to read
 #: the schemas, in every process that touches the dataset (each ingest worker too).
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -78,11 +78,15 @@ class TableSchema:
 
 
 def schemas_dir() -> Path:
-    """Where the schema files are: ``$TOKENWIRE_SCHEMAS`` or the repository's ``schemas/``."""
+    """Where the schema files are: ``$TOKENWIRE_SCHEMAS``, else ``pipeline/schemas/`` in an
+    installed wheel (pyproject.toml packs the repository's ``schemas/`` there), else the
+    repository's ``schemas/`` beside ``pipeline/`` (a checkout or an editable install)."""
     env = os.environ.get("TOKENWIRE_SCHEMAS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "schemas"
+    package = Path(__file__).resolve().parents[1]
+    packed = package / "schemas"
+    return packed if packed.is_dir() else package.parent / "schemas"
 
 
 @functools.cache

@@ -43,9 +43,9 @@ if TYPE_CHECKING:
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 FORMAT_NAME = "tokenwire-dataset"
-#: 2: collectives carry their launch op, phase and layer from ingest (tokenwire link no
-#: longer reads the ops), so a version 1 dataset can be read but not linked or added to.
-#: 3: ``rank`` is a column of every part, no longer a folder, and a part may hold the rows
+#: 2: collectives carry their launch op, phase and layer from ingest (tokenwire link does
+#: not read the ops), so a version 1 dataset can be read but not linked or added to.
+#: 3: ``rank`` is a column of every part, not a folder, and a part may hold the rows
 #: of several files (merged small parts, listed under each of them). A version 2 dataset can
 #: be read but not linked or added to: its rank folders beside version 3's parts would be a
 #: layout other engines cannot read as one table.
@@ -56,9 +56,9 @@ FORMAT_VERSION = 3
 ROW_GROUP_ROWS = 256 * 1024
 #: Bytes of Arrow data gathered for one row group at most, when its rows are wide: a row of
 #: a world-sized communicator lists every rank (at 4,096 ranks, 32 KB a row). The main
-#: process gathers a row group per table in each of its writer threads: at 64 MB its peak
-#: was 979 MB on a 4,096-rank job, at 16 MB 617 MB, in the same time (141 and 137 s) and
-#: with the same query times on the dataset.
+#: process gathers a row group per table in each of its writer threads: on a 4,096-rank job
+#: its peak is 979 MB at 64 MB, 617 MB at 16 MB, in the same time (141 and 137 s) and with
+#: the same query times on the dataset.
 ROW_GROUP_BYTES = 16 * 1024 * 1024
 
 
@@ -103,8 +103,8 @@ class Manifest:
     def parts_by_table(self) -> dict[str, list[str]]:
         """:meth:`parts` of every table that has one, in one pass over the files (a
         dataset of 4,096 ranks lists 8,192 of them)."""
-        # (the lists gathered first, made unique once: a dict per file and table took 0.2 s
-        # for the 213,000 of a 16,384-rank job, most of them naming the same merged part)
+        # (the lists gathered first, made unique once: a dict per file and table would take
+        # 0.2 s for the 213,000 of a 16,384-rank job, most of them naming the same merged part)
         lists: dict[str, list[list[str]]] = {}
         for entry in self.files.values():
             for table, rels in entry.parts.items():

@@ -5,7 +5,8 @@ of whole lines into a Polars ``line`` column, one regex splits the NCCL prefix
 (``[wrapper]HOST:PID:TID [DEV] [FILE:LINE ]NCCL LEVEL message``) off every line that has one,
 a chain of cheap literal tests tags each message with its kind, and each kind's named-group
 pattern (group names = output columns) is applied to that kind's rows only. Line shapes per
-NCCL version are in ``reference/formats-nccl-nsys.md`` §1; no Python loop touches a line.
+NCCL version follow NCCL's own format strings (github.com/NVIDIA/nccl, v2.7.3 to v2.30.7-1,
+``src/debug.cc``, ``src/init.cc``, ``src/enqueue.cc``); no Python loop touches a line.
 """
 
 from __future__ import annotations

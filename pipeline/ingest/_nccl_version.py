@@ -1,7 +1,8 @@
 """The NCCL version range a log's line shapes imply, when it has no ``NCCL version`` banner.
 
 Each rule is a regex on the message of one line kind and the (first, last) minor versions of
-2.x whose source prints that shape (``reference/formats-nccl-nsys.md`` §1.4-1.9). The ranges
+2.x whose source prints that shape (github.com/NVIDIA/nccl's format strings, release tag by
+release tag: ``src/init.cc``, ``src/enqueue.cc``, ``src/graph/``, ``src/transport/``). The ranges
 of the rules that fire are intersected.
 """
 
@@ -54,7 +55,7 @@ def infer_version(sample: pl.DataFrame, warnings: Warnings) -> str | None:
     jobs, or a shape this table has wrong) a warning is added and None returned.
     """
     # every rule in one pass: a log of a few KB is parsed in tens of ms, a query per rule
-    # was a fifth of that
+    # would add a fifth to that
     hits = sample.select(
         ((pl.col("kind") == kind) & pl.col("msg").str.contains(pattern)).any().alias(str(i))
         for i, (kind, pattern, _, _) in enumerate(RULES)

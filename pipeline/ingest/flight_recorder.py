@@ -379,7 +379,7 @@ def _ms_to_ns(v: Any, key: str) -> int | None:
 def _message_bytes(
     op: str, count: int | None, out_count: int | None, esize: int | None
 ) -> int | None:
-    """Message size M (analytic-models.md §0) from this rank's input/output element counts."""
+    """Message size M (``docs/dataset.md``) from this rank's input/output element counts."""
     if esize is None:
         return None
     if op in ("all_gather", "recv", "gather"):

@@ -377,7 +377,7 @@ def _batch_frame(
         ]
     )
     # Args are read only on the events whose tables keep them (measured: reading every
-    # field of every event was the largest part of the time spent here).
+    # field of every event would be the largest part of the time spent here).
     is_gpu = frame.get_column("cat").is_in(GPU_KINDS)
     # (only communication kernels and record_param_comms become collectives)
     carries_meta = frame.select(

@@ -721,8 +721,8 @@ def _ranks_table(rank_map, inits, parts, world, version) -> pl.DataFrame:
         pl.col("nvml_dev").drop_nulls().first(),
         pl.col("local_rank").drop_nulls().first(),
     )
-    # the few bus ids of the file's ranks, formatted in Python: as expressions they were a
-    # dozen replace_strict calls on every file
+    # the few bus ids of the file's ranks, formatted in Python: as expressions they would be
+    # a dozen replace_strict calls on every file
     pci = {b: _pci_bus_id(b) for b in set(info["bus_id"].to_list()) if b is not None}
     exact = version if version and version[0].isdigit() and version.count(".") >= 2 else None
     return (

@@ -5,7 +5,8 @@ tables of every test in the file (current header with ``redop``/``#wrong`` and t
 without ``redop`` and with an ``error`` column), one row per half (out-of-place, in-place).
 OpenMPI ``[1,0]<stdout>:`` tags are stripped; the test's op comes from the
 ``# Collective test starting: <name>_perf`` line or the binary name on a command line;
-``nranks`` from the ``# Using devices`` list. Layout: ``reference/formats-nccl-nsys.md`` §2.
+``nranks`` from the ``# Using devices`` list. Layout: nccl-tests' ``src/common.cu`` and
+``src/util.cu`` (github.com/NVIDIA/nccl-tests).
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ def decode_payloads(ranges: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
 
 
 def _kernel_fields(names: pl.Expr) -> list[pl.Expr]:
-    """op, dtype, algorithm, protocol from an NCCL kernel name (§1.12 of the format notes)."""
+    """op, dtype, algorithm, protocol from an NCCL kernel name (NCCL 2.7 to 2.30 kernel symbols;
+    since 2.19 chosen by ``src/device/generate.py``, github.com/NVIDIA/nccl)."""
     func = pl.coalesce(
         names.str.extract(r"(?i)nccl(?:Dev)?Kernel_([A-Za-z]+)", 1),
         names.str.extract(

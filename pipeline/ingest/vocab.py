@@ -73,7 +73,7 @@ def dtype_size_expr(dtype: pl.Expr) -> pl.Expr:
 def message_bytes_expr(
     op: pl.Expr, in_count: pl.Expr, out_count: pl.Expr, size: pl.Expr
 ) -> pl.Expr:
-    """Message size M (analytic-models.md §0) from per-rank input and output element counts.
+    """Message size M (``docs/dataset.md``) from per-rank input and output element counts.
 
     all_gather and gather: the gathered output; every other op: this rank's input (the full
     buffer for all_reduce and reduce_scatter, all it contributes for all_to_all, the tensor
@@ -112,8 +112,8 @@ def per_distinct(frame: pl.DataFrame, keys: list[str], expr: pl.Expr) -> pl.Seri
     out once per distinct value of the keys and joined back in row order.
 
     A trace's kernels repeat a few dozen names: classifying each distinct name once
-    (:func:`kernel_kind_expr`: a lowercase copy and eight regexes of names of 200 bytes) took
-    8 ms where classifying every kernel took 32 ms, for the 30,000 kernels of a 62 MB trace.
+    (:func:`kernel_kind_expr`: a lowercase copy and eight regexes of names of 200 bytes) takes
+    8 ms where classifying every kernel takes 32 ms, for the 30,000 kernels of a 62 MB trace.
     """
     distinct = frame.select(keys).unique()
     values = distinct.with_columns(expr.alias("_value"))

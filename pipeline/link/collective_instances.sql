@@ -1,7 +1,7 @@
 -- collective_instances: one collective seen across all ranks of its communicator (matched
 -- as in clock_offsets.sql), with arrival skew on the aligned clock, duration across ranks
 -- and nccl-tests bandwidths. One row per job, source, communicator and sequence number.
--- busbw uses nccl-tests' factors (analytic-models.md §4.1): all_reduce 2(n-1)/n;
+-- busbw uses nccl-tests' factors (nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n;
 -- all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
 
 CREATE VIEW _instance_aligned AS

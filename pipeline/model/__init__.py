@@ -1,7 +1,7 @@
 """The analytic traffic model: job.yaml -> predicted bytes per rank per step.
 
 ``config`` reads and validates ``job.yaml``, ``presets`` holds published model dims,
-``params`` counts weights and FLOPs, ``traffic`` holds the formulas of the reference,
+``params`` counts weights and FLOPs, ``traffic`` turns message sizes into bytes on the wire,
 ``predict`` assembles per-rank rows and the ``predictions`` table, ``network`` inverts them
 into bandwidth requirements and ``tokens`` goes from words to tokens to bytes.
 """

@@ -22,7 +22,7 @@ import yaml
 from pipeline.errors import ConfigError, one_line, shown
 from pipeline.model.presets import PRESETS, preset
 
-#: Bytes per element of each dtype name (reference §0; fp8 scales are not counted).
+#: Bytes per element of each dtype name (fp8 scales are not counted).
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 #: Megatron's default rank order (``--rank-order``-free default in ``parallel_state``).
@@ -81,7 +81,7 @@ _ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 @dataclass(frozen=True)
 class MoE:
-    """Mixture-of-experts settings (``model.moe``); reference §6.8 notation ``E, k, C``."""
+    """Mixture-of-experts settings (``model.moe``); ``docs/model.md`` notation ``E, k, C``."""
 
     experts: int
     top_k: int
@@ -98,7 +98,7 @@ class MoE:
 
 @dataclass(frozen=True)
 class MLA:
-    """Multi-head latent attention dims (``model.mla``, DeepSeek-V3; reference §5.1)."""
+    """Multi-head latent attention dims (``model.mla``, DeepSeek-V3, arXiv:2412.19437)."""
 
     q_lora_rank: int
     kv_lora_rank: int
@@ -109,7 +109,7 @@ class MLA:
 
 @dataclass(frozen=True)
 class Model:
-    """Model dimensions (reference §2 notation: L, h, a, a_kv, f, V, s)."""
+    """Model dimensions (Megatron notation, as in ``docs/model.md``: L, h, a, a_kv, f, V, s)."""
 
     name: str
     layers: int
@@ -143,7 +143,7 @@ class Model:
 
 @dataclass(frozen=True)
 class Parallel:
-    """Parallel layout (reference §2: t, p, d, c, E_p, v)."""
+    """Parallel layout (``docs/model.md`` notation: t, p, d, c, E_p, v)."""
 
     tp: int = 1
     pp: int = 1
@@ -161,12 +161,12 @@ class Parallel:
 
     @property
     def world_size(self) -> int:
-        """``n = t·p·d·c`` (EP is carved out of DP×CP, Megatron-style, §6.8)."""
+        """``n = t·p·d·c`` (EP is carved out of DP×CP, Megatron-style)."""
         return self.tp * self.pp * self.dp * self.cp
 
     @property
     def dp_scheme(self) -> str:
-        """How gradients are synchronised: ddp, zero1, zero2, zero3 or fsdp_no_reshard (§6.2)."""
+        """How gradients are synchronised: ddp, zero1, zero2, zero3 or fsdp_no_reshard (ZeRO)."""
         if self.fsdp or self.zero_stage == 3:
             return "zero3" if self.reshard_after_forward else "fsdp_no_reshard"
         if self.zero_stage == 2:
@@ -186,7 +186,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Dtypes:
-    """Element types: parameters (gathered), activations, gradient reduction (§0, §6.1)."""
+    """Element types: parameters (gathered), activations, gradient reduction."""
 
     params: str = "bf16"
     activations: str = "bf16"
@@ -210,7 +210,7 @@ class Dtypes:
 
 @dataclass(frozen=True)
 class Network:
-    """Per-GPU link bandwidths (GB/s, one direction) and the collective algorithm (§4)."""
+    """Per-GPU link bandwidths (GB/s, one direction) and the collective algorithm."""
 
     gpus_per_node: int = 8
     intra_node_GBps: float = 450.0
@@ -233,7 +233,7 @@ class Job:
 
     @property
     def microbatches(self) -> int:
-        """``m = B / (d·b)``: micro-batches each pipeline runs per step (§2)."""
+        """``m = B / (d·b)``: micro-batches each pipeline runs per step."""
         return self.batch.global_batch // (self.batch.micro_batch * self.parallel.dp)
 
     @property

@@ -2,7 +2,7 @@
 
 Given a step time ``S`` and the share ``β`` of it that communication may take without being
 hidden behind compute (``--comm-budget``), a rank that must send ``W`` bytes over a link class
-per step needs ``W / (β·S)`` bytes per second on that link (reference §4.2's time model
+per step needs ``W / (β·S)`` bytes per second on that link (the time model
 ``T ≈ W / B_eff`` solved for ``B_eff``, latency terms ignored). This module computes it per
 parallel dimension and link class (``intra``/``inter`` node) from a
 :class:`~pipeline.model.predict.Prediction`, beside the configured link bandwidth and, when a

@@ -1,10 +1,10 @@
-"""Parameter counts and FLOPs per token (reference §5), whole-model and per rank.
+"""Parameter counts and FLOPs per token, whole-model and per rank (``docs/model.md``).
 
 One counting routine serves both: :func:`layer_params` returns the weights of one layer as
 one tensor-parallel rank holds them (Megatron sharding), so the whole model is the same call
 with ``tp = ep = 1``. The per-rank split (:func:`rank_units`) feeds the data-parallel traffic
 of :mod:`pipeline.model.predict`; :func:`total_params` and :func:`flops_per_token` are what the
-presets are checked against (§8).
+presets are checked against (their published totals, ``tests/model/test_params.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ class LayerParams:
     """Elements of one layer held by one TP (and EP) rank.
 
     ``dense`` reduces over the data-parallel x context-parallel group, ``expert`` (routed
-    experts) over the expert-data-parallel group (§6.8). ``sp`` is the part of ``dense`` that
+    experts) over the expert-data-parallel group. ``sp`` is the part of ``dense`` that
     Megatron marks ``sequence_parallel`` (norm weights and biases, row-parallel biases): with
-    sequence parallelism its gradients are all-reduced over TP once per step (§6.4).
+    sequence parallelism its gradients are all-reduced over TP once per step.
     """
 
     dense: int
@@ -32,7 +32,7 @@ class LayerParams:
 
 
 def _norm(model: Model) -> int:
-    """Elements of one norm: weight (+ bias for LayerNorm), §5.1."""
+    """Elements of one norm: weight (+ bias for LayerNorm)."""
     return 2 * model.hidden if model.norm == "layernorm" else model.hidden
 
 
@@ -49,12 +49,13 @@ def _mlp(model: Model, ffn: int, tp: int) -> tuple[int, int]:
 
 
 def layer_params(model: Model, index: int, *, tp: int = 1, ep: int = 1) -> LayerParams:
-    """Weights of 0-based layer ``index`` on one rank, reference §5.1 with Megatron sharding.
+    """Weights of 0-based layer ``index`` on one rank, with Megatron sharding.
 
     Attention ``h·h (Q) + 2·h·h_kv (K,V) + h·h (O)`` (+ biases ``h + 2h_kv + h`` for GPT-style
-    models), MLA per §5.1; MLP ``3·h·f`` or ``2·h·f + f + h``; MoE ``E x`` the expert MLP plus the
-    router ``h·E`` and shared experts; two norms. Q/K/V/O, MLP and expert matrices are split
-    over ``tp``; when ``kv_heads < tp`` each rank keeps one whole KV head (§6.7).
+    models), MLA as DeepSeek-V3 (arXiv:2412.19437); MLP ``3·h·f`` or ``2·h·f + f + h``; MoE
+    ``E x`` the expert MLP plus the router ``h·E`` and shared experts; two norms. Q/K/V/O, MLP
+    and expert matrices are split over ``tp``; when ``kv_heads < tp`` each rank keeps one
+    whole KV head.
     """
     h, m = model.hidden, model
     gpt = m.mlp == "gelu"
@@ -106,7 +107,7 @@ def position_params(model: Model) -> int:
 
 
 def total_params(model: Model) -> int:
-    """``N``: every weight (§5.1): ``L·layer + V·h + [V·h if untied] + s·h + final norm``."""
+    """``N``: every weight: ``L·layer + V·h + [V·h if untied] + s·h + final norm``."""
     layers = sum(_whole(layer_params(model, i)) for i in range(model.layers))
     head = 0 if model.tied_embeddings else embedding_params(model)
     return layers + embedding_params(model) + head + position_params(model) + _norm(model)
@@ -124,7 +125,7 @@ def active_params(model: Model) -> int:
 
 
 def flops_per_token(model: Model) -> int:
-    """Model FLOPs per trained token, Megatron accounting (§5.2).
+    """Model FLOPs per trained token, Megatron accounting (``num_floating_point_operations``).
 
     ``6·N_mm + 6·L·s·h_attn`` with ``N_mm`` the matmul weights a token touches (active
     parameters without the input-embedding and position lookups, with the LM head even when
@@ -143,20 +144,6 @@ def flops_per_token(model: Model) -> int:
     return 6 * n_mm + model.layers * attn
 
 
-def narayanan_params(*, layers: int, hidden: int, vocab: int, seq_len: int) -> float:
-    """Narayanan 2021 eq. (2): ``N = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h))`` (§5.1)."""
-    n_l, h = layers, hidden
-    return 12 * n_l * h**2 * (1 + 13 / (12 * h) + (vocab + seq_len) / (12 * n_l * h))
-
-
-def narayanan_flops_per_iteration(
-    *, batch: int, seq_len: int, layers: int, hidden: int, vocab: int
-) -> float:
-    """Narayanan 2021 eq. (3), full recomputation: ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))``."""
-    b, s, n_l, h = batch, seq_len, layers, hidden
-    return 96 * b * s * n_l * h**2 * (1 + s / (6 * h) + vocab / (16 * n_l * h))
-
-
 def _whole(p: LayerParams) -> int:
     return p.dense + p.expert
 
@@ -169,7 +156,7 @@ def chunk_sizes(layers: int, chunks: int) -> list[int]:
 
     Even when ``chunks`` divides ``layers`` (Megatron). Otherwise every chunk gets
     ``ceil(L/chunks)`` layers and the missing ones are taken from the ends inwards, first,
-    last, second, ... (Llama 3: "first and last stage hold one layer fewer", §6.6).
+    last, second, ... (Llama 3, arXiv:2407.21783: first and last stage hold one layer fewer).
     """
     base = -(-layers // chunks)
     sizes = [base] * chunks
@@ -235,7 +222,7 @@ def rank_units(job: Job, pp_rank: int) -> list[Unit]:
 
 
 def rank_sp_params(job: Job, pp_rank: int) -> int:
-    """Elements whose gradients Megatron all-reduces over TP under sequence parallelism (§6.4).
+    """Elements whose gradients Megatron all-reduces over TP under sequence parallelism.
 
     Norm weights/biases and row-parallel biases of the stage's layers, plus the final norm on
     the last stage (``_allreduce_layernorm_grads``).

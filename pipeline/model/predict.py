@@ -4,10 +4,10 @@ This module turns a :class:`~pipeline.model.config.Job` and a global rank into r
 (parallel_dim, op, phase, layer_kind, calls, bytes, wire_bytes, est_time_s): it places the
 rank in the layout (:func:`coordinates`, Megatron's ``RankGenerator`` rule for the ``order``
 string), finds its communicator groups and whether each stays inside one node, and lists
-the collectives that rank issues per step, dimension by dimension (reference §6; which call
-is which is spelled out in ``docs/model.md``). Every row holds ``calls`` collectives of one
-message size, so ``bytes / calls`` is the message size ``M`` of §0 and ``wire_bytes`` is what
-this rank sends for them under the configured algorithm (§4.2).
+the collectives that rank issues per step, dimension by dimension (which call is which, and
+the published source of each formula, is spelled out in ``docs/model.md``). Every row holds
+``calls`` collectives of one message size, so ``bytes / calls`` is the message size ``M`` and
+``wire_bytes`` is what this rank sends for them under the configured algorithm.
 :func:`predictions_table` gives every rank's rows as the ``predictions`` table.
 """
 
@@ -34,9 +34,10 @@ from pipeline.model.traffic import ep_a2a_message, wire_bytes
 DIMS = ("tp", "cp", "ep", "pp", "dp")
 PHASES = ("forward", "backward", "optimizer", "other")
 
-#: Bytes of the loss-reporting all-reduce: loss sum and token count in fp32 (§6.9).
+#: Bytes of the loss-reporting all-reduce: loss sum and token count in fp32 (Megatron-LM).
 LOSS_REPORT_BYTES = 8
-#: Bytes per element of the vocab-parallel cross-entropy reductions (fp32, §6.3).
+#: Bytes per element of the vocab-parallel cross-entropy reductions (fp32, Megatron-LM
+#: ``megatron/core/tensor_parallel/cross_entropy.py``).
 CE_BYTES = 4
 
 _ROW_COLUMNS = (
@@ -48,7 +49,7 @@ _ROW_COLUMNS = (
 class Row:
     """``calls`` collectives of one kind and one message size, issued by one rank per step.
 
-    ``bytes = calls · message`` (payload, §0), ``wire_bytes`` = bytes this rank sends for them
+    ``bytes = calls · message`` (payload), ``wire_bytes`` = bytes this rank sends for them
     (0 for recv), ``est_time_s`` = transfer time at the link's bandwidth (recv: the time of
     the transfer it waits for). ``message``, ``group_size`` and ``link`` (``intra``/``inter``
     node) are kept for the requirements and the docs but are not output columns.
@@ -111,7 +112,7 @@ class Prediction:
 
 
 def model_summary(job: Job) -> dict[str, Any]:
-    """Resolved model dims plus ``params``, ``active_params`` and ``flops_per_token`` (§5)."""
+    """Resolved model dims plus ``params``, ``active_params`` and ``flops_per_token``."""
     m = job.model
     out: dict[str, Any] = {
         "name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
@@ -148,7 +149,7 @@ def layout_summary(job: Job) -> dict[str, Any]:
 def _sizes(job: Job, *, expert: bool) -> dict[str, int]:
     p = job.parallel
     if expert:
-        # Megatron's expert RankGenerator: tp=ETP(=tp), cp=1, ep, dp=expert-DP (§6.8).
+        # Megatron's expert RankGenerator: tp=ETP(=tp), cp=1, ep, dp=expert-DP.
         return {"tp": p.tp, "cp": 1, "ep": p.ep, "dp": p.dp * p.cp // p.ep, "pp": p.pp}
     return {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
 
@@ -292,7 +293,7 @@ def _beyond_int64(job: Job, dim: str, op: str, size: int) -> ConfigError:
 
 
 def predict(job: Job, rank: int = 0) -> Prediction:
-    """Predicted traffic of global ``rank`` per training step (reference §6, docs/model.md).
+    """Predicted traffic of global ``rank`` per training step (``docs/model.md``).
 
     Raises
     ------
@@ -317,7 +318,8 @@ def predict(job: Job, rank: int = 0) -> Prediction:
 def _tensor_parallel(
     job: Job, rank: int, coords: dict[str, int], n_layers: int, sp_params: int, acc: _Rows
 ) -> None:
-    """TP collectives (§6.3 without SP, §6.4 with SP as Megatron-core runs it, §6.5)."""
+    """TP collectives: Megatron-LM without SP, Korthikanti et al. 2022 (arXiv:2205.05198) with
+    SP as Megatron-core runs it, and full recomputation."""
     par, m = job.parallel, job.model
     if par.tp == 1:
         return
@@ -359,7 +361,7 @@ def _tensor_parallel(
 
 
 def _kv_width(job: Job) -> int:
-    """K+V elements per token on one TP rank (§6.7; MLA: a/t·(d_qk + d_v))."""
+    """K+V elements per token on one TP rank (MLA: a/t·(d_qk + d_v))."""
     m, t = job.model, job.parallel.tp
     if m.mla is not None:
         la = m.mla
@@ -368,7 +370,8 @@ def _kv_width(job: Job) -> int:
 
 
 def _context_parallel(job: Job, rank: int, n_layers: int, acc: _Rows) -> None:
-    """CP KV exchange per layer per microbatch: AG fwd, AG + RS(dKV) bwd (§6.7)."""
+    """CP KV exchange per layer per microbatch: AG fwd, AG + RS(dKV) bwd (Megatron-LM
+    ``docs/source/api-guide/context_parallel.rst``)."""
     if job.parallel.cp == 1:
         return
     g = group(job, rank, ("cp",))
@@ -382,7 +385,7 @@ def _context_parallel(job: Job, rank: int, n_layers: int, acc: _Rows) -> None:
 
 
 def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
-    """EP all-to-alls: dispatch + combine forward, their transposes backward (§6.8)."""
+    """EP all-to-alls: dispatch + combine forward, their transposes backward."""
     par, m = job.parallel, job.model
     if par.ep == 1 or n_moe == 0 or m.moe is None:
         return
@@ -402,7 +405,8 @@ def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
 
 
 def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) -> None:
-    """PP send/recv per microbatch and chunk boundary (§6.6), tied-embedding grad all-reduce."""
+    """PP send/recv per microbatch and chunk boundary (Narayanan et al. 2021,
+    arXiv:2104.04473), tied-embedding grad all-reduce."""
     par, m = job.parallel, job.model
     p, v, r = par.pp, par.vpp, coords["pp"]
     if p == 1:
@@ -431,7 +435,8 @@ def _buckets(elements: int, bucket: int) -> list[tuple[int, int]]:
 def _data_parallel(
     job: Job, rank: int, coords: dict[str, int], units: tuple[P.Unit, ...], acc: _Rows
 ) -> None:
-    """Gradient and parameter collectives over DP x CP and expert-DP (§6.1, §6.2, §6.9)."""
+    """Gradient and parameter collectives over DP x CP and expert-DP (DDP; ZeRO, arXiv:1910.02054;
+    FSDP) and the loss-reporting all-reduce."""
     par, dt = job.parallel, job.dtypes
     groups = {
         "dense": group(job, rank, ("dp", "cp")),

@@ -1,9 +1,9 @@
-"""Model presets: the published dimensions of well-known models (reference §8).
+"""Model presets: the published dimensions of well-known models.
 
 Each preset is a plain mapping in the spelling of ``job.yaml``'s ``model`` section, so a
-preset and hand-written dims go through the same validation. Sources, as listed in §8 of
-``analytic-models.md``: the OpenAI GPT-2 config, GPT-3 Table 2.1, the HuggingFace configs of
-Llama-2 and Mixtral, Llama 3 Table 3 and DeepSeek-V3's ``config.json``.
+preset and hand-written dims go through the same validation. Sources: the OpenAI GPT-2
+config, GPT-3 (arXiv:2005.14165) Table 2.1, the HuggingFace configs of Llama-2 and Mixtral,
+Llama 3 (arXiv:2407.21783) Table 3 and DeepSeek-V3's ``config.json``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Words to wire: count a text's words and tokens, and what training on it would move.
 
 Tokens are counted with the HuggingFace ``tokenizers`` library from a local
-``tokenizer.json`` (nothing is downloaded; reference §3.2). Without one, a byte-level BPE
-tokenizer is trained on the text itself and the result is labelled as such: its counts are
-lower than a general-purpose tokenizer's on the same text (in-domain vocabulary, §3.2).
-With a job, the token count becomes embedding bytes (``T·h·e_a``, §3.1) and the bytes each
+``tokenizer.json`` (nothing is downloaded). Without one, a byte-level BPE tokenizer is
+trained on the text itself and the result is labelled as such: its counts are lower than a
+general-purpose tokenizer's on the same text (in-domain vocabulary).
+With a job, the token count becomes embedding bytes (``T·h·e_a``) and the bytes each
 parallel dimension puts on the wire, over all ranks, to train one epoch over the text.
 """
 
@@ -93,7 +93,7 @@ def _tokenizers() -> Any:
 
 
 def train_bpe(text: str, *, vocab_size: int = 8192, min_frequency: int = 2) -> Any:
-    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``text`` itself (§3.2)."""
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``text`` itself."""
     tk = _tokenizers()
     bpe = tk.ByteLevelBPETokenizer()
     bpe.train_from_iterator(
@@ -154,7 +154,7 @@ def count_tokens(
 def epoch_traffic(tokens: int, job: Job) -> EpochTraffic:
     """Embedding bytes of ``tokens`` and the bytes per parallel dimension for one epoch.
 
-    ``embedding_bytes = T·h·e_a`` (§3.1); steps = ``T / (B·s)`` (fractional); per dimension,
+    ``embedding_bytes = T·h·e_a``; steps = ``T / (B·s)`` (fractional); per dimension,
     the per-step bytes of every rank (:func:`~pipeline.model.predict.predict`) summed over
     ranks, times the steps.
     """

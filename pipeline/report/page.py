@@ -149,7 +149,7 @@ def chart_spec(chart: Any, *, validate: bool = False) -> dict[str, Any]:
 
 def spec_json(spec: dict[str, Any]) -> str:
     """JSON text of a spec that is safe inside a ``<script type="application/json">``."""
-    # (orjson: the standard encoder took 0.18 s for the 7.4 MB page of 16,384 ranks; _clean
+    # (orjson: the standard encoder takes 0.18 s for the 7.4 MB page of 16,384 ranks; _clean
     # has made every NaN null, which orjson would also write)
     text = orjson.dumps(spec).decode()
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

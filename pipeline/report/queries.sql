@@ -273,7 +273,7 @@ GROUP BY w ORDER BY files DESC, w LIMIT $limit;
 -- Collectives the report cannot fully use: no size, no step, and (after link) no layer or
 -- no parallel dimension. Counted, never dropped.
 -- (after link, a step is the one link found: a logged call matched to a profiled one, or
--- placed through another rank or its log order, is no longer outside every step)
+-- placed through another rank or its log order, is not outside every step)
 SELECT
     count(*) AS collectives,
     count(*) FILTER (WHERE coalesce(l.bytes, c.bytes) IS NULL) AS without_bytes,

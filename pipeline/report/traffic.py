@@ -152,7 +152,7 @@ def compare(traffic: Traffic) -> pl.DataFrame:
 
 
 def likely_reason(row: dict, traffic: Traffic) -> str:
-    """The likeliest cause of a difference, from the reference's check-list (§10)."""
+    """The likeliest cause of a difference (the check-list of ``docs/report.md``)."""
     dim = row["parallel_dim"]
     obs, pred = row["bytes"], row["predicted_bytes"]
     calls, pcalls = row["calls"], row["predicted_calls"]

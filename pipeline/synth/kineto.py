@@ -87,7 +87,7 @@ class Slot:
 
 def _val(v: Any) -> str:
     # ints and strings first, and strings from a cache: most values are one or the other,
-    # and names repeat (json.dumps was half the time of writing a large job)
+    # and names repeat (json.dumps would be half the time of writing a large job)
     if type(v) is int:
         return str(v)  # what json.dumps writes for an int (a bool is not one here)
     if type(v) is str:

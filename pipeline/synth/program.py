@@ -17,7 +17,7 @@ Communication per rank per step (tensor dims as Megatron holds them, ``[s, b, h]
   one per micro-batch per stage boundary, in the 1F1B order.
 - DP all-reduce (bf16) of the stage's gradient buckets after the last micro-batch's backward
   (Megatron's ``finalize_model_grads``, in a ``backward`` range of its own after the schedule).
-- Small extras (analytic-models.md §6.9), as ``docs/model.md`` predicts them: once per step on
+- Small extras, as ``docs/model.md`` predicts them: once per step on
   the last stage the loss-reporting all-reduce over DP (fp32, 2 elements: loss sum and token
   count), after the optimizer and outside the forward/backward/optimizer ranges (phase
   ``other``). Not emitted: the ``num_tokens`` broadcast/all-reduce (only with per-token loss),

@@ -13,15 +13,15 @@ Memory holds one rank's events, not the job's: the simulation runs twice. The fi
 collective ended; then each rank's program runs again alone against those end times
 (:func:`rank_state`), doing exactly what it did in the whole job, and is written before the
 next one runs. A job of 4,096 ranks (TP8 x PP4 x DP128, 2.9 GB of Kineto JSON and NCCL
-logs) took 8.3 GB and 7.3 minutes when every rank's events were held at once; 124 MB and
-2.9 minutes so.
+logs) is written in 124 MB and 2.9 minutes so; holding every rank's events at once would
+take 8.3 GB and 7.3 minutes.
 
 Besides Kineto it writes, from the same simulated calls:
 
 - ``nccl``: an ``NCCL_DEBUG=INFO`` log per rank (``NCCL_DEBUG_SUBSYS=INIT,COLL,GRAPH``):
   the version banner, per communicator ``Init START``/``COMPLETE`` with the same commId on
   every member, ring/tree and channel connection lines, then one COLL line per call, in
-  the 2.26 shapes of ``shared/reference/formats-nccl-nsys.md`` §1;
+  the shapes NCCL 2.26 prints (github.com/NVIDIA/nccl, tag v2.26.x);
 - ``nsys``: one Nsight Systems SQLite export of the job (:mod:`pipeline.synth.nsys`) whose
   kernels, launches and NCCL ranges are the job's own, the ranges with NCCL 2.25+ NVTX
   payloads (the call's comm hash and bytes; a ``ncclCommInitRank`` per communicator of each
@@ -80,7 +80,7 @@ def simulated_job(spec: J.JobSpec) -> tuple[list[J.Group], dict[int, J.Rank], di
 class Schedule:
     """A job simulated once with every rank's events dropped as they were made: what each
     rank needs to run its program again alone (:func:`rank_state`), one rank at a time.
-    Holding every rank's events at once took 8 GB at 4,096 ranks."""
+    Holding every rank's events at once would take 8 GB at 4,096 ranks."""
 
     groups: list[J.Group]
     starts: dict[int, int]  # first CPU time per rank

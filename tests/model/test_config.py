@@ -42,7 +42,7 @@ def test_defaults_without_preset_are_gpt_style_and_megatron_dtypes():
     job = job_from_dict({"model": DIMS})
     assert (job.model.mlp, job.model.norm, job.model.position) == ("gelu", "layernorm", "learned")
     assert job.model.kv_heads == 8
-    assert job.dtypes.grad_reduce == "fp32"  # Megatron reduces bf16 models in fp32 (§6.1)
+    assert job.dtypes.grad_reduce == "fp32"  # Megatron reduces bf16 models in fp32
     assert job.parallel.dp_scheme == "ddp" and job.batch.global_batch == 1
 
 

@@ -10,6 +10,7 @@ import pytest
 from pipeline.dataset.schema import conform
 from pipeline.errors import ConfigError
 from pipeline.model.config import job_from_dict, load_job
+from pipeline.model.params import layer_params, rank_units
 from pipeline.model.predict import (
     coordinates,
     group,
@@ -49,8 +50,17 @@ STAGE1 = 2 * LAYER + 2 * 256 + 8192 * 256 // 2  # + final LayerNorm + untied LM 
 ACT = 2 * 128 * 256 * 2  # b*s*h*e_a: every TP and PP message of this job
 
 
-def test_hand_counts_are_what_the_docs_say():
-    assert (LAYER, STAGE0, STAGE1, ACT) == (395_648, 1_872_640, 1_840_384, 131_072)
+def test_sample_job_parameters_per_tp_rank_by_hand():
+    """The hand counts above against the model's parameter counting, and against what
+    docs/sample-job.md prints for the sample job."""
+    job = load_job(SAMPLE)
+    assert [layer_params(job.model, i, tp=2).dense for i in range(4)] == [LAYER] * 4
+    assert sum(u.elements for u in rank_units(job, 0)) == STAGE0
+    assert sum(u.elements for u in rank_units(job, 1)) == STAGE1
+    doc = (REPO / "docs" / "sample-job.md").read_text(encoding="utf-8")
+    assert f"a layer holds {LAYER:,} elements" in doc
+    assert f"| {STAGE0:,} / {STAGE1:,} | {2 * STAGE0:,} / {2 * STAGE1:,} |" in doc
+    assert f"s·b·h = {ACT // 2:,} | {ACT:,} |" in doc
 
 
 def test_sample_job_first_stage_rank():

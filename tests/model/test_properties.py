@@ -1,4 +1,4 @@
-"""Properties that hold for any layout (hypothesis), as issue 9 lists them."""
+"""Properties that hold for any layout (hypothesis)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ import pytest
 
 from pipeline.errors import ConfigError, TraceFormatError
 from pipeline.model.config import load_job
-from pipeline.model.predict import predictions_table
 from pipeline.model.tokens import count_tokens, epoch_traffic, tokens_report
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -59,10 +58,19 @@ def test_epoch_traffic_of_the_sample_job(tmp_path):
     ep = epoch_traffic(2 * job.tokens_per_step, job)
     assert ep.steps == 2
     assert ep.embedding_bytes == 2 * 2048 * 256 * 2
-    table = predictions_table(job, 8).to_pylist()
-    for dim in ("tp", "pp", "dp"):
-        per_step = sum(r["wire_bytes"] for r in table if r["parallel_dim"] == dim)
-        assert ep.wire_bytes_by_dim[dim] == pytest.approx(2 * per_step)
+    # Per step, summed over the 8 ranks; every group has 2 ranks, so a ring all-reduce sends
+    # 2*(1/2)*M = M and a send M (a recv sends nothing). Messages are ACT = b*s*h*e_a = 131,072.
+    # TP: 36 all-reduces of ACT on each rank, + 12 loss all-reduces of b*s*4 = 1,024 on the 4
+    # last-stage ranks. PP: 4 sends of ACT per rank. DP: the gradient bucket, 2 bytes per
+    # element (1,872,640 elements on the first stage, 1,840,384 on the last) + the last
+    # stage's 8-byte loss all-reduce.
+    act = 2 * 128 * 256 * 2
+    per_step = {
+        "tp": 8 * 36 * act + 4 * 12 * 2 * 128 * 4,
+        "pp": 8 * 4 * act,
+        "dp": 4 * 1_872_640 * 2 + 4 * (1_840_384 * 2 + 8),
+    }
+    assert ep.wire_bytes_by_dim == pytest.approx({d: 2 * b for d, b in per_step.items()})
 
 
 def test_bad_inputs(tmp_path):

@@ -1,7 +1,9 @@
-"""Traffic formulas against the worked examples of reference §7, to the digits printed there.
+"""Traffic against worked examples computed by hand from the published formulas (docs/model.md):
+GPT-3 175B as Narayanan et al. 2021 train it, Llama 3 405B in its Table 4 layout, small cases.
 
 Each example is checked twice where the model allows it: through the closed forms of
-``traffic.py`` and through the per-rank rows of ``predict`` (which must add up to them).
+``tests/model/oracle.py`` and through the per-rank rows of ``predict`` (which must add up to
+them).
 """
 
 from __future__ import annotations
@@ -9,19 +11,18 @@ from __future__ import annotations
 import pytest
 
 from pipeline.model.config import job_from_dict
-from pipeline.model.params import narayanan_params
+from pipeline.model.params import total_params
 from pipeline.model.predict import predict
-from pipeline.model.traffic import (
-    busbw_factor,
+from pipeline.model.traffic import ep_a2a_message, wire_bytes
+from tests.model.oracle import (
     cp_layer_wire,
     dp_step_wire,
-    ep_a2a_message,
     ep_a2a_wire,
+    narayanan_params,
     pp_interior_send,
     pp_message,
     tp_layer_wire,
     tp_step_wire,
-    wire_bytes,
 )
 
 MB, GB = 1e6, 1e9
@@ -35,7 +36,7 @@ def _wire(pred, dim, *, kind=None, op=None):
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------- §4.2
+# --------------------------------------------------------------------------- wire bytes
 
 
 def test_wire_bytes_per_algorithm():
@@ -45,9 +46,8 @@ def test_wire_bytes_per_algorithm():
     assert wire_bytes("all_to_all", 800, 8) == 700
     assert wire_bytes("send", 800, 2) == 800 and wire_bytes("recv", 800, 2) == 0
     assert wire_bytes("all_reduce", 800, 8, "tree") == 1400
-    # NVLS on 8 GPUs: 9/8 M vs ring 1.75 M -> 1.56x (§4.2); AG sends M/n, RS sends M.
+    # NVLS on 8 GPUs: 9/8 M vs ring 1.75 M -> 1.56x; AG sends M/n, RS sends M.
     assert wire_bytes("all_reduce", 800, 8, "nvls") == 900
-    assert round(1400 / 900, 2) == 1.56
     assert wire_bytes("all_gather", 800, 8, "nvls") == 100
     assert wire_bytes("reduce_scatter", 800, 8, "nvls") == 800
     # NVLS is one node's switch: a group across nodes runs ring.
@@ -57,13 +57,7 @@ def test_wire_bytes_per_algorithm():
         wire_bytes("gather", 1, 2)
 
 
-def test_busbw_factors():
-    assert busbw_factor("all_reduce", 8) == 1.75
-    assert busbw_factor("all_gather", 4) == 0.75
-    assert busbw_factor("send", 2) == 1.0
-
-
-# --------------------------------------------------------------------------- §7.1 GPT-3 175B
+# --------------------------------------------------------------------------- GPT-3 175B
 
 GPT3 = {"layers": 96, "hidden": 12288, "heads": 96, "ffn_hidden": 49152, "vocab": 51200,
         "seq_len": 2048, "tied_embeddings": True}  # fmt: skip
@@ -71,17 +65,15 @@ TP1 = {"b": 1, "s": 2048, "h": 12288, "t": 8, "e_a": 2}
 
 
 def test_gpt3_tp_closed_forms():
-    msg = 1 * 2048 * 12288 * 2
-    assert round(msg / MB, 2) == 50.33
+    msg = 1 * 2048 * 12288 * 2  # b*s*h*e_a = 50.33 MB
     assert round(wire_bytes("all_reduce", msg, 8) / MB, 2) == 88.08
     assert round(tp_layer_wire(**TP1) / MB, 1) == 352.3
     assert round(tp_step_wire(m=96, layers_per_stage=12, **TP1) / GB, 1) == 405.9
     full = tp_step_wire(m=96, layers_per_stage=12, recompute="full", **TP1)
     assert round(full / GB, 1) == 608.8
     sp = tp_step_wire(m=96, layers_per_stage=12, sequence_parallel=True, **TP1)
-    # §7.1 prints 507.4 GB = 405.9 (already rounded) x 1.25; unrounded it is 507.34 GB.
-    assert sp == 1.25 * tp_step_wire(m=96, layers_per_stage=12, **TP1)
-    assert round(sp / GB, 1) == 507.3 and round(round(405.874, 1) * 1.25, 1) == 507.4
+    # 405.9 GB (rounded) x 1.25 reads 507.4 GB; unrounded it is 507.34 GB.
+    assert round(sp / GB, 1) == 507.3
     assert round(tp_layer_wire(sequence_parallel=True, **TP1) / MB, 1) == 440.4
 
 
@@ -99,7 +91,7 @@ def test_gpt3_pp_and_dp_closed_forms():
 @pytest.mark.parametrize(
     ("extra", "recompute", "tp_gb", "pp_gb"),
     [({}, "none", 405.9, 9.66), ({}, "full", 608.8, 9.66),
-     ({"sequence_parallel": True}, "none", 507.3, 1.21)],  # §7.1 prints 507.4, see above
+     ({"sequence_parallel": True}, "none", 507.3, 1.21)],  # 507.34 GB, see above
 )  # fmt: skip
 def test_gpt3_interior_rank_rows_add_up(extra, recompute, tp_gb, pp_gb):
     job = job_from_dict({
@@ -111,30 +103,31 @@ def test_gpt3_interior_rank_rows_add_up(extra, recompute, tp_gb, pp_gb):
     rank = 3 * 8 * 16  # tp 0, dp 0, pp 3: an interior stage with 12 layers
     pred = predict(job, rank)
     assert pred.coords["pp"] == 3 and len(pred.layers) == 12
+    tp = [r for r in pred.rows if r.parallel_dim == "tp" and r.layer_kind == "transformer"]
+    # every TP message is b*s*h*e_a = 50.33 MB (all-reduce buffer, or gathered AG/RS size)
+    assert {r.bytes // r.calls for r in tp} == {1 * 2048 * 12288 * 2}
     assert round(_wire(pred, "tp", kind="transformer") / GB, 1) == tp_gb
     assert round(_wire(pred, "pp") / GB, 2) == pp_gb
 
 
-# --------------------------------------------------------------------------- §7.2 Llama-3 405B
+# --------------------------------------------------------------------------- Llama-3 405B
 
 TP2 = {"b": 1, "s": 8192, "h": 16384, "t": 8, "e_a": 2}
 
 
 def test_llama3_405b_closed_forms():
-    msg = 8192 * 16384 * 2
-    assert round(msg / MB, 1) == 268.4
+    msg = 8192 * 16384 * 2  # b*s*h*e_a = 268.4 MB
     assert round(wire_bytes("all_gather", msg, 8) / MB, 1) == 234.9
     l_st = 126 / 16
-    sp8 = 32 * l_st * 8 * (7 / 8) * msg  # the paper's 8 units (SP-minimum)
-    assert round(sp8 / GB) == 474
+    # the paper's 8 units (SP-minimum) cost what TP without SP costs
+    assert round(tp_step_wire(m=32, layers_per_stage=l_st, **TP2) / GB) == 474
     assert (
         round(tp_step_wire(m=32, layers_per_stage=l_st, sequence_parallel=True, **TP2) / GB) == 592
     )
     assert round(pp_interior_send(m=32, v=1, b=1, s=8192, h=16384, e_a=2, t_sg=8) / GB, 2) == 2.15
-    psi = 405.85e9 / (8 * 16)
+    psi = total_params(job_from_dict({"model": {"preset": "llama3-405b"}}).model) / (8 * 16)
     assert round(psi / GB, 2) == 3.17
-    rs, ag = 63 / 64 * psi * 4, 63 / 64 * psi * 2
-    assert (round(rs / GB, 2), round(ag / GB, 2)) == (12.48, 6.24)
+    # RS of fp32 grads 12.48 GB + AG of bf16 params 6.24 GB
     total = dp_step_wire(scheme="fsdp_no_reshard", n=64, params=psi, e_g=4, e_p=2)
     assert round(total / GB, 1) == 18.7
 
@@ -156,16 +149,23 @@ def test_llama3_405b_rank_rows_match_closed_forms():
     assert _wire(interior, "pp", op="send") == pytest.approx(
         pp_interior_send(m=32, v=1, b=1, s=8192, h=16384, e_a=2, t_sg=8), rel=1e-12
     )
-    # FSDP without reshard: one AG (bf16) + one RS (fp32) of every weight the rank holds.
-    from pipeline.model.params import rank_units
-
-    psi = sum(u.elements for u in rank_units(job, 1))
+    assert {r.bytes // r.calls for r in interior.rows if r.parallel_dim == "tp"
+            and r.layer_kind == "transformer"} == {8192 * 16384 * 2}  # fmt: skip
+    # FSDP without reshard: one AG (bf16) + one RS (fp32) of every weight the rank holds. An
+    # interior stage holds 8 layers, on TP8: Q and O h*h/8 each, K and V h*h_kv/8 each
+    # (h_kv = 8 KV heads x 128), SwiGLU 3*h*f/8, two RMSNorms h each (replicated).
+    h, f, h_kv = 16384, 53248, 1024
+    psi = 8 * (2 * h * h // 8 + 2 * h * h_kv // 8 + 3 * h * f // 8 + 2 * h)  # 3.19 B
+    rs = _wire(interior, "dp", op="reduce_scatter")
+    ag = _wire(interior, "dp", op="all_gather")
+    assert rs == pytest.approx(63 / 64 * psi * 4, rel=1e-12)
+    assert ag == pytest.approx(63 / 64 * psi * 2, rel=1e-12)
     expect_dp = dp_step_wire(scheme="fsdp_no_reshard", n=64, params=psi, e_g=4, e_p=2)
     assert _wire(interior, "dp") == pytest.approx(expect_dp, rel=1e-12)  # no loss AR mid-pipe
     assert round(expect_dp / GB, 1) == 18.8  # 3.19 B params on an interior stage vs 3.17 avg
 
 
-# --------------------------------------------------------------------------- §7.3 small cases
+# --------------------------------------------------------------------------- small cases
 
 
 def test_gpt2_small_ddp_8_gpus():

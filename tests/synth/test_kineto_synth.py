@@ -45,7 +45,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict]:
 
 def stage_params(pp_rank: int) -> int:
     """Elements one TP rank of a stage holds: GPT layer with biases, LayerNorm, learned
-    positions, untied LM head (analytic-models.md §5.1, split as Megatron splits it)."""
+    positions, untied LM head (docs/model.md, split as Megatron splits it)."""
     layer = (3 * H * H // TP + 3 * H // TP) + (H * H // TP + H) + 4 * H
     layer += (F * H // TP + F // TP) + (H * F // TP + H)
     n = L_ST * layer
