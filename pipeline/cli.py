@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from pipeline import __version__
-from pipeline.errors import TokenwireError
+from pipeline.errors import TokenwireError, one_line
 
 
 class _Group(click.Group):
@@ -60,13 +60,11 @@ EXIT_INTERNAL = 3
 MAX_LINE_CHARS = 1000
 
 
-def one_line(text: str) -> str:
-    """``text`` as one printable line of bounded length: line breaks, other control
-    characters and bytes that are not UTF-8 (a file name from an old file system) are
-    written as escapes, and what is past :data:`MAX_LINE_CHARS` is cut."""
+def printable(text: str) -> str:
+    """``text`` with line breaks, other control characters and bytes that are not UTF-8 (a
+    file name from an old file system) written as escapes, so that it prints as one line."""
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    text = "".join(_escape(c) for c in text) if not text.isprintable() else text
-    return text if len(text) <= MAX_LINE_CHARS else text[: MAX_LINE_CHARS - 3] + "..."
+    return text if text.isprintable() else "".join(_escape(c) for c in text)
 
 
 def _escape(char: str) -> str:
@@ -75,7 +73,7 @@ def _escape(char: str) -> str:
 
 def _say(kind: str, message: str) -> None:
     """One line on stderr: ``Error: ...``, ``Warning: ...``."""
-    click.echo(f"{kind}: {one_line(message)}", err=True)
+    click.echo(f"{kind}: {one_line(printable(message), MAX_LINE_CHARS)}", err=True)
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -84,7 +82,7 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, readable=False))
 @click.option(
     "-o",
     "--output",
@@ -192,7 +190,7 @@ def _print_summary(summary) -> None:
         if out.status == "ingested" and out.warning_count:
             _say("Warning", f"{out.path}: {out.warning_count} warnings")
             for msg in out.warnings[:5]:
-                click.echo(f"  {one_line(msg)}", err=True)
+                click.echo(f"  {one_line(printable(msg), MAX_LINE_CHARS)}", err=True)
         if out.status == "unrecognised" and out.path.suffix in (".yaml", ".yml"):
             # a job.yaml beside the traces is the usual layout, not a mistake
             _say(

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from pipeline.dataset import rank_sets
 from pipeline.dataset.schema import table_schema
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, shown
 from pipeline.gcpause import gc_paused
 
 if TYPE_CHECKING:
@@ -387,12 +387,6 @@ def check_part_path(rel: object, *, where: str = "part path") -> str:
     if isinstance(rel, str) and PART_PATH.fullmatch(rel):
         return rel
     raise DatasetError(f"{where}: {shown(rel)} is not a part path of a tokenwire dataset")
-
-
-def shown(value: object, limit: int = 80) -> str:
-    """``repr(value)`` for an error line: one line, at most about ``limit`` characters."""
-    text = repr(value) if isinstance(value, str) else _kind(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def require_inside(dataset: Path, parts: Iterable[str]) -> list[str]:

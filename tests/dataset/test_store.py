@@ -97,7 +97,7 @@ def test_a_manifest_without_the_index_is_listed_from_its_files(tmp_path: Path) -
     [
         ([], "tables: unreadable manifest: expected an object, found a list"),
         ({"ops": "ops/part.parquet"}, "tables.'ops': unreadable manifest: expected a list"),
-        ({"ops": [3]}, "tables.'ops': unreadable manifest: an int is not a part path"),
+        ({"ops": [3]}, "tables.'ops': unreadable manifest: 3 is not a part path"),
     ],
 )
 def test_a_broken_parts_index_is_an_unreadable_manifest(

@@ -3,6 +3,7 @@ limits, and digests that show nothing outside the dataset (or the input) changed
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -37,15 +38,28 @@ class Outcome:
         return [line for line in self.stderr.splitlines() if line.startswith("Error:")]
 
 
+def drop_privileges() -> None:
+    """Take the two capabilities that let root pass file permissions (CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH) out of this process's bounding set, so that what it runs meets
+    permissions as another user would: the tests run as root, for whom ``chmod 000``
+    otherwise changes nothing. (Clearing the capabilities themselves would not last: a
+    root process gets its bounding set back when it runs a program.)"""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
 def run_cli(
     *args: str | Path,
     cwd: Path | None = None,
-    user: int | None = None,
+    unprivileged: bool = False,
     file_bytes: int | None = None,
     env: dict[str, str] | None = None,
 ) -> Outcome:
-    """``tokenwire ARGS`` in a child process with bounded memory and CPU time; as ``user``
-    (a uid) when given, with writes past ``file_bytes`` refused (EFBIG) when given."""
+    """``tokenwire ARGS`` in a child process with bounded memory and CPU time; without any
+    capability when ``unprivileged``, with writes past ``file_bytes`` refused (EFBIG) when
+    given."""
 
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
@@ -53,9 +67,8 @@ def run_cli(
         if file_bytes is not None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
-        if user is not None:
-            os.setgid(user)
-            os.setuid(user)
+        if unprivileged:
+            drop_privileges()
 
     child_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
     proc = subprocess.run(

@@ -253,7 +253,7 @@ def test_a_listed_part_that_is_gone_is_one_line(tmp_path: Path) -> None:
         (lambda doc: doc["files"][next(iter(doc["files"]))].pop("sha256"), "sha256: "),
         (lambda doc: doc.update(derived=["x"]), "derived: unreadable manifest: expected an"),
         (lambda doc: doc.update(format="other"), "not a tokenwire manifest"),
-        (lambda doc: doc["tables"].update(ranks=[3]), "an int is not a part path"),
+        (lambda doc: doc["tables"].update(ranks=[3]), "3 is not a part path"),
     ],
     ids=[
         "parts-not-a-dict",

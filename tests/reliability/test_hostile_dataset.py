@@ -274,3 +274,31 @@ def test_a_failed_output_leaves_no_file(
     assert result.exit_code == 1, result.output
     assert result.stderr.strip() == f"Error: {out / 'r.html'}: disk full while writing it"
     assert os.listdir(out) == []
+
+
+def test_a_failed_new_dataset_never_removes_what_another_writer_committed(
+    world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first ingest that fails removes its new folder while it still holds the lock; once
+    the lock is released, another ingest may commit into that folder, and it stays."""
+    from pipeline.dataset import commit
+
+    ds = world["root"] / "new"
+    release = commit._Lock.release
+    raced = []
+
+    def release_then_race(lock) -> None:  # noqa: ANN001
+        release(lock)
+        if not raced:  # a second ingest gets in as soon as the first lets go
+            raced.append(True)
+            more = ["ingest", str(world["more"]), "-o", str(ds)]
+            assert CliRunner().invoke(cli, more).exit_code == 0
+
+    monkeypatch.setattr(commit._Lock, "release", release_then_race)
+    bad = world["root"] / "bad.pt.trace.json"
+    bad.write_text('{"traceEvents": [')
+    result = CliRunner().invoke(cli, ["ingest", str(bad), "-o", str(ds)])
+    assert result.exit_code == 1, result.output
+    assert raced
+    count = CliRunner().invoke(cli, ["sql", str(ds), "SELECT count(*) AS n FROM files"])
+    assert count.exit_code == 0 and "1" in count.stdout, count.output
