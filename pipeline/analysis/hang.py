@@ -27,7 +27,6 @@ from the highest first sequence id any rank still has. Send/recv (``is_p2p``) do
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -40,6 +39,7 @@ import polars as pl
 from pipeline.dataset.schema import conform
 from pipeline.errors import DatasetError, TraceFormatError
 from pipeline.ingest import flight_recorder
+from pipeline.ingest.detect import read_head
 
 #: Exit code of ``tokenwire hang`` when a hang or a mismatch was found.
 EXIT_PROBLEM = 4
@@ -625,25 +625,17 @@ class LoadedDumps:
     warnings: list[str]
 
 
-def _head(path: Path) -> bytes:
-    with path.open("rb") as f:
-        head = f.read(64 * 1024)
-    if head.startswith(b"\x1f\x8b"):
-        try:
-            with gzip.open(path) as g:
-                return g.read(64 * 1024)
-        except (OSError, EOFError):
-            return b""
-    return head
-
-
 def dump_files(paths: Sequence[Path]) -> list[Path]:
     """The dump files named: files as given, folders expanded to the dumps directly in them."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
+            # (read_head places a damaged .gz: an error naming it, not a rank left out quietly,
+            # which would change the verdict)
             found = [
-                f for f in sorted(p.iterdir()) if f.is_file() and flight_recorder.sniff(f, _head(f))
+                f
+                for f in sorted(p.iterdir())
+                if f.is_file() and flight_recorder.sniff(f, read_head(f))
             ]
             if not found:
                 raise TraceFormatError(p, "no flight recorder dumps in this folder")

@@ -18,9 +18,7 @@ elsewhere; a failure inside it is bad input, reported with its byte offset in th
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +26,7 @@ from typing import IO, Any
 import msgspec
 
 from pipeline.errors import TraceFormatError
+from pipeline.ingest.gz import GZIP_MAGIC, GzipStream
 
 #: Bytes of JSON per decoded batch of events. Measured on a 33 MB trace: 4 MB parses as fast
 #: as 16 MB (fewer cache misses make up for more batches) with 110 MB less peak RSS; 2 MB is
@@ -39,10 +38,21 @@ _SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 _BYTE = re.compile(r"\s*\(byte (\d+)\)")
 _EVENT_PATH = re.compile(r"`\$\[(\d+)\]")
 _EMPTY_EVENTS = b'"traceEvents": []'
+#: Longest stretch of the event array without an event boundary: one event's JSON. Kineto
+#: events are small (the longest real ones, ops with the shapes of thousands of inputs, are
+#: some 100 KB); a file beyond this is refused instead of buffered (a gzip bomb of spaces).
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+#: Candidate boundaries that may turn out to be inside a string (``"}, {"`` in a name) before
+#: the boundary is found by scanning strings and brackets instead: each failed candidate
+#: costs a decode of the batch, so a name made of ``}, {`` must not cost one per repeat.
+MAX_BAD_CUTS = 16
+#: A JSON string (escapes included) or a bracket: what the bracket scan looks at.
+_TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[][{}]')
 
 
 class _Source:
-    """The file's bytes, decompressed when gzip, read in chunks; errors become TraceFormatError."""
+    """The file's bytes, inflated once when gzip (:class:`~pipeline.ingest.gz.GzipStream`:
+    located errors, bomb limit), read in chunks; errors become TraceFormatError."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -51,12 +61,12 @@ class _Source:
         except OSError as exc:
             raise TraceFormatError(path, f"cannot read file: {exc.strerror}") from exc
         try:
-            gz = raw.read(2) == b"\x1f\x8b"
+            gz = raw.read(2) == GZIP_MAGIC
             raw.seek(0)
         except OSError as exc:
             raw.close()
             raise TraceFormatError(path, f"cannot read file: {exc.strerror}") from exc
-        self._file: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+        self._file: IO[bytes] = GzipStream(path, raw) if gz else raw
         self._raw = raw
         self.eof = False
 
@@ -65,18 +75,8 @@ class _Source:
             return b""
         try:
             data = self._file.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
-            if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno:
-                raise TraceFormatError(self.path, f"cannot read file: {exc.strerror}") from exc
-            if isinstance(exc, EOFError):
-                size = self.path.stat().st_size
-                raise TraceFormatError(
-                    self.path, "truncated gzip data (the file ends early)", offset=size
-                ) from None
-            # How far the compressed stream was read: within a read-ahead buffer of the fault.
-            raise TraceFormatError(
-                self.path, f"broken gzip data: {exc}", offset=self._raw.tell()
-            ) from None
+        except OSError as exc:
+            raise TraceFormatError(self.path, f"cannot read file: {exc.strerror}") from exc
         if not data:
             self.eof = True
         return data
@@ -122,8 +122,10 @@ class EventStream:
 
     # -- reading -----------------------------------------------------------------------------
     def _more(self) -> bool:
-        # one read per batch: every read appends to (copies) the buffer
-        data = self._src.read(min(max(4096, self._batch_bytes), 64 << 20))
+        # one read per batch, or as much as the buffer holds when it grows past that: every
+        # read appends to (copies) the buffer, so it must double to keep copying linear
+        size = max(min(max(4096, self._batch_bytes), 64 << 20), len(self._buf))
+        data = self._src.read(size)
         if data:
             self._buf += data
         return bool(data)
@@ -200,6 +202,13 @@ class EventStream:
                 return (yield from self._last())
             cut = self._cut()
             if cut is None:
+                if len(self._buf) > MAX_EVENT_BYTES:
+                    raise TraceFormatError(
+                        self.path,
+                        f"no end of an event within {MAX_EVENT_BYTES:,} bytes of the event "
+                        "array: not a Kineto trace this reader takes (events are small)",
+                        offset=self._base,
+                    )
                 if not self._more():
                     return (yield from self._last())
                 continue
@@ -214,7 +223,7 @@ class EventStream:
                 if ended is not None:  # the array ended inside the piece
                     yield self._count(self._decode_events(piece[:ended]))
                     return ended - 1
-                if _at_end(exc, len(piece)):
+                if _at_end(exc, len(piece)) and len(self._bad_cuts) < MAX_BAD_CUTS:
                     self._bad_cuts.add(cut)
                     continue
                 raise self._error(exc, piece) from exc
@@ -224,6 +233,8 @@ class EventStream:
     def _cut(self) -> int | None:
         """Index just past the ``}`` of the last candidate boundary within one batch, else of
         the first one after it; None when the buffer holds none."""
+        if len(self._bad_cuts) >= MAX_BAD_CUTS:
+            return self._bracket_cut()
         end = min(len(self._buf), self._batch_bytes)
         while (j := self._buf.rfind(b"}", 0, end)) > 0:
             if j + 1 not in self._bad_cuts and _SEPARATOR.match(self._buf, j):
@@ -233,6 +244,25 @@ class EventStream:
             if found.start() + 1 not in self._bad_cuts:
                 return found.start() + 1
         return None
+
+    def _bracket_cut(self) -> int | None:
+        """Like :meth:`_cut`, but the boundary is found by following strings and brackets
+        from the event at ``self._buf[0]``: one pass, whatever the strings hold."""
+        depth = 0
+        found = None
+        for token in _TOKEN.finditer(self._buf):
+            t = token.group()
+            if t in (b"{", b"["):
+                depth += 1
+            elif t in (b"}", b"]"):
+                depth -= 1
+                if depth < 0:
+                    return found  # the array's own "]": the rest is for _last
+                if depth == 0 and t == b"}" and _SEPARATOR.match(self._buf, token.start()):
+                    if token.end() > self._batch_bytes:
+                        return found if found is not None else token.end()
+                    found = token.end()
+        return found
 
     def _last(self) -> Iterator[list[Any]]:
         """The rest of the array, up to its ``]``; returns where the tail starts.
