@@ -16,6 +16,7 @@ Scalars are checked with :func:`check_int64` / :func:`check_bytes` (raising
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -127,3 +128,42 @@ def product_fits(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     """
     product = a.cast(pl.Float64) * b.cast(pl.Float64)
     return (product.abs() < float(2**63)).fill_null(True)
+
+
+class LineOutOfRange(OutOfRange):
+    """A number beyond int64 on a line of a line-based format; ``line`` is 1-based."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+_INT64_MAX_TEXT = str(INT64_MAX)
+
+
+def numbers_out_of_range(text: pl.Expr) -> pl.Expr:
+    """True where ``text`` holds a decimal number (a whole word of digits, so not hex) beyond
+    int64; only such a long run of digits can be."""
+    digits = text.str.extract_all(r"\b\d{19,}\b").list.eval(pl.element().str.strip_chars_start("0"))
+    n = pl.element().str.len_chars()
+    big = (n > _INT64_DIGITS) | ((n == _INT64_DIGITS) & (pl.element() > _INT64_MAX_TEXT))
+    return digits.list.eval(big).list.any().fill_null(False)
+
+
+def check_line_numbers(frame: pl.DataFrame, text: str, line: str = "line_no") -> None:
+    """Refuse the first row of ``frame`` whose column ``text`` holds a number beyond int64.
+
+    A cheap test for 19 digits in a row comes first: real lines hold none.
+
+    Raises
+    ------
+    LineOutOfRange
+        With the row's ``line`` number.
+    """
+    if not frame.height or not frame[text].str.contains(r"\d{19}").any():
+        return
+    bad = frame.filter(numbers_out_of_range(pl.col(text)))
+    if bad.height:
+        at, value = bad.select(line, text).row(0)
+        number = max((d.lstrip("0") for d in re.findall(r"\b\d{19,}\b", value)), key=len)
+        raise LineOutOfRange(at, f"the number {describe(number)} is outside 64-bit integers")
