@@ -177,7 +177,8 @@ def rank_list(ranks: Iterable[int]) -> str:
     ordered = sorted(set(ranks))
     count = f" ({len(ordered):,} ranks)" if len(ordered) > 12 else ""
     stride = ordered[1] - ordered[0] if len(ordered) > 12 else 0
-    if stride > 1 and ordered == list(range(ordered[0], ordered[-1] + 1, stride)):
+    # (compared pairwise: a range() from the first rank to the last may be 10**18 long)
+    if stride > 1 and all(b - a == stride for a, b in zip(ordered, ordered[1:], strict=False)):
         first, second, last = ordered[0], ordered[1], ordered[-1]
         return f"[{first}, {second}, ..., {last}] ({len(ordered):,} ranks, {stride} apart)"
     runs: list[list[int]] = []
@@ -404,8 +405,12 @@ def _group(
     lo = bounds.filter(pl.col("rank").is_in(expected))["lo"].max()
     hi = mine["seq"].max()
     ranks_df = pl.DataFrame({"rank": expected}, schema={"rank": pl.Int64})
-    seqs = pl.DataFrame(
-        {"seq": list(range(lo, hi + 1)) if lo is not None else []}, schema={"seq": pl.Int64}
+    # the sequence ids some rank has from lo on, not every id from lo to hi: ids are any int64
+    # (one entry at 10**18 must not make a grid of 10**18 rows); an id no rank has is no finding
+    seqs = (
+        mine.select("seq").filter(pl.col("seq") >= lo).unique().sort("seq")
+        if lo is not None
+        else pl.DataFrame(schema={"seq": pl.Int64})
     )
     grid = seqs.join(ranks_df, how="cross").join(mine, on=["seq", "rank"], how="left")
     present = pl.col("op_sig").is_not_null()

@@ -19,7 +19,14 @@ every layout PyTorch has written into ``collectives``, ``communicators`` and ``r
 
 A pickle is untrusted input: it is loaded by an unpickler whose ``find_class`` refuses every global,
 so only the plain types PyTorch's pickler writes for a dump (dict, list, tuple, str, int, float,
-bool, None) can come out of it, and nothing in the file runs.
+bool, None) can come out of it, and nothing in the file runs. Its memo lets a few hundred bytes
+reference one list from two places, level after level, a structure of 2**60 values: so sets and
+dict keys other than str, int, float, bool and None are refused while loading (hashing such a key
+is the only work loading does per value reached, and a deep one crashes the interpreter), and the
+loaded dump is walked once, counting a value as often as it is reached, before anything reads it
+(:data:`MIN_NODES`, :data:`MAX_DEPTH`). Error messages describe a value
+(:func:`~pipeline.ingest.values.describe`), never print it. The unpickler is CPython's pure-Python
+one (the C one cannot refuse keys): about 0.3 s per MB of pickle.
 
 Entries are walked once in Python: a dump holds at most the ring buffer's size (2000 by default),
 and every entry has to be checked for its types anyway so that bad input names the entry.
@@ -28,9 +35,9 @@ and every entry has to be checked for its types anyway so that bad input names t
 from __future__ import annotations
 
 import io
-import math
 import pickle
 import re
+import struct
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -43,6 +50,7 @@ from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.gz import gunzip
 from pipeline.ingest.result import ParseResult, Warnings
+from pipeline.ingest.values import INT64_MAX, OutOfRange, check_bytes, check_int64, describe
 
 FORMAT = "flight_recorder"
 
@@ -78,6 +86,16 @@ _DTYPES: dict[str, tuple[str, int]] = {
     "Float4_e2m1fn_x2": ("float4_e2m1fn_x2", 1),
 }
 
+#: Values (each counted as often as it is reached) a dump may hold: as many as its bytes, at least
+#: this many. A dump without shared lists cannot exceed its byte count (every value it holds
+#: costs at least one byte of JSON or one pickle opcode); only a memo reference reused level after
+#: level can, and that is a structure no dump writer produces.
+MIN_NODES = 1_000_000
+#: Nesting a dump may have: real ones nest 5 deep (dump, entries, entry, frames, frame).
+MAX_DEPTH = 100
+#: Dict keys a dump holds: strings (and integer group ids in 1.x); all are cheap to hash.
+_PLAIN_KEYS = (str, int, float, bool, type(None))
+
 #: Backends whose work carries device events, so that ``state`` reaches started / completed.
 EVENT_BACKENDS = frozenset({"nccl", "xccl", "hccl", "cncl"})
 
@@ -112,14 +130,49 @@ def sniff(path: Path, head: bytes) -> bool:
 # --------------------------------------------------------------------------- loading
 
 
-class _PlainDataUnpickler(pickle.Unpickler):
-    """An unpickler that can build plain data only: every global and persistent id is refused."""
+class _PlainDataUnpickler(pickle._Unpickler):  # noqa: SLF001 - the C one has no opcode hooks
+    """An unpickler that can build plain data only: every global and persistent id is refused, and
+    so are sets and dict keys that are not plain scalars (a key is hashed, and hashing a tuple walks
+    all of it, a shared-reference DAG 2**60 times)."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)  # noqa: SLF001
 
     def find_class(self, module: str, name: str) -> Any:
         raise _RefusedPickle(f"{module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise _RefusedPickle(f"persistent id {pid!r}")
+        raise _RefusedPickle(f"persistent id {describe(pid)}")
+
+    def _refuse_set(self) -> None:
+        raise _RefusedPickle("a set")
+
+    def _set_item(self) -> None:
+        value = self.stack.pop()
+        key = _plain_key(self.stack.pop())
+        self.stack[-1][key] = value
+
+    def _set_items(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        for i in range(0, len(items), 2):
+            target[_plain_key(items[i])] = items[i + 1]
+
+    def _dict(self) -> None:
+        items = self.pop_mark()
+        self.append({_plain_key(items[i]): items[i + 1] for i in range(0, len(items), 2)})
+
+    for _op in (pickle.EMPTY_SET, pickle.ADDITEMS, pickle.FROZENSET):
+        dispatch[_op[0]] = _refuse_set
+    dispatch[pickle.SETITEM[0]] = _set_item
+    dispatch[pickle.SETITEMS[0]] = _set_items
+    dispatch[pickle.DICT[0]] = _dict
+    del _op
+
+
+def _plain_key(key: Any) -> Any:
+    if not isinstance(key, _PLAIN_KEYS):
+        raise _RefusedPickle(f"a dict key that is {describe(key)}")
+    return key
 
 
 class _RefusedPickle(Exception):
@@ -140,13 +193,61 @@ def _load(path: Path, data: bytes) -> Any:
     if not data.strip():
         raise TraceFormatError(path, "empty file, not a flight recorder dump", offset=0)
     if data.startswith(_PICKLE_MAGIC):
-        return _load_pickle(path, data)
-    if data.lstrip()[:1] in (b"{", b"["):
+        obj = _load_pickle(path, data)
+    elif data.lstrip()[:1] in (b"{", b"["):
         try:
-            return orjson.loads(data)
+            obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise TraceFormatError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from exc
-    raise TraceFormatError(path, "neither JSON nor pickle: not a flight recorder dump", offset=0)
+    else:
+        raise TraceFormatError(
+            path, "neither JSON nor pickle: not a flight recorder dump", offset=0
+        )
+    _check_size(path, obj, max(MIN_NODES, len(data)))
+    return obj
+
+
+def _check_size(path: Path, obj: Any, max_nodes: int) -> None:
+    """Refuse a dump with more than ``max_nodes`` values, each counted as often as it is reached
+    (a list referenced twice counts twice), or nested deeper than :data:`MAX_DEPTH`: whatever
+    reads the dump afterwards does work in proportion to that count. Stops at the limit, so
+    the walk itself is bounded too. The error names the entry (or top-level key) it is in."""
+    nodes = 0
+    stack: list[tuple[Any, int, str]] = [*_top_parts(obj)]
+    while stack:
+        value, depth, place = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            raise TraceFormatError(
+                path,
+                f"{place}more than {max_nodes:,} values in the dump (a shared list counts each "
+                "time it is used): refused, a dump holds fewer values than bytes",
+            )
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            continue
+        if depth >= MAX_DEPTH and children:
+            raise TraceFormatError(path, f"{place}values nested deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1, place) for child in children)
+
+
+def _top_parts(obj: Any) -> list[tuple[Any, int, str]]:
+    """The dump's parts to walk, with depth and the place an error names: ``entry N: `` for
+    entries, ``'key': `` for the other top-level keys."""
+    if isinstance(obj, list):
+        return [(e, 2, f"entry {i}: ") for i, e in enumerate(obj)]
+    if not isinstance(obj, dict):
+        return [(obj, 1, "")]
+    parts = []
+    for key, value in obj.items():
+        if key == "entries" and isinstance(value, list):
+            parts += [(e, 3, f"entry {i}: ") for i, e in enumerate(value)]
+        else:
+            parts.append((value, 2, f"{describe(key)}: "))
+    return parts[::-1]  # (popped from the end: entry 0 first)
 
 
 def _load_pickle(path: Path, data: bytes) -> Any:
@@ -172,6 +273,7 @@ def _load_pickle(path: Path, data: bytes) -> Any:
         OverflowError,
         RecursionError,
         UnicodeDecodeError,
+        struct.error,
     ) as exc:
         raise TraceFormatError(
             path, f"corrupt or truncated pickle: {type(exc).__name__}: {exc}", offset=stream.tell()
@@ -211,13 +313,15 @@ def _structure(path: Path, obj: Any) -> _Dump:
         raise TraceFormatError(path, "not a flight recorder dump: no 'version' or 'entries' key")
     version = obj.get("version", UNVERSIONED)
     if not isinstance(version, str):
-        raise TraceFormatError(path, f"'version' is {version!r}, not a string")
+        raise TraceFormatError(path, f"'version' is {describe(version)}, not a string")
     entries = obj.get("entries", [])
     if not isinstance(entries, list):
         raise TraceFormatError(path, "'entries' is not a list")
     rank = obj.get("rank")
     if rank is not None and not _is_int(rank):
-        raise TraceFormatError(path, f"'rank' is {rank!r}, not an integer")
+        raise TraceFormatError(path, f"'rank' is {describe(rank)}, not an integer")
+    if rank is not None and not 0 <= rank <= INT64_MAX:
+        raise TraceFormatError(path, f"'rank' is {describe(rank)}, not a rank")
     lib = obj.get("comm_lib_version")
     return _Dump(
         version=version,
@@ -236,32 +340,48 @@ def _pg_config(path: Path, cfg: Any) -> list[_Group]:
         if isinstance(value, (list, tuple)):  # 1.x: {pg_id: [ranks]}
             groups.append(_Group(str(key), None, None, _rank_list(path, key, value)))
         elif isinstance(value, dict):  # 2.x: {name: {"name", "desc", "ranks": "[0, 1]"}}
-            name = value.get("name", key)
-            desc = value.get("desc")
-            groups.append(
-                _Group(
-                    str(key),
-                    str(name) if name not in (None, "") else None,
-                    str(desc) if desc not in (None, "") else None,
-                    _rank_list(path, key, value.get("ranks")),
-                )
-            )
+            name = _group_text(path, key, "name", value.get("name", key))
+            desc = _group_text(path, key, "desc", value.get("desc"))
+            groups.append(_Group(str(key), name, desc, _rank_list(path, key, value.get("ranks"))))
         else:
-            raise TraceFormatError(path, f"pg_config[{key!r}] is neither a dict nor a rank list")
+            raise TraceFormatError(
+                path, f"pg_config[{describe(key)}] is neither a dict nor a rank list"
+            )
     return groups
+
+
+def _group_text(path: Path, key: Any, what: str, value: Any) -> str | None:
+    """A group's name or description: text (integer ids read as their digits); "" is none."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if _is_int(value) and 0 <= value <= INT64_MAX:
+        return str(value)
+    raise TraceFormatError(path, f"pg_config[{describe(key)}] {what} is {describe(value)}")
 
 
 def _rank_list(path: Path, key: Any, value: Any) -> list[int] | None:
     if value is None:
         return None
+    where = f"pg_config[{describe(key)}] ranks"
     if isinstance(value, str):
         # 2.x writes the ranks as the text of a list; parse digits, never eval.
         if not re.fullmatch(r"\s*\[\s*(\d+\s*(,\s*\d+\s*)*)?\]\s*", value):
-            raise TraceFormatError(path, f"pg_config[{key!r}] ranks {value!r} is not a rank list")
-        return [int(x) for x in re.findall(r"\d+", value)]
-    if isinstance(value, (list, tuple)) and all(_is_int(x) for x in value):
-        return [int(x) for x in value]
-    raise TraceFormatError(path, f"pg_config[{key!r}] ranks is not a list of integers")
+            raise TraceFormatError(path, f"{where} {describe(value)} is not a rank list")
+        value = [_digits(x) for x in re.findall(r"\d+", value)]
+    if not isinstance(value, (list, tuple)) or not all(_is_int(x) for x in value):
+        raise TraceFormatError(path, f"{where} is not a list of integers")
+    if not all(0 <= x <= INT64_MAX for x in value):
+        raise TraceFormatError(path, f"{where}: a rank outside 0..2**63-1")
+    return list(value)
+
+
+def _digits(text: str) -> int:
+    """The number ``text`` (decimal digits), or -1 when it has more digits than any int64:
+    ``int()`` of thousands of digits is slow, and past 4,300 refused."""
+    text = text.lstrip("0") or "0"
+    return int(text) if len(text) <= 19 else -1
 
 
 def _is_int(x: Any) -> bool:
@@ -278,10 +398,12 @@ def _op_from_profiling_name(name: str) -> tuple[str, str | None, str, int | None
     src = dst = None
     m = re.fullmatch(r"(\d+)->(\d+)", meta) or None
     if bare == "send" and m:
-        src, dst = int(m.group(1)), int(m.group(2))
+        src, dst = _digits(m.group(1)), _digits(m.group(2))
     m = re.fullmatch(r"(\d+)<-(\d+)", meta) or None
     if bare == "recv" and m:
-        dst, src = int(m.group(1)), int(m.group(2))
+        dst, src = _digits(m.group(1)), _digits(m.group(2))
+    if -1 in (src, dst):
+        raise _EntryError(f"'profiling_name' {describe(name)} names a rank beyond 64-bit integers")
     return _normalize_op(bare), backend or None, bare, src, dst
 
 
@@ -323,19 +445,17 @@ def _int_field(
             raise _EntryError(f"missing '{key}'")
         return None
     if not _is_int(v):
-        raise _EntryError(f"'{key}' is {v!r}, not an integer")
+        raise _EntryError(f"'{key}' is {describe(v)}, not an integer")
     if zero_is_null and v == 0:
         return None
     return _int64(int(v), key)
 
 
-_INT64 = (-(2**63), 2**63 - 1)
-
-
 def _int64(v: int, what: str) -> int:
-    if not _INT64[0] <= v <= _INT64[1]:
-        raise _EntryError(f"'{what}' is {v}, outside 64-bit integers")
-    return v
+    try:
+        return check_int64(v, f"'{what}'")
+    except OutOfRange as exc:
+        raise _EntryError(str(exc)) from None
 
 
 def _sizes(e: dict, key: str) -> list[list[int]] | None:
@@ -359,21 +479,33 @@ def _dtypes(e: dict, key: str) -> list[str] | None:
 
 
 def _numel(sizes: list[list[int]] | None) -> int | None:
+    """Elements of all the shapes; each dimension and every partial result must fit int64 (so
+    no product of thousands of huge dimensions is ever computed)."""
     if sizes is None:
         return None
-    return _int64(sum(math.prod(s) for s in sizes), "element count")
+    total = 0
+    for shape in sizes:
+        n = 1
+        for d in shape:
+            if d < 0:
+                raise _EntryError(f"a dimension is {describe(d)}, negative")
+            n = _int64(n * _int64(d, "dimension"), "element count")
+        total = _int64(total + n, "element count")
+    return total
 
 
 def _ms_to_ns(v: Any, key: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _EntryError(f"'{key}' is {v!r}, not a number")
+        raise _EntryError(f"'{key}' is {describe(v)}, not a number")
+    if isinstance(v, int):
+        return _int64(_int64(v, key) * 1_000_000, key)
     try:
         # repr keeps the digits the writer produced; Decimal avoids binary float scaling.
         return _int64(int((Decimal(repr(v)) * 1_000_000).to_integral_value()), key)
     except (InvalidOperation, ValueError, OverflowError) as exc:
-        raise _EntryError(f"'{key}' is {v!r}, not a finite number") from exc
+        raise _EntryError(f"'{key}' is {describe(v)}, not a finite number") from exc
 
 
 def _message_bytes(
@@ -386,7 +518,12 @@ def _message_bytes(
         n = out_count if out_count else count
     else:
         n = count if count else out_count
-    return None if n is None else _int64(n * esize, "bytes")
+    if n is None:
+        return None
+    try:
+        return check_bytes(n * esize, "'bytes' (elements x element size)")
+    except OutOfRange as exc:
+        raise _EntryError(str(exc)) from None
 
 
 _COLUMNS = (
@@ -437,7 +574,7 @@ def _entry_pg(e: dict) -> tuple[str, str | None, str | None]:
         if not (
             isinstance(pg, (list, tuple)) and len(pg) == 2 and all(isinstance(x, str) for x in pg)
         ):
-            raise _EntryError(f"'process_group' is {pg!r}, not [name, desc]")
+            raise _EntryError(f"'process_group' is {describe(pg)}, not [name, desc]")
         name, desc = pg
         return f"pg:{name}", name, (desc if desc not in ("", "undefined") else None)
     pg_id = _int_field(e, "pg_id", required=True)
@@ -478,13 +615,13 @@ def _add_entry(rows: _Rows, i: int, e: Any, rank: int, ranks_of: dict[str, list[
         peer = members[peer]
     is_p2p = e.get("is_p2p")
     if is_p2p is not None and not isinstance(is_p2p, bool):
-        raise _EntryError(f"'is_p2p' is {is_p2p!r}, not a bool")
+        raise _EntryError(f"'is_p2p' is {describe(is_p2p)}, not a bool")
     retired = e.get("retired")
     if retired is not None and not isinstance(retired, bool):
-        raise _EntryError(f"'retired' is {retired!r}, not a bool")
+        raise _EntryError(f"'retired' is {describe(retired)}, not a bool")
     state = e.get("state")
     if state is not None and not isinstance(state, str):
-        raise _EntryError(f"'state' is {state!r}, not a string")
+        raise _EntryError(f"'state' is {describe(state)}, not a string")
     created = _int_field(e, "time_created_ns")
     if created is None and "time_created_us" in e:
         us = _int_field(e, "time_created_us")
@@ -622,7 +759,8 @@ def rank_from_name(path: Path) -> int | None:
     for pattern in _RANK_IN_NAME:
         m = pattern.search(name)
         if m:
-            return int(m.group(1))
+            rank = _digits(m.group(1))
+            return rank if rank >= 0 else None  # (digits beyond int64: no rank)
     return None
 
 

@@ -35,6 +35,7 @@ from pipeline.ingest.kineto_comms import (
 from pipeline.ingest.kineto_stream import BATCH_BYTES, EventStream
 from pipeline.ingest.nesting import add_nesting, add_scope_path
 from pipeline.ingest.result import ParseResult, Warnings
+from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
@@ -266,13 +267,14 @@ def _check_times(path: Path, frame: pl.DataFrame) -> None:
 def _rank(path: Path, trace: Trace, warnings: Warnings) -> tuple[int, str]:
     info = trace.distributedInfo or {}
     from_name = _rank_from_name(path.name)
-    if isinstance(info.get("rank"), int):
-        if from_name is not None and from_name != info["rank"]:
+    rank = int64_or_none(info.get("rank"))  # (another type or beyond int64: unknown)
+    if rank is not None:
+        if from_name is not None and from_name != rank:
             warnings.add(
-                f"file name says rank {from_name}, distributedInfo says {info['rank']}: "
+                f"file name says rank {from_name}, distributedInfo says {rank}: "
                 "using distributedInfo"
             )
-        return info["rank"], "distributedInfo"
+        return rank, "distributedInfo"
     if from_name is not None:
         return from_name, "file_name"
     warnings.add("no rank in distributedInfo or the file name: assuming rank 0")
@@ -283,7 +285,8 @@ def _rank_from_name(name: str) -> int | None:
     found = _RANK_IN_NAME.search(name)
     if not found:
         return None
-    return int(found.group(1) or found.group(2))
+    digits = (found.group(1) or found.group(2)).lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else None  # (beyond int64: no rank)
 
 
 _HOST = frozenset(HOST_KINDS)
@@ -636,7 +639,7 @@ def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for step, dims_text in emb.select("step", "input_dims").iter_rows():
         dims = json_value(dims_text)
-        if not dims or len(dims) < 2 or len(dims[0]) != 2 or len(dims[1]) != 2:
+        if not _embedding_dims(dims):
             continue
         rows.append((step, dims[0][0], dims[1][0], dims[1][1]))
     empty = pl.DataFrame(schema={"step": pl.Int64, "tokens": pl.Int64, "tokens_source": pl.String})
@@ -655,6 +658,20 @@ def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _embedding_dims(dims: Any) -> bool:
+    """Whether ``dims`` is [[vocab, width], [batch, seq], ...] of int64s whose batch x seq
+    fits int64 (the tokens are summed as int64; other values read as unknown)."""
+    if not isinstance(dims, list) or len(dims) < 2:
+        return False
+    pairs = dims[:2]
+    if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        return False
+    values = [int64_or_none(v) for p in pairs for v in p]
+    if None in values or min(values) < 0:  # type: ignore[type-var]
+        return False
+    return fits_int64(values[2] * values[3])  # type: ignore[operator]
+
+
 def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) -> pl.DataFrame:
     info = trace.distributedInfo or {}
     # one column at a time: filtering the whole frame would copy its strings (GBs for a big trace)
@@ -665,13 +682,11 @@ def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) 
     device = int(devices.mode().min()) if len(devices) else None
     gpu_name = None
     for props in trace.deviceProperties or []:
-        if device is not None and props.get("id") == device:
-            gpu_name = props.get("name")
+        if isinstance(props, dict) and device is not None and props.get("id") == device:
+            gpu_name = str_or_none(props.get("name"))
     return pl.DataFrame(
         {
-            "world_size": [
-                info.get("world_size") if isinstance(info.get("world_size"), int) else None
-            ],
+            "world_size": [int64_or_none(info.get("world_size"))],
             "host": [trace.host_name],
             "pid": [pid],
             "device": [f"cuda:{device}" if device is not None else "cpu"],

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import polars as pl
 
+from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import dtype_expr, dtype_size_expr, message_bytes_expr, op_expr
 
 if TYPE_CHECKING:
@@ -147,11 +148,14 @@ def process_groups(trace: Trace) -> dict[str, dict[str, Any]]:
         if not isinstance(pg, dict) or pg.get("pg_name") is None:
             continue
         ranks = int_list(pg.get("ranks"))
-        size = pg.get("pg_size") if isinstance(pg.get("pg_size"), int) else None
-        out[str(pg["pg_name"])] = {
-            "pg_name": str(pg["pg_name"]),
-            "pg_desc": pg.get("pg_desc"),
-            "backend": pg.get("backend_config"),
+        size = int64_or_none(pg.get("pg_size"))
+        name = pg["pg_name"]
+        if not isinstance(name, str) and int64_or_none(name) is None:
+            continue  # (a name of another type: unknown, as an args value would be)
+        out[str(name)] = {
+            "pg_name": str(name),
+            "pg_desc": str_or_none(pg.get("pg_desc")),
+            "backend": str_or_none(pg.get("backend_config")),
             "nranks": size or (len(ranks) if ranks else None),
             "ranks": ranks,
         }
@@ -403,9 +407,12 @@ def _peer(groups: dict[str, dict[str, Any]], frame: pl.DataFrame) -> pl.Expr:
 
 def _peer_from_inputs(text: str | None) -> int | None:
     values = json_value(text)
-    if isinstance(values, list) and len(values) > 2 and str(values[2]).lstrip("-").isdigit():
-        return int(values[2])
-    return None
+    if not isinstance(values, list) or len(values) <= 2:
+        return None
+    peer = values[2]
+    if isinstance(peer, str) and 0 < len(peer.lstrip("-")) <= 18 and peer.lstrip("-").isdigit():
+        return int(peer)
+    return int64_or_none(peer)
 
 
 def _first_numel(text: str | None) -> int | None:
@@ -414,9 +421,11 @@ def _first_numel(text: str | None) -> int | None:
         return None
     numel = 1
     for d in dims[0]:
-        if not isinstance(d, int):
+        if int64_or_none(d) is None:
             return None
         numel *= d
+        if not fits_int64(numel):
+            return None  # (beyond int64: unknown)
     return numel
 
 
@@ -438,8 +447,8 @@ def json_value(text: str | None) -> Any:
 
 
 def int_list(value: Any) -> list[int] | None:
-    """``value`` when it is a list of ints, else None."""
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+    """``value`` when it is a list of int64s, else None (unknown)."""
+    if isinstance(value, list) and all(int64_or_none(v) is not None for v in value):
         return value
     return None
 

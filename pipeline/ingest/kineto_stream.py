@@ -116,6 +116,12 @@ class EventStream:
         self._src = _Source(self.path)
         try:
             yield from self._run()
+        except RecursionError:  # msgspec's nesting limit: within the piece at self._base
+            raise TraceFormatError(
+                self.path,
+                "malformed JSON: nested deeper than the decoder allows (in the events from here)",
+                offset=self._base,
+            ) from None
         finally:
             self._src.close()
             self._buf = b""

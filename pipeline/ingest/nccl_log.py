@@ -31,6 +31,7 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest import _nccl_lines as L
 from pipeline.ingest._nccl_version import infer_version
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
+from pipeline.ingest.values import LineOutOfRange, check_line_numbers, product_fits
 
 FORMAT = "nccl_log"
 
@@ -145,12 +146,16 @@ def parse(path: Path) -> ParseResult:
         parts, facts = _scan(path, warnings)
     except OSError as exc:
         raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
+    except LineOutOfRange as exc:
+        raise TraceFormatError(path, str(exc), line=exc.line) from None
     if size == 0:
         raise TraceFormatError(path, "empty file", offset=0)
     if facts["nccl_lines"] == 0:
         raise TraceFormatError(path, "not an NCCL debug log: no NCCL INFO/WARN line found", line=1)
     try:
         return _build(path, parts, facts, warnings)
+    except LineOutOfRange as exc:
+        raise TraceFormatError(path, str(exc), line=exc.line) from None
     except (pl.exceptions.PolarsError, pa.ArrowException) as exc:  # pragma: no cover - bug net
         raise TraceFormatError(path, f"cannot interpret log: {exc}") from exc
 
@@ -187,6 +192,9 @@ def _scan(path: Path, warnings: Warnings) -> tuple[dict[str, pl.DataFrame], dict
                 .unnest("t")
                 .filter(pl.col("rank").is_not_null()),
             )
+        # every integer field is int64: a line with a longer number is refused, not cast
+        kept = text.str.contains("NCCL ", literal=True) | text.str.contains(": opCount ")
+        check_line_numbers(lines.filter(kept), "line")
         nccl = L.tag_kinds(L.split_prefix(lines))
         facts["nccl_lines"] += nccl.height - nccl["level"].null_count()
         if batch.cut_last and lines.height:
@@ -572,6 +580,18 @@ def _comm_table(parts, comm_ids: pl.DataFrame, world, ranked) -> pl.DataFrame:
     return ids.join(lists, on="comm", how="left").sort("rank", "comm")
 
 
+def _check_products(coll: pl.DataFrame, count: pl.Expr, n: pl.Expr, size: pl.Expr) -> None:
+    """Refuse the first COLL line whose count x ranks or count x ranks x element size is
+    beyond int64: Polars would wrap it into a wrong (even negative) byte count."""
+    full = count * n.fill_null(1)
+    fits = product_fits(count, n.fill_null(1)) & product_fits(full, size.fill_null(1))
+    bad = coll.filter(~fits)
+    if bad.height:
+        raise LineOutOfRange(
+            bad["line_no"].min(), "count x ranks x element size is beyond 64-bit integers"
+        )
+
+
 def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFrame:
     coll = parts.get("coll")
     if coll is None:
@@ -608,9 +628,9 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
     reducing = op.is_in(["all_reduce", "reduce", "reduce_scatter"])
     redop_id = pl.col("redop_id").cast(pl.Int64)
     redop = redop_id.replace_strict(_REDOPS, default="premul_sum", return_dtype=pl.String)
-    out = coll.join(
-        ids, on=["host", "pid", "comm_ptr"], how="left", nulls_equal=False
-    ).with_columns(
+    joined = coll.join(ids, on=["host", "pid", "comm_ptr"], how="left", nulls_equal=False)
+    _check_products(joined, c, n, size)
+    out = joined.with_columns(
         op.alias("op"),
         dt.replace_strict(
             {k: v[0] for k, v in _DTYPES.items()}, default=None, return_dtype=pl.String

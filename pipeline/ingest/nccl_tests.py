@@ -19,6 +19,7 @@ import polars as pl
 from pipeline.errors import TraceFormatError
 from pipeline.ingest._nccl_lines import iter_batches
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
+from pipeline.ingest.values import LineOutOfRange, check_line_numbers
 
 FORMAT = "nccl_tests"
 
@@ -115,6 +116,11 @@ def parse(path: Path) -> ParseResult:
     if batches[-1].cut_last:
         warnings.add("last line cut (no newline at end of file)")
     lines = pl.concat([b.frame for b in batches])
+    try:
+        # sizes, counts and ranks are int64: a line with a longer number is refused, not cast
+        check_line_numbers(lines, "line")
+    except LineOutOfRange as exc:
+        raise TraceFormatError(path, str(exc), line=exc.line) from None
     lines = lines.with_columns(pl.col("line").str.extract_groups(_PREFIX).alias("p")).unnest("p")
     lines = lines.with_columns(
         pl.coalesce(pl.col("l1"), pl.col("l2"), pl.col("l3")).cast(pl.Int64).alias("launcher_rank")

@@ -33,22 +33,26 @@ from pipeline.ingest.nsys_raw import (
     RUNTIME_SCHEMA,
     NsysRaw,
     ProcessInfo,
+    check_time,
     frame,
 )
+from pipeline.ingest.values import OutOfRange, check_int64, describe
 
 _RUNTIME_CLASSES = {0, 1}  # ENUM_NSYS_EVENT_CLASS: CUDA runtime, CUDA driver
-
-
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _int(v: object) -> int | None:
     if v is None:
         return None
-    out = int(v)  # type: ignore[arg-type]
-    if not _INT64[0] <= out <= _INT64[1]:
-        raise ValueError(f"{v!r} is outside 64-bit integers")
-    return out
+    if isinstance(v, str) and len(v.strip().lstrip("+-").lstrip("0")) > 19:
+        raise OutOfRange(f"{describe(v)} is outside 64-bit integers")  # (int() of it is slow)
+    return check_int64(int(v), describe(v))  # type: ignore[arg-type]
+
+
+def _time(v: object) -> int | None:
+    """A timestamp: an integer within 95 years (:data:`~pipeline.ingest.nsys_raw.MAX_ABS_NS`)."""
+    out = _int(v)
+    return None if out is None else check_time(out, "timestamp")
 
 
 def read(path: Path, lines: Iterable[bytes]) -> NsysRaw:
@@ -114,8 +118,8 @@ def _nvtx_row(ev: dict, strings: list[str]) -> tuple:
         except (binascii.Error, ValueError):
             payload = None
     return (
-        _int(ev.get("Timestamp")),
-        _int(ev.get("EndTimestamp")),
+        _time(ev.get("Timestamp")),
+        _time(ev.get("EndTimestamp")),
         _int(ev.get("Type")),
         text,
         _int(ev.get("GlobalTid")),
@@ -128,8 +132,8 @@ def _nvtx_row(ev: dict, strings: list[str]) -> tuple:
 
 def _runtime_row(ev: dict, strings: list[str]) -> tuple:
     return (
-        _int(ev.get("startNs")),
-        _int(ev.get("endNs")),
+        _time(ev.get("startNs")),
+        _time(ev.get("endNs")),
         _int(ev.get("eventClass")),
         _int(ev.get("globalTid")),
         _int(ev.get("correlationId")),
@@ -154,8 +158,8 @@ def _cuda_row(ev: dict, strings: list[str]) -> tuple | None:
     else:
         return None
     return (
-        _int(ev.get("startNs")),
-        _int(ev.get("endNs")),
+        _time(ev.get("startNs")),
+        _time(ev.get("endNs")),
         _int(ev.get("deviceId")),
         _int(ev.get("streamId")),
         _int(ev.get("correlationId")),

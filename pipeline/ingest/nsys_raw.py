@@ -67,6 +67,13 @@ def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
+#: Times (ns, relative to the capture or the epoch) beyond this are not times: 95 years, the
+#: bound Kineto times have too, so that capture-relative time + session start never wraps int64.
+MAX_ABS_NS = 3 * 10**18
+#: Columns of the raw frames that hold times.
+TIME_COLUMNS = ("start", "end")
+
+
 class BadValue(ValueError):
     """A value of the wrong type or range in a table of the export (the message names it)."""
 
@@ -80,10 +87,29 @@ def frame(rows: list[tuple], schema: dict[str, pl.DataType], what: str = "") -> 
     if not rows:
         return empty(schema)
     try:
-        return pl.DataFrame(rows, schema=schema, orient="row")
+        out = pl.DataFrame(rows, schema=schema, orient="row")
     except (pl.exceptions.PolarsError, TypeError, OverflowError, ValueError) as exc:
         first = (str(exc).splitlines() or [""])[0]
         raise BadValue(f"{what or 'table'}: a value does not fit its column: {first}") from None
+    check_times(out, what)
+    return out
+
+
+def check_times(df: pl.DataFrame, what: str) -> None:
+    """Raise :class:`BadValue`, naming ``what``, for a time beyond :data:`MAX_ABS_NS`."""
+    columns = [c for c in TIME_COLUMNS if c in df.columns]
+    if not columns or not df.height:
+        return
+    bad = df.select(pl.any_horizontal(pl.col(c).abs() > MAX_ABS_NS for c in columns).any())
+    if bad.item():
+        raise BadValue(f"{what or 'table'}: a time beyond +-{MAX_ABS_NS:.0e} ns (95 years)")
+
+
+def check_time(value: int, what: str) -> int:
+    """``value`` when it is a time within :data:`MAX_ABS_NS`, else :class:`BadValue`."""
+    if abs(value) > MAX_ABS_NS:
+        raise BadValue(f"{what}: {value} is not a time (beyond +-{MAX_ABS_NS:.0e} ns, 95 years)")
+    return value
 
 
 @dataclass

@@ -21,8 +21,10 @@ from pipeline.ingest.nsys_raw import (
     KERNEL_SCHEMA,
     NVTX_SCHEMA,
     RUNTIME_SCHEMA,
+    BadValue,
     NsysRaw,
     ProcessInfo,
+    check_time,
     empty,
     frame,
 )
@@ -42,12 +44,44 @@ _ENV_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$')
 
 
 def connect(path: Path, timeout_s: float = 1.0) -> sqlite3.Connection:
-    """Open ``path`` read-only; a locked database fails after ``timeout_s`` (no ``immutable``)."""
+    """Open ``path`` read-only, never writing a file beside it.
+
+    A rollback-journal database (what nsys writes) is opened ``mode=ro``: reading creates
+    nothing, and a database another program holds locked fails after ``timeout_s``. A
+    database in WAL mode would get ``-wal`` and ``-shm`` files created beside it (and cannot
+    be opened at all in a read-only folder), so it is opened ``immutable``, which reads the
+    file alone; that is only right when no write-ahead log holds committed pages, so a
+    non-empty ``-wal`` beside it is refused (sqlite3.OperationalError, naming it).
+    """
     uri = f"file:{quote(path.resolve().as_posix())}?mode=ro"
+    if _wal_mode(path):
+        _refuse_pending_log(path)
+        uri += "&immutable=1"
     con = sqlite3.connect(uri, uri=True, timeout=timeout_s)
     # A string that is not UTF-8 (a hostile or damaged name) stays text, marked with U+FFFD.
     con.text_factory = lambda b: b.decode("utf-8", "replace")
     return con
+
+
+def _wal_mode(path: Path) -> bool:
+    """Whether the header's file format versions (bytes 18, 19) say WAL (2)."""
+    with open(path, "rb") as fh:
+        header = fh.read(20)
+    return len(header) == 20 and header[18:20] == b"\x02\x02"
+
+
+def _refuse_pending_log(path: Path) -> None:
+    log = path.with_name(path.name + "-wal")
+    try:
+        size = log.stat().st_size
+    except FileNotFoundError:
+        return
+    if size:
+        raise sqlite3.OperationalError(
+            f"its write-ahead log {log.name} ({size:,} bytes) is beside it: the database is "
+            "open in another program or was not closed; close it (or run sqlite3 on it once) "
+            "and ingest again"
+        )
 
 
 def table_names(con: sqlite3.Connection) -> set[str]:
@@ -264,13 +298,23 @@ def _payloads(con: sqlite3.Connection) -> pl.DataFrame:
     return pl.DataFrame([ids]).with_columns(decoded["payload"])
 
 
+def _session_start(value: object) -> int | None:
+    """``utcEpochNs``: an integer time, or none."""
+    if value is None:
+        return None
+    if not isinstance(value, int):
+        raise BadValue("TARGET_INFO_SESSION_START_TIME: utcEpochNs is not an integer")
+    return check_time(value, "TARGET_INFO_SESSION_START_TIME: utcEpochNs")
+
+
 def _report_facts(
     con: sqlite3.Connection, tables: set[str], cols: dict[str, set[str]], raw: NsysRaw
 ) -> None:
     """Session start, schema version, host, GPUs, processes, MPI ranks, capture environment."""
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-        raw.session_start_ns = int(row[0]) if row and row[0] is not None else None
+        start = _session_start(row[0] if row else None)
+        raw.session_start_ns = start
     for meta in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if meta in tables:
             kv = dict(con.execute(f"SELECT name, value FROM {meta}").fetchall())

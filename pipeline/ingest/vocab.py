@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipeline.ingest.values import product_fits
+
 #: Substring (of the lower-cased name, underscores removed) -> op; first match wins, so the
 #: compound names come before the words they contain.
 _OP_PATTERNS: list[tuple[str, str]] = [
@@ -80,7 +82,9 @@ def message_bytes_expr(
     for send/recv).
     """
     elements = pl.when(op.is_in(["all_gather", "gather"])).then(out_count).otherwise(in_count)
-    return pl.when(op.is_in(["send_recv", "unknown"])).then(None).otherwise(elements * size)
+    # a product beyond int64 would wrap (a negative byte count): unknown, like a bad args value
+    known = ~op.is_in(["send_recv", "unknown"]) & product_fits(elements, size) & (elements >= 0)
+    return pl.when(known).then(elements * size)
 
 
 #: Communication kernels (case-insensitive): the only kernels whose collective metadata is read.
