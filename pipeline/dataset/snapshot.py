@@ -47,14 +47,19 @@ def read_snapshot(dataset: Path, read: Callable[[], T], *, attempts: int = ATTEM
             return read()
         # (a read-only connection reports a missing part as a PermissionException: DuckDB
         # then looks for a folder of that name, outside its allowed paths)
-        except (MissingPartError, duckdb.IOException, duckdb.PermissionException, OSError):
+        # (Parquet decoding errors, and a file gone, come as the last two)
+        except (
+            MissingPartError,
+            duckdb.IOException,
+            duckdb.PermissionException,
+            OSError,
+            duckdb.InvalidInputException,
+            pa.ArrowException,
+        ):
             if attempt < attempts and _manifest_stamp(dataset) != before:
                 continue
             # A part gone under a manifest that lists it, or damaged: say which.
             _require_whole(dataset)
-            raise
-        except (duckdb.InvalidInputException, pa.ArrowException):
-            _require_whole(dataset)  # (Parquet decoding errors come as these)
             raise
     raise AssertionError("unreachable: the last attempt returns or raises")
 
