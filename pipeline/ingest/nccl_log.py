@@ -580,11 +580,9 @@ def _comm_table(parts, comm_ids: pl.DataFrame, world, ranked) -> pl.DataFrame:
     return ids.join(lists, on="comm", how="left").sort("rank", "comm")
 
 
-def _check_products(coll: pl.DataFrame, count: pl.Expr, n: pl.Expr, size: pl.Expr) -> None:
-    """Refuse the first COLL line whose count x ranks or count x ranks x element size is
-    beyond int64: Polars would wrap it into a wrong (even negative) byte count."""
-    full = count * n.fill_null(1)
-    fits = product_fits(count, n.fill_null(1)) & product_fits(full, size.fill_null(1))
+def _check_products(coll: pl.DataFrame, fits: pl.Expr) -> None:
+    """Refuse the first COLL line where ``fits`` is false: a count x ranks or byte count beyond
+    int64, which Polars would wrap into a wrong, even negative, number."""
     bad = coll.filter(~fits)
     if bad.height:
         raise LineOutOfRange(
@@ -629,7 +627,8 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
     redop_id = pl.col("redop_id").cast(pl.Int64)
     redop = redop_id.replace_strict(_REDOPS, default="premul_sum", return_dtype=pl.String)
     joined = coll.join(ids, on=["host", "pid", "comm_ptr"], how="left", nulls_equal=False)
-    _check_products(joined, c, n, size)
+    # (counts scale with ranks exactly for the times_n ops: count_in / count_out below too)
+    _check_products(joined, (product_fits(c, n) | ~times_n) & product_fits(full, size))
     out = joined.with_columns(
         op.alias("op"),
         dt.replace_strict(

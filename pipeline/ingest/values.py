@@ -10,8 +10,8 @@
   nodes, or an integer with 100,000 digits (``str`` refuses past 4,300 digits).
 
 Scalars are checked with :func:`check_int64` / :func:`check_bytes` (raising
-:class:`OutOfRange`, whose message the parser places), columns with :func:`int64_text` and
-:func:`product_fits`.
+:class:`OutOfRange`, whose message the parser places), lines and columns with
+:func:`check_line_numbers` and :func:`product_fits`.
 """
 
 from __future__ import annotations
@@ -101,22 +101,6 @@ def describe(value: Any) -> str:
 
 
 # --------------------------------------------------------------------------- columns
-
-
-def int64_text(text: pl.Expr) -> pl.Expr:
-    """Decimal text as int64; null where it is not a number or does not fit (check those with
-    :func:`text_out_of_range`)."""
-    return text.str.to_integer(strict=False)
-
-
-def text_out_of_range(text: pl.Expr) -> pl.Expr:
-    """True where decimal ``text`` is a number that does not fit int64 (too many digits, or 19
-    digits beyond the limit); null text is never out of range."""
-    digits = text.str.strip_chars_start("+-").str.strip_chars_start("0")
-    is_number = text.str.contains(r"^[+-]?\d+$").fill_null(False)
-    return is_number & (
-        (digits.str.len_chars() > _INT64_DIGITS) | int64_text(text).is_null()
-    ).fill_null(False)
 
 
 def product_fits(a: pl.Expr, b: pl.Expr) -> pl.Expr:

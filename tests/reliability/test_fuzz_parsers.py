@@ -25,6 +25,7 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest.detect import FORMATS
 from tests.conftest import real_traces_dir
 from tests.reliability.corpus import real_seeds, write_inline_seeds
+from tests.reliability.test_hostile_pickle import dump_with
 
 #: ``TOKENWIRE_FUZZ_EXAMPLES=5000`` explores further (random, not derandomized) by hand.
 EXAMPLES = int(os.environ.get("TOKENWIRE_FUZZ_EXAMPLES", "0"))
@@ -47,6 +48,11 @@ PREFIXES = [
     b"SQLite format 3\x00",
     b'{"data":["[Broken backtraces]","NvtxEvent"]}\n{"NvtxEvent":',
     b"\x1f\x8b\x08\x00\x00\x00\x00\x00",
+    # the hostile shapes of test_hostile_*.py: a pickle whose memo shares a list 60 levels
+    # deep (2**60 values), args nested past the decoder's limit, a count beyond int64
+    dump_with("process_group"),
+    b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1, "args": {"x": ' + b"[" * 5000,
+    b"h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1" + b"0" * 20,
 ]
 
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from pipeline import output
 from pipeline.cli import cli
 from tests.reliability.corpus import kineto_doc, write_inline_seeds
-from tests.reliability.hostile import assert_one_error, digest, edit_manifest, run_cli
+from tests.reliability.hostile import assert_one_error, digest, edit_manifest, errors, run_cli
 
 #: The commands that read a dataset, with their arguments after the dataset's path.
 READERS = {
@@ -122,7 +122,7 @@ def test_a_linked_spill_folder_is_removed_not_written(world: dict[str, Path]) ->
     os.symlink(world["victim"], world["ds"] / ".link-spill")
     before = digest(world["victim"])
     outcome = run_cli("link", world["ds"])
-    assert outcome.code == 0, outcome.stderr
+    assert outcome.returncode == 0, outcome.stderr
     assert digest(world["victim"]) == before
     assert not os.path.lexists(world["ds"] / ".link-spill")
 
@@ -135,7 +135,7 @@ def test_stray_part_names_outside_are_never_cleaned(world: dict[str, Path]) -> N
     (outside / "part-0123.parquet").write_text("not ours")
     os.symlink(world["victim"], world["ds"] / "extra")
     before = digest(world["victim"])
-    assert run_cli(*_args("ingest", world)).code == 0
+    assert run_cli(*_args("ingest", world)).returncode == 0
     assert digest(world["victim"]) == before
 
 
@@ -171,7 +171,7 @@ def test_an_output_inside_the_dataset_is_refused(world: dict[str, Path], args) -
 def test_sql_writes_into_the_dataset_when_asked(world: dict[str, Path]) -> None:
     target = world["ds"] / "export.csv"
     outcome = run_cli("sql", world["ds"], "SELECT 1 AS one", "-o", target, "--allow-writes")
-    assert outcome.code == 0, outcome.stderr
+    assert outcome.returncode == 0, outcome.stderr
     assert target.read_text() == "one\n1\n"
 
 
@@ -180,8 +180,8 @@ def test_a_dataset_path_that_is_a_file_is_refused(world: dict[str, Path], comman
     file = world["victim"] / "important"
     args = [a.format(**{**world, "ds": file}) for a in READERS[command]]
     outcome = run_cli(*args)
-    assert outcome.code == 1, outcome
-    assert len(outcome.errors) == 1 and str(file) in outcome.errors[0], outcome.stderr
+    assert outcome.returncode == 1, outcome
+    assert len(errors(outcome)) == 1 and str(file) in errors(outcome)[0], outcome.stderr
     assert file.read_text() == "keep me"
 
 
