@@ -79,7 +79,6 @@ class Transaction:
         self.manifest = Manifest()
         self.created = False  # no manifest before: this transaction makes the dataset
         self._made_folder = False
-        self.committed = False
         self._lock: _Lock | None = None
 
     def __enter__(self) -> Transaction:
@@ -118,7 +117,6 @@ class Transaction:
         """Make :attr:`manifest` the dataset's, then delete ``removed`` (parts it no longer
         lists: merged away, or derived parts a new link replaced)."""
         write_manifest(self.dataset, self.manifest)
-        self.committed = True
         listed = set(self.manifest.all_parts())
         for rel in removed:
             if rel not in listed:
