@@ -83,9 +83,8 @@ class Transaction:
 
     def __enter__(self) -> Transaction:
         check_dataset_folder(self.dataset, must_exist=not self.create)
-        if not self.dataset.exists():
-            self.dataset.mkdir(parents=True)
-            self._made_folder = True
+        if self.create:
+            self._made_folder = _make_folder(self.dataset)
         self._lock = _Lock(self.dataset)
         try:
             self._open()
@@ -164,6 +163,17 @@ class Transaction:
             for name in dirs:
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.join(root, name))  # (a link or a non-empty one stays)
+
+
+def _make_folder(dataset: Path) -> bool:
+    """Make the dataset folder; False when it is there already. Two writers started together
+    may both find it missing: the second ``mkdir`` then fails, and both go on to the lock."""
+    try:
+        dataset.mkdir(parents=True)
+    except FileExistsError:
+        check_dataset_folder(dataset, must_exist=True)  # (a file made meanwhile is refused)
+        return False
+    return True
 
 
 def _own_leftover(name: str) -> bool:

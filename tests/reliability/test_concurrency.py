@@ -97,3 +97,23 @@ def test_lock_in_process(tmp_path: Path) -> None:
     assert not (dataset / LOCK).exists()
     # Released: the next writer gets it.
     assert ingest([tmp_path / "job"], dataset).count("ingested") == RANKS
+
+
+def test_folder_made_by_another_writer_just_before_our_mkdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ingests started together both find the dataset missing; the second's ``mkdir``
+    then meets the folder the first made. It goes on to the lock, as if it had been there."""
+    dataset = tmp_path / "ds"
+    mkdir = Path.mkdir
+
+    def other_writer_first(self: Path, *args: object, **kwargs: object) -> None:
+        if self == dataset:
+            os.mkdir(dataset)  # the other writer, just before ours
+        mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", other_writer_first)
+    summary = ingest([make_job(tmp_path / "job", events=5)], dataset)
+    monkeypatch.undo()
+    assert summary.count("ingested") == RANKS
+    assert rows(dataset)["files"] == RANKS
