@@ -29,6 +29,8 @@ SQL_FILES = (
     "communicator_dims.sql",
     "clock_offsets.sql",
     "collective_instances.sql",
+    "collective_waits.sql",
+    "step_stragglers.sql",
     "instance_context.sql",
     "token_wire.sql",
 )
@@ -38,6 +40,9 @@ DERIVED = (
     "communicator_dims",
     "clock_offsets",
     "collective_instances",
+    "collective_waits",
+    "step_stragglers",
+    "straggler_ops",
     "token_wire",
 )
 
