@@ -75,15 +75,19 @@ FROM islands GROUP BY job, step, rank, island;
 -- Leaf ops (CPU) and kernels (GPU) of the straggler that overlap its windows, summed by name:
 -- the five that took most of the windows per step.
 CREATE TEMP TABLE straggler_ops AS
-WITH activity AS (
+WITH rank_ops AS (
+    SELECT o.* FROM ops o SEMI JOIN _straggler_windows w USING (job, rank, source)
+),
+activity AS (
     -- (leaf ops only: their parents, up to ProfilerStep#N, would cover every window)
     SELECT job, rank, source, 'op' AS what, name, module_path AS layer, start_ns, end_ns
-    FROM ops o
-    WHERE NOT EXISTS (SELECT 1 FROM ops c WHERE c.job = o.job AND c.rank = o.rank
+    FROM rank_ops o
+    WHERE NOT EXISTS (SELECT 1 FROM rank_ops c WHERE c.job = o.job AND c.rank = o.rank
                       AND c.source = o.source AND c.file_id = o.file_id
                       AND c.parent_id = o.op_id)
     UNION ALL
-    SELECT job, rank, source, 'kernel', name, nvtx_range, start_ns, end_ns FROM kernels
+    SELECT job, rank, source, 'kernel', name, nvtx_range, start_ns, end_ns
+    FROM kernels SEMI JOIN _straggler_windows USING (job, rank, source)
 ),
 overlap AS (
     SELECT w.job, w.step, w.rank, a.what, a.name, a.layer,
