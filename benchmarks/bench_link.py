@@ -57,6 +57,7 @@ def build_job(sample: Path, out: Path, *, ranks: int, repeat: int) -> int:
     base = out.parent / "sample-ds"
     # the profiler traces only: the job's NCCL logs and Nsight export repeat the same calls
     ingest(sorted(sample.glob("*.pt.trace.json*")), base, job="sample", jobs=1)
+    out.mkdir(parents=True)
     manifest = Manifest()
     events = 0
     span = (

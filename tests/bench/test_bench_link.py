@@ -1,0 +1,23 @@
+"""The link benchmark's job builder (benchmarks/bench_link.py) at its smallest: the job it
+writes is a dataset that tokenwire reads and links, so ``make bench`` measures a real link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pipeline
+from benchmarks.bench_link import build_job
+from pipeline.link.runner import link
+from tests.conftest import REPO_ROOT
+
+
+def test_the_scaled_job_links(tmp_path: Path) -> None:
+    events = build_job(REPO_ROOT / "sample_traces", tmp_path / "job", ranks=2, repeat=2)
+    ds = pipeline.open(tmp_path / "job")
+    counted = ds.sql(
+        "SELECT (SELECT count(*) FROM ops) + (SELECT count(*) FROM kernels) "
+        "+ (SELECT count(*) FROM collectives)"
+    ).item()
+    assert events == counted > 0
+    summary = link(tmp_path / "job")
+    assert summary.rows["collective_links"] == ds.sql("SELECT count(*) FROM collectives").item()
