@@ -31,6 +31,7 @@ SQL_FILES = (
     "collective_instances.sql",
     "collective_waits.sql",
     "step_stragglers.sql",
+    "critical_path.sql",
     "instance_context.sql",
     "token_wire.sql",
 )
@@ -43,6 +44,7 @@ DERIVED = (
     "collective_waits",
     "step_stragglers",
     "straggler_ops",
+    "critical_path",
     "token_wire",
 )
 

@@ -14,7 +14,8 @@ DOC = REPO_ROOT / "docs" / "sql.md"
 
 def _queries() -> list[tuple[str, str]]:
     text = DOC.read_text()
-    found = re.findall(r"^## (.+?)\n+```sql\n(.+?)```", text, flags=re.S | re.M)
+    # (a section may explain itself in a paragraph between its title and its query)
+    found = re.findall(r"^## ([^\n]+)\n(?:(?!^## ).)*?```sql\n(.+?)```", text, flags=re.S | re.M)
     return [(title.strip(), sql) for title, sql in found]
 
 

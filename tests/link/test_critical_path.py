@@ -1,0 +1,73 @@
+"""critical_path on the sample job: contiguous segments from a step's start to its end, and
+the same path as a plain backward walk written here over collective_waits and steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+import pipeline
+
+
+def _path(dataset: Path) -> pl.DataFrame:
+    return pipeline.open(dataset).sql("SELECT * FROM critical_path ORDER BY step, position")
+
+
+def test_segments_tile_the_step(linked_sample: Path) -> None:
+    path = _path(linked_sample)
+    ds = pipeline.open(linked_sample)
+    ends = ds.sql(
+        "SELECT s.step, max(s.end_ns - o.offset_ns) AS end_ns FROM steps s "
+        "JOIN clock_offsets o USING (job, rank) WHERE s.source = 'kineto' GROUP BY 1"
+    )
+    assert path["step"].unique().sort().to_list() == ends["step"].sort().to_list()
+    for step, rows in path.group_by("step"):
+        starts, durs = rows["start_ns"].to_list(), rows["dur_ns"].to_list()
+        assert all(d > 0 for d in durs)
+        # each segment begins where the one before it ended
+        assert all(starts[i] + durs[i] == starts[i + 1] for i in range(len(starts) - 1))
+        end = ends.filter(pl.col("step") == step[0])["end_ns"].item()
+        assert starts[-1] + durs[-1] == end
+        assert set(rows["segment"]) == {"compute", "transfer"}
+
+
+def _walk(calls: pl.DataFrame, steps: pl.DataFrame, step: int) -> list[tuple]:
+    """The definition, one hop at a time: on rank r at t, the latest call of r that ended by
+    t; compute from its end to t, its transfer before that; go on from the last arrival."""
+    here = steps.filter(pl.col("step") == step).sort("end_ns", "rank", descending=[True, False])
+    rank, t = here["rank"][0], here["end_ns"][0]
+    segments = []
+    while True:
+        mine = calls.filter(
+            (pl.col("step") == step) & (pl.col("rank") == rank) & (pl.col("end_ns") <= t)
+        ).sort("end_ns", "moving_ns", descending=True)
+        if mine.is_empty():
+            start = here.filter(pl.col("rank") == rank)["start_ns"].item()
+            segments.append((rank, "compute", min(start, t), t))
+            break
+        call = mine.row(0, named=True)
+        segments.append((rank, "compute", call["end_ns"], t))
+        segments.append((rank, "transfer", call["moving_ns"], call["end_ns"]))
+        rank, t = call["late_rank"], call["moving_ns"]
+    return [s for s in reversed(segments) if s[3] > s[2]]
+
+
+def test_the_path_is_the_backward_walk(linked_sample: Path) -> None:
+    ds = pipeline.open(linked_sample)
+    calls = ds.sql(
+        "SELECT step, rank, aligned_start_ns + wait_ns AS moving_ns, "
+        "aligned_start_ns + dur_ns AS end_ns, late_rank FROM collective_waits "
+        "WHERE step IS NOT NULL"
+    )
+    steps = ds.sql(
+        "SELECT s.step, s.rank, min(s.start_ns - o.offset_ns) AS start_ns, "
+        "max(s.end_ns - o.offset_ns) AS end_ns FROM steps s JOIN clock_offsets o "
+        "USING (job, rank) WHERE s.source = 'kineto' GROUP BY ALL"
+    )
+    path = _path(linked_sample)
+    for step in steps["step"].unique().to_list():
+        got = path.filter(pl.col("step") == step).select(
+            "rank", "segment", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end")
+        )
+        assert got.rows() == _walk(calls, steps, step)
