@@ -239,11 +239,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(
-        self, index: int, tp: int, tp_group, moe: MoE | None, slow_rank: int | None
-    ) -> None:
+    def __init__(self, tp: int, tp_group, moe: MoE | None, slow_rank: int | None) -> None:
         super().__init__()
-        self.index, self.slow_rank = index, slow_rank
+        self.slow_rank = slow_rank
         self.ln1, self.ln2 = nn.LayerNorm(HIDDEN), nn.LayerNorm(HIDDEN)
         self.attn = Attention(tp, tp_group)
         self.mlp = moe if moe is not None else MLP(tp, tp_group)
@@ -299,7 +297,7 @@ class TinyGPT(nn.Module):
         super().__init__()
         self.embed = Embed(tp, tp_rank, tp_group) if first else None
         self.blocks = nn.ModuleList(
-            Block(i, tp, tp_group, MoE(ep_group, ep) if ep_group is not None else None,
+            Block(tp, tp_group, MoE(ep_group, ep) if ep_group is not None else None,
                   slow_rank if i == STRAGGLER_LAYER else None)
             for i in layers
         )  # fmt: skip
