@@ -5,14 +5,17 @@ where they are, the model's shapes, the message sizes derived from them by hand,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 import pipeline
-from pipeline.dataset.handle import Dataset
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
 from tests.conftest import REPO_ROOT
+
+if TYPE_CHECKING:
+    from pipeline.dataset.handle import Dataset  # the type pipeline.open returns
 
 DATA = REPO_ROOT / "tests" / "data" / "cpu_gloo"
 #: ranks of each run

@@ -4,9 +4,10 @@ profiled steps."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from pipeline.dataset.handle import Dataset
 from tests.cpu_gloo import (
     A2A,
     ACT,
@@ -24,6 +25,9 @@ from tests.cpu_gloo import (
     counts,
     ingested,
 )
+
+if TYPE_CHECKING:
+    from pipeline.dataset.handle import Dataset  # the type pipeline.open returns
 
 _DDP = {("all_reduce", PARAMS * FP32): 2, ("all_reduce", LOSS): 2}
 _TP = {("all_reduce", ACT): 20, ("all_reduce", CE): 6}

@@ -4,9 +4,10 @@ next to the analytic prediction, and what the straggler run shows of the late ra
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from pipeline.dataset.handle import Dataset
 from tests.cpu_gloo import (
     A2A,
     ACT,
@@ -21,6 +22,9 @@ from tests.cpu_gloo import (
     counts,
     linked,
 )
+
+if TYPE_CHECKING:
+    from pipeline.dataset.handle import Dataset  # the type pipeline.open returns
 
 
 @pytest.fixture(scope="module")
