@@ -38,13 +38,13 @@ WITH RECURSIVE walk(job, step, hop, rank, t, done, from_rank, from_t, moving_ns,
     FROM _path_steps GROUP BY job, step
     UNION ALL
     SELECT w.job, w.step, w.hop + 1, coalesce(c.late_rank, w.rank),
-           coalesce(c.moving_ns, w.t), c.end_ns IS NULL, w.rank, w.t, c.moving_ns,
+           coalesce(least(c.moving_ns, w.t - 1), w.t), c.end_ns IS NULL, w.rank, w.t, c.moving_ns,
            c.end_ns, c.op, c.parallel_dim, c.layer, c.comm, c.seq
     FROM walk w
-    LEFT JOIN LATERAL (
-        SELECT * FROM _path_calls k
-        WHERE k.job = w.job AND k.step = w.step AND k.rank = w.rank AND k.end_ns <= w.t
-        ORDER BY k.end_ns DESC, k.moving_ns DESC, k.comm, k.seq LIMIT 1) c ON true
+    -- (an as-of join: the call of the greatest end_ns at or before t, found by a merge
+    -- rather than a search per row)
+    ASOF LEFT JOIN _path_calls c
+      ON c.job = w.job AND c.step = w.step AND c.rank = w.rank AND c.end_ns <= w.t
     WHERE NOT w.done
 )
 SELECT * FROM walk WHERE hop > 0;

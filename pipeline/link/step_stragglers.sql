@@ -2,7 +2,8 @@
 -- arrival made the other ranks wait longest (the sum of their collective_waits.wait_ns in
 -- the collectives it arrived at last), the layer and dimension of those collectives, and
 -- in straggler_ops what that rank ran while the others waited: its ops and kernels in the
--- windows from the first rank's arrival to its own, on its own clock.
+-- windows from the first rank's arrival to its own, on its own clock, and the layer it was
+-- busy in.
 --
 -- reads: collective_waits, collective_instances, clock_offsets, ops, kernels
 -- creates: step_stragglers, straggler_ops
@@ -34,7 +35,7 @@ SELECT c.job, c.step, c.rank, count(*) AS delayed_collectives,
         WHERE d.job = c.job AND d.step = c.step AND d.rank = c.rank) AS parallel_dim
 FROM _caused c GROUP BY c.job, c.step, c.rank;
 
-CREATE TEMP TABLE step_stragglers AS
+CREATE TEMP TABLE _step_straggler AS
 SELECT b.job, b.step, b.rank, b.delayed_collectives, b.caused_wait_ns,
        w.wait_ns AS step_wait_ns,
        b.caused_wait_ns / nullif(w.wait_ns, 0) AS wait_share,
@@ -52,7 +53,7 @@ WITH w AS (
     SELECT s.job, s.step, s.rank, c.source,
            i.first_start_ns + o.offset_ns AS start_ns,
            i.last_start_ns + o.offset_ns AS end_ns
-    FROM step_stragglers s
+    FROM _step_straggler s
     JOIN _caused c USING (job, step, rank)
     JOIN collective_instances i USING (job, source, comm, seq)
     JOIN clock_offsets o USING (job, rank)
@@ -72,40 +73,59 @@ SELECT job, step, rank, any_value(source) AS source, min(start_ns) AS start_ns,
        max(end_ns) AS end_ns
 FROM islands GROUP BY job, step, rank, island;
 
--- Leaf ops (CPU) and kernels (GPU) of the straggler that overlap its windows, summed by name:
--- the five that took most of the windows per step.
+-- What the straggler ran in its windows: ops (CPU) by their own time there, the time no
+-- child op covers (a module whose Python code sleeps or spins holds that time itself;
+-- counting every op whole would name ProfilerStep#N), and kernels (GPU) by their time there;
+-- summed by name, the five that took most per step.
 CREATE TEMP TABLE straggler_ops AS
 WITH rank_ops AS (
     SELECT o.* FROM ops o SEMI JOIN _straggler_windows w USING (job, rank, source)
 ),
-activity AS (
-    -- (leaf ops only: their parents, up to ProfilerStep#N, would cover every window)
-    SELECT job, rank, source, 'op' AS what, name, module_path AS layer, start_ns, end_ns
-    FROM rank_ops o
-    WHERE NOT EXISTS (SELECT 1 FROM rank_ops c WHERE c.job = o.job AND c.rank = o.rank
-                      AND c.source = o.source AND c.file_id = o.file_id
-                      AND c.parent_id = o.op_id)
-    UNION ALL
-    SELECT job, rank, source, 'kernel', name, nvtx_range, start_ns, end_ns
-    FROM kernels SEMI JOIN _straggler_windows USING (job, rank, source)
-),
-overlap AS (
-    SELECT w.job, w.step, w.rank, a.what, a.name, a.layer,
-           least(a.end_ns, w.end_ns) - greatest(a.start_ns, w.start_ns) AS overlap_ns
+op_overlap AS (
+    SELECT w.job, w.step, w.rank, w.start_ns AS window_ns, o.file_id, o.op_id, o.parent_id,
+           o.name, o.module_path,
+           least(o.end_ns, w.end_ns) - greatest(o.start_ns, w.start_ns) AS overlap_ns
     FROM _straggler_windows w
-    JOIN activity a
-      ON a.job = w.job AND a.rank = w.rank AND a.source = w.source
-     AND a.start_ns < w.end_ns AND a.end_ns > w.start_ns
+    JOIN rank_ops o
+      ON o.job = w.job AND o.rank = w.rank AND o.source = w.source
+     AND o.start_ns < w.end_ns AND o.end_ns > w.start_ns
+),
+children AS (
+    SELECT job, step, rank, window_ns, file_id, parent_id AS op_id,
+           sum(overlap_ns) AS child_ns
+    FROM op_overlap WHERE parent_id IS NOT NULL GROUP BY ALL
+),
+activity AS (
+    SELECT o.job, o.step, o.rank, 'op' AS what, o.name, o.module_path AS layer,
+           o.overlap_ns - coalesce(c.child_ns, 0) AS overlap_ns
+    FROM op_overlap o
+    LEFT JOIN children c USING (job, step, rank, window_ns, file_id, op_id)
+    UNION ALL
+    SELECT w.job, w.step, w.rank, 'kernel', k.name, k.nvtx_range,
+           least(k.end_ns, w.end_ns) - greatest(k.start_ns, w.start_ns)
+    FROM _straggler_windows w
+    JOIN kernels k
+      ON k.job = w.job AND k.rank = w.rank AND k.source = w.source
+     AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns
 ),
 totals AS (
     SELECT job, step, rank, what, name, arg_max(layer, overlap_ns) AS layer,
            sum(overlap_ns) AS overlap_ns
-    FROM overlap GROUP BY job, step, rank, what, name
+    FROM activity GROUP BY job, step, rank, what, name
 )
 SELECT t.job, t.step, t.rank, t.what, t.name, t.layer, t.overlap_ns,
        t.overlap_ns / nullif(g.window_ns, 0) AS window_share
 FROM totals t
 JOIN (SELECT job, step, rank, sum(end_ns - start_ns) AS window_ns
       FROM _straggler_windows GROUP BY ALL) g USING (job, step, rank)
+WHERE t.overlap_ns > 0
 QUALIFY row_number() OVER (PARTITION BY t.job, t.step ORDER BY t.overlap_ns DESC, t.what,
                            t.name) <= 5;
+
+-- The straggler of each step, with the layer it was busy in while the others waited: the
+-- module path of its op that held most of the windows.
+CREATE TEMP TABLE step_stragglers AS
+SELECT s.*, o.busy_layer
+FROM _step_straggler s
+LEFT JOIN (SELECT job, step, arg_max(layer, overlap_ns) AS busy_layer FROM straggler_ops
+           WHERE what = 'op' AND layer IS NOT NULL GROUP BY ALL) o USING (job, step);

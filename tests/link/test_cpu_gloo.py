@@ -254,3 +254,21 @@ def test_straggler_is_the_late_rank_of_the_gradient_all_reduce(
 def test_without_a_straggler_the_skew_is_small(datasets: dict[str, Dataset]) -> None:
     """The same job without the sleep (ddp): no rank arrives 30 ms late."""
     assert _instances(datasets["ddp"])["skew_ns"].max() < 10_000_000
+
+
+def test_step_stragglers_name_the_sleeping_rank_and_its_block(
+    datasets: dict[str, Dataset],
+) -> None:
+    """step_stragglers names rank 1 in both steps, busy in blocks.1 (where it sleeps) while
+    rank 0 waited, and straggler_ops puts that module's own time first."""
+    ds = datasets["straggler"]
+    stragglers = ds.sql("SELECT step, rank, busy_layer FROM step_stragglers ORDER BY step")
+    assert stragglers["step"].to_list() == STEPS
+    assert stragglers["rank"].to_list() == [1, 1]
+    assert all(layer.endswith("Block_1") for layer in stragglers["busy_layer"])
+    top = ds.sql(
+        "SELECT step, name, overlap_ns FROM straggler_ops "
+        "QUALIFY row_number() OVER (PARTITION BY step ORDER BY overlap_ns DESC) = 1"
+    )
+    assert sorted(top["name"]) == ["nn.Module: Block_1"] * 2
+    assert top["overlap_ns"].min() > 10_000_000  # of the 30 ms sleep, what rank 0 waited for

@@ -1,5 +1,7 @@
 """critical_path on the sample job: contiguous segments from a step's start to its end, and
-the same path as a plain backward walk written here over collective_waits and steps."""
+the same path as a plain backward walk written here over collective_waits and steps; on a
+job whose clocks disagree (calls that end before their last rank arrives), the walk still
+ends."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ from pathlib import Path
 import polars as pl
 
 import pipeline
+from benchmarks.bench_link import build_job
+from pipeline.link.runner import link
+from tests.conftest import REPO_ROOT
 
 
 def _path(dataset: Path) -> pl.DataFrame:
@@ -34,11 +39,13 @@ def test_segments_tile_the_step(linked_sample: Path) -> None:
 
 def _walk(calls: pl.DataFrame, steps: pl.DataFrame, step: int) -> list[tuple]:
     """The definition, one hop at a time: on rank r at t, the latest call of r that ended by
-    t; compute from its end to t, its transfer before that; go on from the last arrival."""
+    t; compute from its end to t, its transfer before that; go on from the last arrival, at
+    least 1 ns earlier (a call whose transfer took no time must not be found again)."""
     here = steps.filter(pl.col("step") == step).sort("end_ns", "rank", descending=[True, False])
     rank, t = here["rank"][0], here["end_ns"][0]
     segments = []
-    while True:
+    # every hop moves t back, so a call is found at most twice
+    for _ in range(2 * calls.height + 1):
         mine = calls.filter(
             (pl.col("step") == step) & (pl.col("rank") == rank) & (pl.col("end_ns") <= t)
         ).sort("end_ns", "moving_ns", descending=True)
@@ -49,12 +56,14 @@ def _walk(calls: pl.DataFrame, steps: pl.DataFrame, step: int) -> list[tuple]:
         call = mine.row(0, named=True)
         segments.append((rank, "compute", call["end_ns"], t))
         segments.append((rank, "transfer", call["moving_ns"], call["end_ns"]))
-        rank, t = call["late_rank"], call["moving_ns"]
+        rank, t = call["late_rank"], min(call["moving_ns"], t - 1)
+    else:
+        raise AssertionError("the walk did not end")
     return [s for s in reversed(segments) if s[3] > s[2]]
 
 
-def test_the_path_is_the_backward_walk(linked_sample: Path) -> None:
-    ds = pipeline.open(linked_sample)
+def _assert_walk(dataset: Path) -> None:
+    ds = pipeline.open(dataset)
     calls = ds.sql(
         "SELECT step, rank, aligned_start_ns + wait_ns AS moving_ns, "
         "aligned_start_ns + dur_ns AS end_ns, late_rank FROM collective_waits "
@@ -65,9 +74,27 @@ def test_the_path_is_the_backward_walk(linked_sample: Path) -> None:
         "max(s.end_ns - o.offset_ns) AS end_ns FROM steps s JOIN clock_offsets o "
         "USING (job, rank) WHERE s.source = 'kineto' GROUP BY ALL"
     )
-    path = _path(linked_sample)
+    path = _path(dataset)
+    assert path["step"].unique().sort().to_list() == steps["step"].unique().sort().to_list()
     for step in steps["step"].unique().to_list():
         got = path.filter(pl.col("step") == step).select(
             "rank", "segment", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end")
         )
         assert got.rows() == _walk(calls, steps, step)
+
+
+def test_the_path_is_the_backward_walk(linked_sample: Path) -> None:
+    _assert_walk(linked_sample)
+
+
+def test_the_walk_ends_where_calls_end_before_their_last_arrival(tmp_path: Path) -> None:
+    """The benchmark's job copies one trace onto two ranks with no offset between copies: some
+    calls end, on the aligned clock, before their late rank starts, so their transfer takes
+    no time and the late rank is the rank itself."""
+    build_job(REPO_ROOT / "sample_traces", tmp_path / "job", ranks=2, repeat=2)
+    link(tmp_path / "job")
+    zero = pipeline.open(tmp_path / "job").sql(
+        "SELECT count(*) FROM collective_waits WHERE wait_ns = dur_ns AND late_rank = rank"
+    )
+    assert zero.item() > 0
+    _assert_walk(tmp_path / "job")
