@@ -2,12 +2,13 @@
 
 Each event becomes one line of JSON text: a struct of its fields encoded by Polars, with its
 ``args`` (nulls dropped) spliced in. One process per rank (``pid`` = the rank), one thread
-track per step lane, phase lane, CUDA stream and host thread of the rank (``tid`` numbered
-from 1 in that order); ``M`` events name and order them. Collectives, steps, phases, kernels
-and host ranges are complete events (``X``); flow events (``s`` then ``f``, bound to the
-enclosing slice) chain the calls of one collective instance from rank to rank in arrival
-order. ``ts`` and ``dur`` are microseconds from ``origin_ns`` (the earliest event start, on
-the job's aligned clock), as the format wants; docs/export.md lists what every event carries.
+track per step lane, phase lane, CUDA stream, stream's profiler annotations and host thread
+of the rank (``tid`` numbered from 1 in that order); ``M`` events name and order them.
+Collectives, steps, phases, kernels and host ranges are complete events (``X``); flow
+events (``s`` then ``f``, bound to the enclosing slice) chain the calls of one collective
+instance from rank to rank in arrival order. ``ts`` and ``dur`` are microseconds from
+``origin_ns`` (the earliest event start, on the job's aligned clock), as the format wants;
+docs/export.md lists what every event carries.
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ from pipeline.export.scope import ExportError
 from pipeline.export.timeline import TimelineRows
 
 #: Track kinds, in the order a rank's tracks are shown.
-STEPS, PHASES, STREAM, THREAD = 0, 1, 2, 3
-_TRACK_LABEL = {STEPS: "steps", PHASES: "phases", STREAM: "stream", THREAD: "thread"}
+STEPS, PHASES, STREAM, ANNOTATIONS, THREAD = 0, 1, 2, 3, 4
+_TRACK_LABEL = {
+    STEPS: "steps",
+    PHASES: "phases",
+    STREAM: "stream",
+    ANNOTATIONS: "annotations on stream",
+    THREAD: "thread",
+}
 _SLICE_COLUMNS = ["rank", "track_kind", "track_id", "start_ns", "dur_ns", "name", "cat", "args"]
 
 
@@ -132,7 +139,9 @@ def _ops(frame: pl.DataFrame) -> pl.DataFrame | None:
     if not frame.height:
         return None
     return frame.with_columns(
-        track_kind=pl.when(pl.col("on_stream")).then(pl.lit(STREAM)).otherwise(pl.lit(THREAD)),
+        # (the profiler's annotations of GPU work may overlap one another: a track of their
+        # own keeps the stream's kernels and collectives nested)
+        track_kind=pl.when(pl.col("on_stream")).then(pl.lit(ANNOTATIONS)).otherwise(pl.lit(THREAD)),
         track_id=pl.col("tid").fill_null(-1),
         cat=pl.col("kind"),
         args=pl.struct("kind", "step", "module_path"),

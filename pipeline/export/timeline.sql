@@ -176,7 +176,7 @@ WHERE k.job = s.job AND k.kind <> 'comm' AND k.rank IN (SELECT rank FROM _export
 -- One row per host range (torch op, module scope, annotation, runtime call, NVTX range) of
 -- the ranks, steps and window in scope, from the rank's most trusted source of ops.
 -- gpu_user_annotation ranges are the profiler's annotations on a GPU stream (their tid is the
--- stream), so they go on that stream's track, as the profiler's own trace shows them.
+-- stream): on_stream marks them, for a track beside that stream's.
 WITH src AS (
     SELECT rank, arg_min(source, source_preference(source)) AS source
     FROM (SELECT DISTINCT rank, source FROM ops

@@ -7,6 +7,7 @@ into the ``traceEvents`` array, so the file is never held twice in memory.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,13 @@ def write_trace(output: Path, lines: pl.Series, other: dict[str, Any]) -> int:
         ``output`` cannot be written (a folder, a missing folder, a full disk).
     """
     output = Path(output)
-    with atomic_output(output) as tmp:
-        opener = gzip.open if output.name.endswith(".gz") else open
-        with opener(tmp, "wb") as f:
+    with atomic_output(output) as tmp, open(tmp, "wb") as raw:
+        # (gzip's header names the file inside: the output's, not the temporary one's)
+        inner = output.name.removesuffix(".gz")
+        zipped = output.name.endswith(".gz")
+        with (
+            gzip.GzipFile(inner, "wb", fileobj=raw) if zipped else contextlib.nullcontext(raw) as f
+        ):
             f.write(b'{"traceEvents":[\n')
             for start in range(0, lines.len(), BATCH):
                 if start:
