@@ -206,12 +206,14 @@ def _args_json() -> pl.Expr:
 
 def _flows(collectives: pl.DataFrame | None) -> pl.Series:
     """A start (``s``) and a finish (``f``, bound to the enclosing slice) per pair of calls of
-    one instance that follow each other in arrival order (aligned start, then rank)."""
+    one instance that follow each other in arrival order (aligned start)."""
     if collectives is None:
         return pl.Series("line", [], pl.String)
     key = ["instance_comm", "instance_seq"]
     calls = collectives.filter(pl.col("instance_comm").is_not_null())
-    calls = calls.sort([*key, "ts_ns", "rank"]).select(*key, "name", "pid", "tid", "ts_ns")
+    # (of equal starts the lowest rank last: the one collective_instances names late_rank)
+    calls = calls.sort([*key, "ts_ns", "rank"], descending=[False, False, False, True])
+    calls = calls.select(*key, "name", "pid", "tid", "ts_ns")
     pairs = calls.with_columns(
         next_pid=pl.col("pid").shift(-1).over(key),
         next_tid=pl.col("tid").shift(-1).over(key),
