@@ -13,6 +13,7 @@ docs/export.md lists what every event carries.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import polars as pl
@@ -29,7 +30,6 @@ _TRACK_LABEL = {
     ANNOTATIONS: "annotations on stream",
     THREAD: "thread",
 }
-_SLICE_COLUMNS = ["rank", "track_kind", "track_id", "start_ns", "dur_ns", "name", "cat", "args"]
 
 
 @dataclass
@@ -148,7 +148,7 @@ def _ops(frame: pl.DataFrame) -> pl.DataFrame | None:
     )
 
 
-def _tracks(frames) -> pl.DataFrame:  # noqa: ANN001 - an iterable of slice frames
+def _tracks(frames: Iterable[pl.DataFrame]) -> pl.DataFrame:
     """One row per track: rank, track_kind, track_id, tid (from 1 within the rank) and name."""
     keys = pl.concat([f.select("rank", "track_kind", "track_id") for f in frames]).unique()
     label = pl.col("track_kind").replace_strict(_TRACK_LABEL, return_dtype=pl.String)
