@@ -6,8 +6,9 @@
 -- subtracted (clock_offsets.sql), so that the ranks of several hosts line up.
 
 -- name: jobs
--- Which jobs the dataset holds (files of every source, so a job with no rows still counts).
-SELECT job FROM files GROUP BY job ORDER BY job;
+-- Which jobs the dataset holds ranks of (a small table; a job of nccl-tests output alone has
+-- none, and nothing to put on a timeline).
+SELECT job FROM ranks GROUP BY job ORDER BY job;
 
 -- name: linked
 -- Whether the job has been linked: its collectives, and the rows link derived from them
