@@ -24,7 +24,8 @@ demo: $(STAMP)
 	          sum(predicted_bytes) AS predicted_bytes, round(sum(bytes) / any_value(tokens)) AS bytes_per_token \
 	   FROM token_wire WHERE step = (SELECT min(step) FROM token_wire) GROUP BY ALL ORDER BY ALL"
 	$(BIN)/tokenwire report $(DEMO_DIR)/dataset --config sample_traces/job.yaml -o $(DEMO_DIR)/report.html
-	@echo "open $(DEMO_DIR)/report.html"
+	$(BIN)/tokenwire export $(DEMO_DIR)/dataset -o $(DEMO_DIR)/timeline.json.gz --kernels
+	@echo "open $(DEMO_DIR)/report.html; load $(DEMO_DIR)/timeline.json.gz in ui.perfetto.dev or chrome://tracing"
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q

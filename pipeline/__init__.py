@@ -2,7 +2,8 @@
 
 The package follows the flow: ``ingest`` (one module per source format), ``dataset``
 (schemas, Parquet layout, DuckDB views), ``link`` (SQL that joins sources), ``model``
-(analytic traffic predictions) and ``report``. Nothing heavy is imported at module load.
+(analytic traffic predictions), ``report`` and ``export`` (a linked job as a trace-viewer
+timeline). Nothing heavy is imported at module load.
 
 From a notebook::
 

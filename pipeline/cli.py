@@ -543,3 +543,80 @@ def _without_jsonschema_format_checkers() -> None:
     charts without formats). The process is the command's own, so the package is marked
     missing here, which jsonschema takes as not installed."""
     sys.modules.setdefault("rfc3987_syntax", None)
+
+
+@cli.command("export")
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+    help="Trace file to write: .json, or .json.gz (gzipped).",
+)  # fmt: skip
+@click.option("--job", help="Job to export (needed when the dataset holds several).")
+@click.option("--step", "steps", metavar="N|N-M", help="Only this step, or these steps.")
+@click.option("--ranks", metavar="LIST", help="Only these ranks, e.g. 0-7,12.")
+@click.option(
+    "--window",
+    metavar="START_NS:END_NS",
+    help="Only events overlapping this time window (ns on the job's aligned clock; either "
+    "end may be left out).",
+)
+@click.option("--kernels", is_flag=True, help="Also export GPU kernels, memcpys and memsets.")
+@click.option(
+    "--ops", is_flag=True, help="Also export host ranges (torch ops, runtime calls, NVTX)."
+)
+@click.option("--allow-writes", is_flag=True, help="Let -o name a file inside the dataset.")
+def export(
+    dataset: Path,
+    output: Path,
+    job: str | None,
+    steps: str | None,
+    ranks: str | None,
+    window: str | None,
+    kernels: bool,
+    ops: bool,
+    allow_writes: bool,
+) -> None:
+    """Write a linked job as a timeline that Perfetto UI and chrome://tracing open.
+
+    \b
+    Example:
+      tokenwire export run42.tw -o run42.json.gz --step 3 --ranks 0-7
+      tokenwire export run42.tw -o window.json --window 1766862620000000000:1766862620050000000
+
+    One process per rank, a track per stream and thread, collectives named by op and
+    parallel dimension with their layer, phase, step, bytes and wait in the args, arrows
+    between the ranks of each collective, steps and phases as ranges; clock offsets from
+    link applied. Large jobs: choose a step, ranks or a window (docs/export.md says what
+    size opens comfortably).
+    """
+    from pipeline import export as ex
+    from pipeline.output import refuse_inside
+
+    try:
+        scope = ex.Scope(
+            job=job,
+            ranks=ex.parse_ranks(ranks) if ranks is not None else None,
+            steps=ex.parse_steps(steps) if steps is not None else None,
+            window=ex.parse_window(window) if window is not None else None,
+            kernels=kernels,
+            ops=ops,
+        )
+        if not allow_writes:
+            refuse_inside(dataset, output)
+        result = ex.export_timeline(dataset, output=output, scope=scope)
+    except TokenwireError as exc:
+        _fail(str(exc))
+    if result.untimed_ranks:
+        _say("Warning", f"ranks without timed collectives (none exported): {result.untimed_ranks}")
+    counts = ", ".join(f"{n:,} {k}" for k, n in result.counts.items() if k != "events")
+    click.echo(
+        f"wrote {result.output} ({result.size_bytes / 1e6:.1f} MB, job {result.job}, "
+        f"{result.counts['events']:,} events: {counts})",
+        err=True,
+    )
+    if result.counts["events"] > ex.MANY_EVENTS:
+        _say(
+            "Warning",
+            f"{result.counts['events']:,} events may be more than a browser opens comfortably; "
+            "narrow with --step, --ranks or --window (docs/export.md)",
+        )

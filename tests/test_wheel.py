@@ -132,3 +132,5 @@ def test_cli_from_the_wheel_ingests_links_and_reports(venv, tmp_path):
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>")
     assert "vega" in html
+    _run([tokenwire, "export", "DS", "-o", "t.json", "--step", "2"], **kw)
+    assert '"job":"sample"' in (tmp_path / "t.json").read_text(encoding="utf-8")
