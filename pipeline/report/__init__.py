@@ -17,7 +17,7 @@ from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.snapshot import read_snapshot
 from pipeline.model.config import Job, load_job
-from pipeline.report import glance, quality, timing, topology, traffic
+from pipeline.report import glance, quality, timing, topology, traffic, waits
 from pipeline.report.context import Context, open_context
 from pipeline.report.page import Section, atomic_write_text, render, write_images
 
@@ -110,6 +110,7 @@ def _sections(ctx: Context) -> list[Section]:
         timing.time_section(ctx, no_timing),
         timing.bandwidth_section(ctx, no_timing),
         timing.skew_section(ctx, no_timing),
+        waits.section(ctx, no_timing),
         topology.section(ctx),
     ]
     hang_sec = quality.hang_section(ctx)

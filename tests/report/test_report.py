@@ -80,10 +80,11 @@ def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
     result = build_report(sample_linked, config=JOB_YAML, output=out)
     page = out.read_text()
     assert result.sections == [
-        "glance", "journey", "bytes", "layers", "time", "bandwidth", "skew", "topology", "quality",
+        "glance", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
+        "topology", "quality",
     ]  # fmt: skip
     for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
-                 "busbw_vs_size", "late_ranks", "top_kernels"):  # fmt: skip
+                 "busbw_vs_size", "late_ranks", "top_kernels", "wait_transfer"):  # fmt: skip
         assert name in result.charts
     assert len(specs(page)) == len(result.charts)
     assert "Needs tokenwire link" not in page
@@ -286,3 +287,28 @@ def test_chart_rows_become_json_with_no_nan_and_nothing_that_ends_the_script():
     text = spec_json({"data": {"values": rows}})
     assert "<" not in text and ">" not in text and "&" not in text and "NaN" not in text
     assert json.loads(text) == {"data": {"values": rows}}
+
+
+def test_waits_section_sums_the_linked_tables(sample_linked):
+    """The waiting-or-transferring section: wait and transfer per dimension are the sums of
+    collective_waits, the straggler rank is the one step_stragglers names (rank 5, whose
+    attention kernels the generator slows), and the critical path's parts add up to it."""
+    ctx = open_context(sample_linked, config=load_job(JOB_YAML))
+    con = connect(sample_linked)
+    by_dim = ctx.query("wait_by_dim")
+    wait, transfer = con.execute(
+        "SELECT sum(wait_ns), sum(transfer_ns) FROM collective_waits"
+    ).fetchone()
+    assert by_dim["wait_ns"].sum() == wait and by_dim["transfer_ns"].sum() == transfer
+    assert (
+        by_dim["calls"].sum() == con.execute("SELECT count(*) FROM collective_waits").fetchone()[0]
+    )
+    ranks = ctx.query("straggler_ranks", limit=10)
+    assert ranks["rank"][0] == 5
+    assert ranks["steps"][0] == con.execute("SELECT count(DISTINCT step) FROM steps").fetchone()[0]
+    split = ctx.query("critical_path_split")
+    total = con.execute("SELECT sum(dur_ns) FROM critical_path").fetchone()[0]
+    assert split["dur_ns"].sum() == total
+    assert split["share"].sum() == pytest.approx(1.0)
+    assert "compute" in split["part"].to_list()
+    assert any(p.startswith("transfer ") for p in split["part"])
