@@ -17,7 +17,7 @@ from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.snapshot import read_snapshot
 from pipeline.model.config import Job, load_job
-from pipeline.report import glance, quality, timing, topology, traffic, waits
+from pipeline.report import glance, ledger, quality, timing, topology, traffic, waits
 from pipeline.report.context import Context, open_context
 from pipeline.report.page import Section, atomic_write_text, render, write_images
 
@@ -104,6 +104,7 @@ def _sections(ctx: Context) -> list[Section]:
     table = traffic.compare(traffic_data)
     sections = [
         glance.section(ctx),
+        ledger.section(ctx),
         traffic.journey_section(ctx, traffic_data, table),
         traffic.bytes_section(ctx, traffic_data, table),
         traffic.layer_section(ctx, traffic_data),

@@ -383,3 +383,31 @@ SELECT step, sum(dur_ns) AS dur_ns,
 FROM critical_path WHERE job = $job
 GROUP BY step
 ORDER BY step;
+
+-- name: ledger_dims
+-- Observed against the model per parallel dimension, per traced step: predicted bytes,
+-- observed bytes, and the bytes of items seen as predicted (matched).
+SELECT parallel_dim,
+       sum(predicted_bytes) / count(DISTINCT step) AS predicted_bytes,
+       sum(bytes) / count(DISTINCT step) AS bytes,
+       sum(bytes) FILTER (WHERE status = 'matched') / count(DISTINCT step) AS matched_bytes,
+       count(*) FILTER (WHERE status <> 'matched') AS differing_rows
+FROM ledger
+WHERE job = $job
+GROUP BY parallel_dim
+ORDER BY sum(predicted_bytes) + sum(bytes) DESC, parallel_dim;
+
+-- name: ledger_items
+-- Every item that is not seen as predicted (missing, unpredicted, resized, other counts),
+-- per traced step (the mean over the steps where it appears).
+SELECT status, parallel_dim, op, phase, purpose, layer,
+       avg(predicted_calls) AS predicted_calls, any_value(predicted_message_bytes)
+           AS predicted_message_bytes,
+       avg(calls) AS calls, any_value(message_bytes) AS message_bytes,
+       avg(bytes) - avg(predicted_bytes) AS bytes_difference, any_value(reason) AS reason
+FROM ledger
+WHERE job = $job AND status <> 'matched'
+GROUP BY status, parallel_dim, op, phase, purpose, layer, predicted_message_bytes,
+         message_bytes
+ORDER BY abs(avg(bytes) - avg(predicted_bytes)) DESC, parallel_dim, op, phase, status
+LIMIT $limit;

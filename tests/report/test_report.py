@@ -80,7 +80,7 @@ def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
     result = build_report(sample_linked, config=JOB_YAML, output=out)
     page = out.read_text()
     assert result.sections == [
-        "glance", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
+        "glance", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
         "topology", "quality",
     ]  # fmt: skip
     for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
@@ -312,3 +312,31 @@ def test_waits_section_sums_the_linked_tables(sample_linked):
     assert split["share"].sum() == pytest.approx(1.0)
     assert "compute" in split["part"].to_list()
     assert any(p.startswith("transfer ") for p in split["part"])
+
+
+def test_ledger_section_names_the_items_a_change_resizes(sample_linked, tmp_path):
+    """The sample linked against a job.yaml with micro_batch 4: the ledger section lists the
+    resized TP and PP items with the predicted and observed calls x size and the reason; the
+    sample's own job.yaml gives a ledger with nothing that differs."""
+    import shutil
+
+    import yaml
+
+    config = yaml.safe_load(JOB_YAML.read_text())
+    config["batch"]["micro_batch"] = 4
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = tmp_path / "ds"
+    shutil.copytree(sample_linked, ds)
+    link(ds, config=tmp_path / "job.yaml")
+    ctx = open_context(ds, config=load_job(tmp_path / "job.yaml"))
+    items = ctx.query("ledger_items", limit=40)
+    assert set(items["status"]) == {"size differs"}
+    assert set(items["parallel_dim"]) == {"tp", "pp"}
+    out = tmp_path / "r.html"
+    build_report(ds, config=tmp_path / "job.yaml", output=out)
+    page = out.read_text()
+    assert "72 × 262 kB" in page and "144 × 131 kB" in page
+    assert "check micro_batch" in page
+    same = open_context(sample_linked, config=load_job(JOB_YAML))
+    assert same.query("ledger_items", limit=40).height == 0
+    assert same.query("ledger_dims")["differing_rows"].sum() == 0
