@@ -330,7 +330,9 @@ def _tensor_parallel(
     mb = job.microbatches
     s_c = m.seq_len // par.cp
     msg = job.batch.micro_batch * s_c * m.hidden * job.dtypes.e_a
-    first, last = coords["pp"] == 0, coords["pp"] == par.pp - 1
+    # (without vocab-parallel layers the embedding, LM head and loss issue no TP collective)
+    vocab = job.conventions.vocab_parallel
+    first, last = vocab and coords["pp"] == 0, vocab and coords["pp"] == par.pp - 1
     full = job.recompute == "full"
     items = _tp_sp_items if par.sequence_parallel else _tp_items
     for op, phase, kind, calls, purpose in items(n_layers * mb, mb, full, first, last):
@@ -464,7 +466,7 @@ def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) 
         acc.add("pp", op, phase, "boundary", calls, msg, pair, purpose)
     if m.tied_embeddings and (first or last):
         pair = [_peer(job, rank, 0), _peer(job, rank, p - 1)]
-        size = P.embedding_params(m, tp=par.tp) * job.dtypes.e_g
+        size = P.embedding_params(m, tp=P.vocab_tp(job)) * job.dtypes.e_g
         acc.add("pp", "all_reduce", "optimizer", "embedding", 1, size, pair,
                 "tied embedding gradients of the first and last stage")  # fmt: skip
 
@@ -500,13 +502,41 @@ def _data_parallel(
     else:
         for kind, gname in (("all", "dense"), ("moe", "expert")):
             g = groups[gname]
+            if gname == "dense" and scheme == "ddp" and job.conventions.torch_buckets:
+                for size, calls, what in _torch_buckets(job, coords["pp"]):
+                    acc.add("dp", "all_reduce", "backward", kind, calls, size, g, what)
+                continue
             n_el = sum(u.elements for u in units if u.group == gname)
             bucket = par.bucket_size or max(40_000_000, 1_000_000 * len(g))
             for calls, el, what in _buckets(n_el, bucket):
                 _gradient_bucket(acc, scheme, kind, calls, el * dt.e_g, el * dt.e_p, g, what)
-    if coords["pp"] == par.pp - 1:
+    if coords["pp"] == par.pp - 1 and job.conventions.loss_all_reduce:
         acc.add("dp", "all_reduce", "other", "loss", 1, LOSS_REPORT_BYTES, groups["dense"],
                 "loss report")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_buckets(job: Job, pp_rank: int) -> tuple[tuple[int, int, str], ...]:
+    """(bytes, calls, purpose) of the gradient buckets PyTorch DDP all-reduces: it walks the
+    parameters in reverse order and closes a bucket once it holds 1 MiB, then 25 MiB
+    (``ddp_first_bucket_mb``, ``ddp_bucket_mb``), never splitting a tensor
+    (``compute_bucket_assignment_by_size``, torch/csrc/distributed/c10d/reducer.cpp, called
+    by torch/nn/parallel/distributed.py with ``_DEFAULT_FIRST_BUCKET_BYTES`` and
+    ``bucket_cap_mb``). Cached per stage: every rank of a stage has the same buckets."""
+    conv, e_g = job.conventions, job.dtypes.e_g
+    limit = int(conv.ddp_first_bucket_mb * 2**20)
+    sizes, size = [], 0
+    for elements in reversed(P.rank_tensors(job, pp_rank)):
+        size += elements * e_g
+        if size >= limit:
+            sizes.append(size)
+            size, limit = 0, int(conv.ddp_bucket_mb * 2**20)
+    if size:
+        sizes.append(size)
+    first, rest = sizes[:1], sizes[1:]
+    out = [(b, 1, "first gradient bucket") for b in first]
+    out += [(b, rest.count(b), "gradient buckets") for b in sorted(set(rest))]
+    return tuple(out)
 
 
 def _gradient_bucket(
@@ -609,16 +639,17 @@ def format_table(pred: Prediction) -> str:
         f"world={j.parallel.world_size}",
         f"batch micro={j.batch.micro_batch} global={j.batch.global_batch} "
         f"microbatches={j.microbatches} tokens/step={j.tokens_per_step:,} "
-        f"recompute={j.recompute}",
+        f"recompute={j.recompute} conventions={j.conventions.framework}",
         f"rank {pred.rank}: tp={c['tp']} cp={c['cp']} dp={c['dp']} pp={c['pp']} ep={c['ep']} "
         f"layers {_ranges(pred.layers)}",
         "",
     ]
     head = ("dim", "op", "phase", "layer_kind", "calls", "message_B", "n", "link",
-            "bytes", "wire_bytes", "est_time_s")  # fmt: skip
+            "bytes", "wire_bytes", "est_time_s", "purpose")  # fmt: skip
     body = [
         (r.parallel_dim, r.op, r.phase, r.layer_kind, f"{r.calls:,}", f"{r.message:,}",
-         str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}", f"{r.est_time_s:.6f}")
+         str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}", f"{r.est_time_s:.6f}",
+         r.purpose)
         for r in pred.rows
     ]  # fmt: skip
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]

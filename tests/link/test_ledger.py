@@ -13,7 +13,7 @@ import yaml
 import pipeline
 from pipeline.link.runner import link
 from tests.conftest import REPO_ROOT
-from tests.cpu_gloo import linked
+from tests.cpu_gloo import DATA, FP32, LOSS, PARAMS, ingested, linked
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
         "calls", "message_bytes")  # fmt: skip
@@ -112,3 +112,22 @@ def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
 def test_recorded_runs_with_known_labelling_bugs_match(tmp_path: Path, run: str) -> None:
     ds = linked(run, tmp_path / "ds")
     assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
+
+
+def test_torch_conventions_on_the_recorded_ddp_run(tmp_path: Path) -> None:
+    """The recorded DDP run with framework: torch: its one gradient bucket (under 1 MiB)
+    matches PyTorch's first-bucket rule, and the loss all-reduce its script adds (a Megatron
+    habit plain torch does not have) is unpredicted, in phase other."""
+    config = yaml.safe_load((DATA / "ddp" / "job.yaml").read_text())
+    config["conventions"] = {"framework": "torch"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested("ddp", tmp_path / "ds")
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    rows = ds.sql(
+        "SELECT status, purpose, phase, predicted_calls, calls, message_bytes FROM ledger "
+        "WHERE step = 2 ORDER BY status"
+    ).rows()
+    assert rows == [
+        ("matched", "first gradient bucket", "backward", 2, 2, PARAMS * FP32),
+        ("unpredicted", None, "other", 0, 2, LOSS),
+    ]
