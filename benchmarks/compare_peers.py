@@ -47,7 +47,8 @@ runs AS (  -- merged intervals per rank and class (gaps and islands)
                      AS prev_end FROM k)
 ),
 merged AS (
-    SELECT rank, what, min(start_ns) AS s, max(end_ns) AS e FROM runs GROUP BY ALL
+    SELECT rank, what, min(start_ns) AS s, max(end_ns) AS e FROM runs
+    GROUP BY rank, what, island
 ),
 exposed AS (  -- communication not covered by computation
     SELECT c.rank, sum(c.e - c.s) - coalesce(sum(
