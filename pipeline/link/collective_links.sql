@@ -73,14 +73,17 @@ SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
        n.layer_index,
        n.layer_kind,
        coalesce(c.attributed_by, 'none') AS attributed_by,
-       c.op, c.comm, c.backward_op,
+       -- (a profiler call with no group takes its flight recorder call's, _adopted_groups)
+       c.op, coalesce(c.comm, g.comm) AS comm, c.backward_op,
        coalesce(c.bytes, f.bytes) AS bytes, coalesce(c.dtype, f.dtype) AS dtype,
        CASE WHEN c.bytes IS NULL AND f.bytes IS NOT NULL THEN f.filled_from
             ELSE c.size_source END AS size_source,
        -- for matching one collective across ranks (clock_offsets.sql), not published
-       p.peer, c.seq, c.group_size, c.enqueue_ns, c.start_ns, c.end_ns, c.dur_ns
+       p.peer, CASE WHEN g.comm IS NOT NULL THEN g.seq ELSE c.seq END AS seq, c.group_size,
+       c.enqueue_ns, c.start_ns, c.end_ns, c.dur_ns
 FROM collectives c
 LEFT JOIN _filled_sizes f USING (job, rank, source, file_id, collective_id)
+LEFT JOIN _adopted_groups g USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _layer_names n ON n.layer = c.layer;
 
@@ -135,4 +138,5 @@ DROP VIEW _own_links;
 DROP TABLE _matched_context;
 DROP TABLE _collective_peers;
 DROP TABLE _filled_sizes;
+DROP TABLE _adopted_groups;
 DROP TABLE _layer_names;

@@ -89,6 +89,51 @@ QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_i
     AND row_number() OVER (PARTITION BY job, rank, source, primary_file_id,
                                         primary_collective_id ORDER BY gap) = 1;
 
+-- Profiler ranks whose trace names no process group (gloo emits no record_param_comms,
+-- so its calls carry no group): their calls pair with the flight recorder's by time alone,
+-- on the same rank and op, sizes agreeing, mutually nearest within 50 ms. The recorder
+-- names the group and its sequence number (_adopted_groups), which the profiler's call
+-- takes: the same call of two groups is then two instances, not one.
+CREATE TEMP TABLE _commless_matches AS
+WITH primary_calls AS (
+    SELECT job, rank, file_id, collective_id, op, bytes, enqueue_ns,
+           _bucket_50ms(enqueue_ns) AS bucket
+    FROM collectives
+    WHERE source = 'kineto' AND comm IS NULL AND enqueue_ns IS NOT NULL
+), secondary_calls AS (
+    SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.op, c.bytes, c.dtype,
+           c.enqueue_ns, _bucket_50ms(c.enqueue_ns) + n.step AS bucket
+    FROM collectives c
+    CROSS JOIN (VALUES (-1), (0), (1)) n(step)
+    WHERE c.source = 'flight_recorder' AND c.comm IS NOT NULL AND c.enqueue_ns IS NOT NULL
+      AND (c.job, c.rank) IN (SELECT DISTINCT job, rank FROM primary_calls)
+), pairs AS (
+    SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, p.file_id AS primary_file_id,
+           p.collective_id AS primary_collective_id, abs(s.enqueue_ns - p.enqueue_ns) AS gap,
+           s.bytes IS NOT DISTINCT FROM p.bytes OR s.bytes IS NULL OR p.bytes IS NULL
+               AS sizes_agree,
+           s.bytes, s.dtype
+    FROM secondary_calls s
+    JOIN primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.op = s.op
+        AND p.bucket = s.bucket
+        AND p.enqueue_ns BETWEEN s.enqueue_ns - 50000000 AND s.enqueue_ns + 50000000
+    -- (without a group to tell them apart, calls of other sizes are other calls)
+    WHERE s.bytes IS NOT DISTINCT FROM p.bytes OR s.bytes IS NULL OR p.bytes IS NULL
+)
+SELECT * EXCLUDE (gap), 'time' AS method
+FROM pairs
+QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_id
+                           ORDER BY gap) = 1
+    AND row_number() OVER (PARTITION BY job, rank, primary_file_id, primary_collective_id
+                           ORDER BY gap) = 1;
+
+-- The group and sequence number each group-less profiler call takes from its recorder call.
+CREATE TEMP TABLE _adopted_groups AS
+SELECT m.job, m.rank, 'kineto' AS source, m.primary_file_id AS file_id,
+       m.primary_collective_id AS collective_id, c.comm, c.seq
+FROM _commless_matches m
+JOIN collectives c USING (job, rank, source, file_id, collective_id);
+
 -- Order, the quick way: the offset that pairs each profiler call with the log call of the
 -- same sequence number. Where at that offset every size that can agree does (the most any
 -- offset scores) and every sequence number does, it is the single best offset, the one the
@@ -191,7 +236,11 @@ FROM _time_matches
 UNION ALL
 SELECT job, rank, source, file_id, collective_id, 'kineto', primary_file_id,
        primary_collective_id, method, sizes_agree, bytes, dtype
-FROM _order_matches;
+FROM _order_matches
+UNION ALL
+SELECT job, rank, source, file_id, collective_id, 'kineto', primary_file_id,
+       primary_collective_id, method, sizes_agree, bytes, dtype
+FROM _commless_matches;
 
 -- Sizes and dtypes a profiler collective lacks, from the call matched to it.
 CREATE TEMP TABLE _filled_sizes AS
@@ -209,6 +258,7 @@ GROUP BY ALL;
 DROP TABLE _primary_calls;
 DROP TABLE _secondary_calls;
 DROP TABLE _time_matches;
+DROP TABLE _commless_matches;
 DROP TABLE _seq_offsets;
 DROP TABLE _order_offsets;
 DROP TABLE _order_matches;

@@ -148,12 +148,10 @@ def test_tp_dp_communicators_take_their_dimension(datasets: dict[str, Dataset]) 
 _LAYER = ("phase", "layer", "layer_index", "layer_kind", "attributed_by", "bytes")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gloo trace names no group per event (comm NULL), so one instance merges the same "
-    "call of the two TP groups {0,1} and {2,3} (ranks_seen 4, comm '(none)')",
-)
 def test_tp_dp_instances_are_per_group(datasets: dict[str, Dataset]) -> None:
+    """The gloo trace names no group per event; each profiler call takes its group and
+    sequence number from the flight recorder call it pairs with by time, so the same call of
+    the two TP groups {0,1} and {2,3} is two instances."""
     got = datasets["tp_dp"].sql(
         "SELECT comm, bytes, ranks_seen, count(*) AS n FROM collective_instances "
         "WHERE source = 'kineto' GROUP BY ALL"
