@@ -34,6 +34,7 @@ SQL_FILES = (
     "critical_path.sql",
     "instance_context.sql",
     "token_wire.sql",
+    "wire.sql",
 )
 DERIVED = (
     "collective_matches",
@@ -46,6 +47,7 @@ DERIVED = (
     "straggler_ops",
     "critical_path",
     "token_wire",
+    "wire",
 )
 
 
