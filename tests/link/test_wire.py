@@ -30,6 +30,8 @@ CALLS = [
     ("ReduceScatter", 128, 0, "RING"),
     ("Broadcast", 512, 1, "RING"),
     ("AllReduce", 64, 0, None),
+    ("Reduce", 512, 2, "RING"),
+    ("AlltoAll", 64, 0, None),
 ]
 SEND_COUNT = 256  # rank 0 sends to rank 2
 
@@ -384,3 +386,21 @@ def test_real_log_topology_carries_the_calls_written_beside_it(
     # such line, so the topology table holds them without one)
     assert (3, 1, "H20-GPU-06", "H20-GPU-05", "NET/IB", "2", None) in rows
     assert (1, 3, "H20-GPU-05", "H20-GPU-06", "NET/IB", None, "2") in rows
+
+
+def test_reduce_runs_up_the_ring_to_the_root(hand_job) -> None:
+    m, root = 512 * F32, 2
+    want: dict[tuple[int, int], float] = defaultdict(float)
+    for ring in RINGS:  # every link of the ring but the one out of the root carries M
+        for i, r in enumerate(ring):
+            if r != root:
+                want[(r, ring[(i + 1) % N])] += m / len(RINGS)
+    assert _edges(hand_job, "op = 'reduce'") == pytest.approx(dict(want))
+
+
+def test_all_to_all_sends_m_over_n_to_every_peer(hand_job) -> None:
+    rows = hand_job.sql("SELECT op, bytes FROM collectives WHERE op = 'all_to_all'").rows()
+    m = rows[0][1]  # the message size ingest gives an AlltoAll call (all a rank contributes)
+    want = {(a, b): m / N for a in range(N) for b in range(N) if a != b}
+    assert _edges(hand_job, "op = 'all_to_all'") == pytest.approx(want)
+    assert _one(hand_job, "op = 'all_to_all'") == ("p2p", "peers", False)
