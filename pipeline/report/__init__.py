@@ -2,7 +2,8 @@
 
 ``build_report`` reads a dataset through its DuckDB views (raw tables and, after
 ``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
-charts per section (``glance``, ``traffic``, ``timing``, ``topology``, ``quality``) and writes
+charts per section (``glance``, ``traffic``, ``timing``, ``topology``, ``wire``,
+``quality``) and writes
 one self-contained HTML file (``page``). Sections whose data is missing say why and what
 would fill them. docs/report.md describes every section and what it needs.
 """
@@ -17,7 +18,7 @@ from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.snapshot import read_snapshot
 from pipeline.model.config import Job, load_job
-from pipeline.report import glance, quality, timing, topology, traffic
+from pipeline.report import glance, quality, timing, topology, traffic, wire
 from pipeline.report.context import Context, open_context
 from pipeline.report.page import Section, atomic_write_text, render, write_images
 
@@ -111,6 +112,7 @@ def _sections(ctx: Context) -> list[Section]:
         timing.bandwidth_section(ctx, no_timing),
         timing.skew_section(ctx, no_timing),
         topology.section(ctx),
+        wire.section(ctx),
     ]
     hang_sec = quality.hang_section(ctx)
     if hang_sec is not None:

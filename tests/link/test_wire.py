@@ -312,6 +312,11 @@ def test_sample_on_two_hosts_only_the_pipeline_crosses(linked_sample: Path, tmp_
         "WHERE scope = 'inter_host' ORDER BY ALL"
     ).rows()
     assert peaks == [(h, d, True) for h in ("node-a", "node-b") for d in ("in", "out")]
+    from pipeline.report import build_report
+
+    page = build_report(dataset, output=tmp_path / "r.html")
+    assert {"wire_host_heatmap", "wire_host_demand"} <= set(page.charts)
+    assert "to other hosts (the NICs" in (tmp_path / "r.html").read_text()
 
 
 def test_a_job_profiled_on_some_ranks_puts_every_rank_on_the_wire(
