@@ -229,12 +229,12 @@ WHERE s.model IS NOT NULL
   AND (s.model = 'p2p'
        OR len(s.members) = coalesce(s.group_size, len(s.members)) AND len(s.members) > 1);
 
--- Directed pairs and the bytes each instance puts on them.
+-- Directed pairs and the bytes each instance puts on them. What a ring sends from each rank
+-- per byte of message is the bus-bandwidth factor (bus_factor, dataset/sources.sql).
 CREATE TEMP TABLE _wire_edges AS
 WITH ring_topo AS (
     SELECT i.job, i.comm, i.seq, e.src, e.dst,
-           i.m * CASE WHEN i.op = 'all_reduce' THEN 2.0 * (i.n - 1) / i.n
-                      ELSE (i.n - 1.0) / i.n END * e.share AS bytes,
+           i.m * bus_factor(i.op, i.n) * e.share AS bytes,
            e.channel, e.channels, 'topology' AS path
     FROM _wire_inst i JOIN _log_ring_edges e ON e.job = i.job AND e.comm = i.ring_comm
     WHERE i.model = 'ring'
@@ -246,8 +246,7 @@ ordered AS (  -- instances without the log's rings or trees: positions in rank o
 ),
 ring_order AS (
     SELECT job, comm, seq, members[k] AS src, members[k % n + 1] AS dst,
-           m * CASE WHEN op = 'all_reduce' THEN 2.0 * (n - 1) / n
-                    ELSE (n - 1.0) / n END AS bytes,
+           m * bus_factor(op, n) AS bytes,
            NULL::BIGINT AS channel, NULL::BIGINT AS channels, 'rank_order' AS path
     FROM ordered WHERE model = 'ring'
 ),

@@ -159,10 +159,7 @@ FROM (
     SELECT op, bytes,
            bytes / dur_ns * CASE
                WHEN group_size IS NULL OR group_size < 2 THEN 1.0
-               WHEN op = 'all_reduce' THEN 2.0 * (group_size - 1) / group_size
-               WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all')
-                   THEN (group_size - 1) / group_size
-               ELSE 1.0 END AS busbw
+               ELSE bus_factor(op, group_size) END AS busbw
     FROM collectives JOIN primary_sources USING (job, rank, source)
     WHERE job = $job AND bytes > 0 AND dur_ns > 0 AND source <> 'flight_recorder'
 )
