@@ -76,26 +76,53 @@ def _host_heatmap(ctx: Context) -> Chart:
     )
 
 
+#: Above this many ranks the report leaves out the model's intra/inter split (one prediction
+#: per rank; 16,384 ranks take 1.4 to 1.9 s).
+MAX_PREDICTED_RANKS = 4096
+
+
 def _split(ctx: Context, sec: Section) -> None:
     split = ctx.query("wire_split_dims")
     if split.height == 0:
         return
-    sec.add(
-        Table(
-            ["dimension", "inside hosts / step", "across hosts / step", "across / token"],
-            [
-                [
-                    r["parallel_dim"],
-                    fmt.nbytes(r["intra_host_bytes"]),
-                    fmt.nbytes(r["inter_host_bytes"]),
-                    fmt.nbytes(r["inter_host_bytes_per_token"]),
-                ]
-                for r in split.iter_rows(named=True)
-            ],
-            caption="Bytes inside and across hosts per parallel dimension (mean over steps)",
-            numeric=[False, True, True, True],
+    predicted = _predicted_split(ctx)
+    columns = ["dimension", "inside hosts / step", "across hosts / step", "across / token"]
+    if predicted is not None:
+        columns += ["predicted inside nodes", "predicted across nodes"]
+    rows = []
+    for r in split.iter_rows(named=True):
+        row = [
+            r["parallel_dim"],
+            fmt.nbytes(r["intra_host_bytes"]),
+            fmt.nbytes(r["inter_host_bytes"]),
+            fmt.nbytes(r["inter_host_bytes_per_token"]),
+        ]
+        if predicted is not None:
+            row += [fmt.nbytes(predicted.get((r["parallel_dim"], link), 0.0)) for link in
+                    ("intra", "inter")]  # fmt: skip
+        rows.append(row)
+    caption = "Bytes inside and across hosts per parallel dimension (mean over steps)"
+    if predicted is not None:
+        caption += (
+            "; predicted: the analytic model's wire bytes of every rank, a group across "
+            "nodes when its ranks span job.yaml's gpus_per_node"
         )
-    )
+    sec.add(Table(columns, rows, caption=caption, numeric=[False] + [True] * (len(columns) - 1)))
+
+
+def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
+    """The model's wire bytes per step of every rank by dimension and link class (intra,
+    inter node), or None without a job.yaml or above MAX_PREDICTED_RANKS."""
+    if ctx.config is None or ctx.config.parallel.world_size > MAX_PREDICTED_RANKS:
+        return None
+    from pipeline.model.predict import predict_ranks
+
+    out: dict[tuple[str, str], float] = {}
+    for pred in predict_ranks(ctx.config, range(ctx.config.parallel.world_size)):
+        for row in pred.rows:
+            key = (row.parallel_dim, row.link)
+            out[key] = out.get(key, 0.0) + row.wire_bytes
+    return out
 
 
 def _demand(ctx: Context, sec: Section) -> None:

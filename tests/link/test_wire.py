@@ -268,6 +268,28 @@ def test_every_sample_instance_moves_what_the_formula_says(linked_sample: Path) 
     assert ds.sql("SELECT sum(inter_host_bytes) FROM wire_split").item() == 0
 
 
+def test_sample_wire_per_step_is_the_models_wire_bytes(linked_sample: Path) -> None:
+    """The analytic model's wire bytes (pipeline/model, a formula per op and algorithm, summed
+    over every rank) equal the wire table's bytes per step and dimension on the sample job."""
+    from pipeline.model.config import load_job
+    from pipeline.model.predict import predict_ranks
+
+    job = load_job(REPO_ROOT / "sample_traces" / "job.yaml")
+    want: dict[str, float] = defaultdict(float)
+    for pred in predict_ranks(job, range(job.parallel.world_size)):
+        for row in pred.rows:
+            want[row.parallel_dim] += row.wire_bytes
+    rows = (
+        pipeline.open(linked_sample)
+        .sql("SELECT step, parallel_dim, sum(bytes) FROM wire GROUP BY ALL ORDER BY ALL")
+        .rows()
+    )
+    assert {s for s, _, _ in rows} == {2, 3}
+    for _, dim, got in rows:
+        assert got == pytest.approx(want[dim]), dim
+    assert {d for _, d, _ in rows} == set(want)
+
+
 def _pp_bytes_per_step() -> int:
     """Pipeline traffic of the sample job per step, from its layout (sample_traces/job.yaml):
     4 pipelines (tp x dp), 16 / (2 x 2) = 4 micro-batches, an activation forward and a
