@@ -54,7 +54,31 @@ def _conn(a: int, b: int, channel: int, conn: int = 0) -> list[tuple[int, str]]:
     ]
 
 
-def _write_logs(folder: Path) -> None:
+def _topology_lines(r: int, form: str) -> list[str]:
+    """Rank r's ring and tree lines: ``own`` as NCCL 2.26 prints them (each rank's `Ring c :
+    prev -> me -> next` and `Trees [c] d0/d1/d2->me->up`), ``order`` the other shapes
+    (rank 0's `Channel c/N : r0 r1 ...` order of each ring, `Tree c : up -> me -> d0/d1/d2`)."""
+    out = []
+    for c, ring in enumerate(RINGS):
+        i = ring.index(r)
+        if form == "own":
+            out.append(f"Ring {c:02d} : {ring[i - 1]} -> {r} -> {ring[(i + 1) % N]}")
+        elif r == 0:
+            out.append(f"Channel {c:02d}/{len(RINGS):02d} : " + " ".join(map(str, ring)))
+    items = []
+    for c, parent in enumerate(TREES):
+        kids = [k for k, p in parent.items() if p == r] + [-1, -1, -1]
+        up = parent.get(r, -1)
+        if form == "own":
+            items.append(f"[{c}] {kids[0]}/{kids[1]}/{kids[2]}->{r}->{up}")
+        else:
+            out.append(f"Tree {c} : {up} -> {r} -> {kids[0]}/{kids[1]}/{kids[2]}")
+    if items:
+        out.append("Trees " + " ".join(items))
+    return out
+
+
+def _write_logs(folder: Path, form: str = "own") -> None:
     lines: dict[int, list[str]] = defaultdict(list)
     init: dict[int, list[str]] = defaultdict(list)
     for r in range(N):
@@ -65,15 +89,7 @@ def _write_logs(folder: Path) -> None:
             f"{HOSTS[r][1]} nvmlDev {HOSTS[r][1]} busId {r + 1}8000 commId 0x1234abcd"
         )
         lines[r].append(_prefix(r, t) + head + " - Init START")
-        for c, ring in enumerate(RINGS):
-            i = ring.index(r)
-            prev, nxt = ring[i - 1], ring[(i + 1) % N]
-            lines[r].append(_prefix(r, t) + f"Ring {c:02d} : {prev} -> {r} -> {nxt}")
-        items = []
-        for c, parent in enumerate(TREES):
-            kids = [k for k, p in parent.items() if p == r] + [-1, -1, -1]
-            items.append(f"[{c}] {kids[0]}/{kids[1]}/{kids[2]}->{r}->{parent.get(r, -1)}")
-        lines[r].append(_prefix(r, t) + "Trees " + " ".join(items))
+        lines[r].extend(_prefix(r, t) + text for text in _topology_lines(r, form))
         init[r] = [_prefix(r, t) + head + " - Init COMPLETE"]
     for c, ring in enumerate(RINGS):
         for i, a in enumerate(ring):
@@ -106,11 +122,12 @@ def _write_logs(folder: Path) -> None:
         (folder / f"rank{r}.nccl.log").write_text("\n".join(text) + "\n")
 
 
-@pytest.fixture(scope="module")
-def hand_job(tmp_path_factory: pytest.TempPathFactory) -> pipeline.dataset.handle.Dataset:
+@pytest.fixture(scope="module", params=["own", "order"])
+def hand_job(request, tmp_path_factory: pytest.TempPathFactory) -> pipeline.dataset.handle.Dataset:
+    """The hand-written job with its rings and trees in each shape NCCL prints them."""
     root = tmp_path_factory.mktemp("wire")
     (root / "logs").mkdir()
-    _write_logs(root / "logs")
+    _write_logs(root / "logs", request.param)
     summary = ingest([root / "logs"], root / "ds", job="hand", jobs=1)
     assert not summary.errors
     link(root / "ds")
