@@ -209,7 +209,8 @@ SELECT s.job, s.source, s.comm, s.seq, s.op, s.model, CAST(s.bytes AS DOUBLE) AS
        TRY_CAST(s.p2p.src AS BIGINT) AS p2p_src, TRY_CAST(s.p2p.dst AS BIGINT) AS p2p_dst,
        -- the root as a global rank: NCCL's place in the comm, else the lowest member
        coalesce(list_filter(s.members, lambda r: r = s.root_rank)[1], s.members[1]) AS root,
-       s.root_rank IS NULL AND s.model IN ('chain', 'gather', 'scatter') AS root_guessed,
+       s.model IN ('chain', 'gather', 'scatter')
+           AND coalesce(NOT list_contains(s.members, s.root_rank), true) AS root_guessed,
        CASE WHEN s.model IN ('p2p', 'all_to_all', 'gather', 'scatter') THEN 'p2p'
             ELSE coalesce(s.logged, 'ring') END AS algorithm,
        s.protocol,
