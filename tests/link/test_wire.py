@@ -448,3 +448,26 @@ def test_all_to_all_sends_m_over_n_to_every_peer(hand_job) -> None:
     want = {(a, b): m / N for a in range(N) for b in range(N) if a != b}
     assert _edges(hand_job, "op = 'all_to_all'") == pytest.approx(want)
     assert _one(hand_job, "op = 'all_to_all'") == ("p2p", "peers", False)
+
+
+def test_a_kineto_only_job_gets_an_estimated_ring_in_rank_order(
+    linked_sample: Path, tmp_path: Path
+) -> None:
+    """Without NCCL logs there are no rings and no algorithm: a ring over the sorted members,
+    every collective row estimated; the bytes are the same (a ring's are, whatever its order)."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for path in (REPO_ROOT / "sample_traces").glob("*.pt.trace.json.gz"):
+        (folder / path.name).symlink_to(path)
+    dataset = tmp_path / "ds"
+    assert not ingest([folder], dataset, job="sample", jobs=1).errors
+    link(dataset, config=REPO_ROOT / "sample_traces" / "job.yaml")
+    ds = pipeline.open(dataset)
+    rows = ds.sql("SELECT DISTINCT op, algorithm, path, estimated FROM wire ORDER BY ALL")
+    assert rows.rows() == [
+        ("all_reduce", "ring", "rank_order", True),
+        ("send_recv", "p2p", "peers", False),
+    ]
+    assert ds.sql("SELECT count(*) FROM wire WHERE transport IS NOT NULL").item() == 0
+    totals = "SELECT step, parallel_dim, sum(bytes) FROM wire GROUP BY ALL ORDER BY ALL"
+    assert ds.sql(totals).rows() == pipeline.open(linked_sample).sql(totals).rows()
