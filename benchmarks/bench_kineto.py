@@ -67,7 +67,7 @@ ORJSON_LOAD = JSON_LOAD.replace("import gzip, json", "import gzip, orjson as jso
 # tokenwire's first stage alone: msgspec into the parser's typed structs (args kept raw)
 MSGSPEC_LOAD = JSON_LOAD.replace(
     "import gzip, json",
-    "import gzip, msgspec\nfrom pipeline.ingest.kineto import Trace\n"
+    "import gzip, msgspec\nfrom pipeline.ingest.kineto.parse import Trace\n"
     "class json:\n    loads = msgspec.json.Decoder(Trace).decode",
 )
 # The ingest children take (setting, dataset, folders...) and fail on any bad file.

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.ingest import nccl_log
+from pipeline.ingest.nccl import log as nccl_log
 
 RANKS = 8
 

@@ -6,7 +6,7 @@ layer, one NCCL all-reduce per layer), then times, in the same run:
 
 - ``SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL`` fetched into a Python list (the floor any
   sqlite3-based reader pays), and
-- ``pipeline.ingest.nsys.parse`` of the whole file (kernels, memcpys, runtime calls, NVTX,
+- ``pipeline.ingest.nsys.parse.parse`` of the whole file (kernels, memcpys, runtime calls, NVTX,
   nesting, ranks, collectives),
 
 and prints rows per second for both and their ratio.
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.ingest import nsys
+from pipeline.ingest.nsys import parse as nsys
 from pipeline.synth.nsys import Layout, write_export
 
 

@@ -1,6 +1,6 @@
 """tokenwire: traces of a training job -> Parquet dataset -> linked SQL -> report.
 
-The package follows the flow: ``ingest`` (one module per source format), ``dataset``
+The package follows the flow: ``ingest`` (one package per source format), ``dataset``
 (schemas, Parquet layout, DuckDB views), ``link`` (SQL that joins sources), ``model``
 (analytic traffic predictions), ``report`` and ``export`` (a linked job as a trace-viewer
 timeline). Nothing heavy is imported at module load.

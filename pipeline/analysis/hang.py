@@ -11,7 +11,7 @@ What "completed" means depends on what the dump can know:
 - ``state == "completed"``: the backend's end event was seen done (NCCL-like backends with device
   events; hooked backends marked done through ``retire_completed``).
 - ``retired`` and a backend without events (gloo and any other ``<backend>:`` prefix not in
-  :data:`~pipeline.ingest.flight_recorder.EVENT_BACKENDS`): gloo never moves ``state`` past
+  :data:`~pipeline.ingest.flight_recorder.parse.EVENT_BACKENDS`): gloo never moves ``state`` past
   ``scheduled``; its work is retired when it finishes, so retired means completed.
 - ``retired`` on a backend with events but ``state`` not completed: the watchdog gave up on the
   work (timeout or abort) -- status ``timed_out``.
@@ -38,8 +38,8 @@ import polars as pl
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import DatasetError, TraceFormatError
-from pipeline.ingest import flight_recorder
 from pipeline.ingest.detect import read_head
+from pipeline.ingest.flight_recorder import parse as flight_recorder
 
 #: Exit code of ``tokenwire hang`` when a hang or a mismatch was found.
 EXIT_PROBLEM = 4

@@ -18,12 +18,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 #: Format name -> module under ``pipeline.ingest``, in the order they are tried.
 FORMATS: dict[str, str] = {
-    "flight_recorder": "pipeline.ingest.flight_recorder",
-    "kineto": "pipeline.ingest.kineto",
-    "nsys": "pipeline.ingest.nsys",
+    "flight_recorder": "pipeline.ingest.flight_recorder.parse",
+    "kineto": "pipeline.ingest.kineto.parse",
+    "nsys": "pipeline.ingest.nsys.parse",
     # nccl-tests output often carries NCCL INFO lines too: its table is what makes it special.
-    "nccl_tests": "pipeline.ingest.nccl_tests",
-    "nccl_log": "pipeline.ingest.nccl_log",
+    "nccl_tests": "pipeline.ingest.nccl.nccl_tests",
+    "nccl_log": "pipeline.ingest.nccl.log",
 }
 
 

@@ -44,9 +44,9 @@ from pipeline.dataset.store import (
     row_groups,
 )
 from pipeline.errors import TokenwireError, TraceFormatError
-from pipeline.ingest.attribution import attribute_collectives
+from pipeline.ingest.derive.attribution import attribute_collectives
+from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.detect import detect, module_for
-from pipeline.ingest.time_breakdown import add_time_breakdown
 
 if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
     from pipeline.ingest.distributed import Cluster

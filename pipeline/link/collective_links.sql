@@ -5,7 +5,7 @@
 -- every collective costs more than the joins that make it.
 --
 -- What a collective's own file says (the launch op, and the phase and layer from the ops
--- enclosing it) was worked out at ingest (pipeline/ingest/attribution.py) and sits on the
+-- enclosing it) was worked out at ingest (pipeline/ingest/derive/attribution.py) and sits on the
 -- collectives row, so linking never reads the ops. Here: the peers' global ranks, the
 -- phase of send/recv outside any range (by direction), the layer kind and index, and the
 -- profiler's context for calls another source matched to it.

@@ -10,13 +10,24 @@
 -- rank has no earlier call in the step, compute runs back to its step's start. Shortening
 -- one dimension's transfers can shorten a step by at most their time on this path.
 --
+-- Which call follows a call on the path depends on that call alone (its late rank and
+-- arrival), so it is found once for every call by one as-of join, and the walk only
+-- follows those links: one hash lookup per hop instead of a search of every call.
+--
 -- reads: collective_waits, clock_offsets, steps
 -- creates: critical_path
 
--- Calls with a step, on the aligned clock: when each one's data began to move and ended.
+-- Calls with a step, on the aligned clock: when each one's data began to move and ended,
+-- and the time from which the walk searches the late rank's calls. That is the arrival,
+-- one nanosecond earlier where the call moved no data (it ended before its last rank
+-- arrived, by the clocks): then its own end is the arrival, and the call must not find
+-- itself. So every hop finds a call that ended strictly earlier and the walk ends.
 CREATE TEMP TABLE _path_calls AS
-SELECT job, step, rank, aligned_start_ns + wait_ns AS moving_ns,
-       aligned_start_ns + dur_ns AS end_ns, late_rank, op, parallel_dim, layer, comm, seq
+SELECT row_number() OVER () AS call_id, job, step, rank,
+       aligned_start_ns + wait_ns AS moving_ns, aligned_start_ns + dur_ns AS end_ns,
+       coalesce(late_rank, rank) AS late_rank,
+       aligned_start_ns + wait_ns - (wait_ns = dur_ns)::BIGINT AS search_ns,
+       op, parallel_dim, layer, comm, seq
 FROM collective_waits WHERE step IS NOT NULL;
 
 -- Each rank's step on the aligned clock (steps of the job's timed source, as the calls).
@@ -28,40 +39,68 @@ SEMI JOIN (SELECT DISTINCT job, source FROM collective_waits) w USING (job, sour
 WHERE s.step IS NOT NULL
 GROUP BY ALL;
 
--- The walk: each hop leaves (rank, t) for the call found there, or ends the step.
-CREATE TEMP TABLE _path_walk AS
-WITH RECURSIVE walk(job, step, hop, rank, t, done, from_rank, from_t, moving_ns, end_ns,
-                    op, parallel_dim, layer, comm, seq) AS (
-    SELECT job, step, 0, arg_max(rank, (end_ns, -rank)), max(end_ns), false,
-           NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::VARCHAR,
-           NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT
+-- The call that precedes each call on a path: the late rank's latest call that ended by
+-- the search time (an as-of join: a merge of the sorted calls).
+CREATE TEMP TABLE _path_next AS
+SELECT c.call_id, n.call_id AS next_id
+FROM _path_calls c
+ASOF LEFT JOIN _path_calls n
+  ON n.job = c.job AND n.step = c.step AND n.rank = c.late_rank AND n.end_ns <= c.search_ns;
+
+-- Where each step's walk starts: the rank whose step ends last, and its last call by then.
+CREATE TEMP TABLE _path_start AS
+WITH last AS (
+    SELECT job, step, arg_max(rank, (end_ns, -rank)) AS rank, max(end_ns) AS end_ns
     FROM _path_steps GROUP BY job, step
-    UNION ALL
-    SELECT w.job, w.step, w.hop + 1, coalesce(c.late_rank, w.rank),
-           coalesce(least(c.moving_ns, w.t - 1), w.t), c.end_ns IS NULL, w.rank, w.t, c.moving_ns,
-           c.end_ns, c.op, c.parallel_dim, c.layer, c.comm, c.seq
-    FROM walk w
-    -- (an as-of join: the call of the greatest end_ns at or before t, found by a merge
-    -- rather than a search per row)
-    ASOF LEFT JOIN _path_calls c
-      ON c.job = w.job AND c.step = w.step AND c.rank = w.rank AND c.end_ns <= w.t
-    WHERE NOT w.done
 )
-SELECT * FROM walk WHERE hop > 0;
+SELECT l.job, l.step, l.rank, l.end_ns, c.call_id
+FROM last l
+ASOF LEFT JOIN _path_calls c
+  ON c.job = l.job AND c.step = l.step AND c.rank = l.rank AND c.end_ns <= l.end_ns;
+
+-- The walk: the calls on each step's path, hop 1 the last.
+CREATE TEMP TABLE _path_walk AS
+WITH RECURSIVE walk(job, step, hop, call_id) AS (
+    SELECT job, step, 1, call_id FROM _path_start WHERE call_id IS NOT NULL
+    UNION ALL
+    SELECT w.job, w.step, w.hop + 1, x.next_id
+    FROM walk w JOIN _path_next x ON x.call_id = w.call_id
+    WHERE x.next_id IS NOT NULL
+)
+SELECT w.job, w.step, w.hop, c.*  EXCLUDE (job, step, call_id)
+FROM walk w JOIN _path_calls c USING (call_id);
 
 CREATE TEMP TABLE critical_path AS
-WITH segments AS (
-    -- compute on the rank the hop left: from the call's end (or its step's start) to t
-    SELECT w.job, w.step, w.hop, 1 AS part, w.from_rank AS rank, 'compute' AS segment,
-           coalesce(w.end_ns, least(s.start_ns, w.from_t)) AS start_ns, w.from_t AS end_ns,
-           NULL AS op, NULL AS parallel_dim, NULL AS layer, NULL AS comm, NULL::BIGINT AS seq
-    FROM _path_walk w
-    LEFT JOIN _path_steps s ON s.job = w.job AND s.step = w.step AND s.rank = w.from_rank
+WITH hops AS (
+    -- each call with where the walk stood when it found the call: the step's end on the
+    -- last rank, then the arrival of the call found before
+    SELECT w.*, coalesce(lag(w.late_rank) OVER h, s.rank) AS from_rank,
+           coalesce(lag(w.moving_ns) OVER h, s.end_ns) AS from_ns,
+           hop = max(hop) OVER (PARTITION BY w.job, w.step) AS first_call
+    FROM _path_walk w JOIN _path_start s USING (job, step)
+    WINDOW h AS (PARTITION BY w.job, w.step ORDER BY hop)
+),
+segments AS (
+    -- compute on the rank the walk stood on: from the call's end to where it stood
+    SELECT job, step, hop, 2 AS part, from_rank AS rank, 'compute' AS segment,
+           end_ns AS start_ns, from_ns AS end_ns, NULL AS op, NULL AS parallel_dim,
+           NULL AS layer, NULL AS comm, NULL::BIGINT AS seq
+    FROM hops
     UNION ALL
-    -- the transfer of the call found
-    SELECT job, step, hop, 0, from_rank, 'transfer', moving_ns, end_ns, op, parallel_dim,
-           layer, comm, seq
-    FROM _path_walk WHERE NOT done
+    -- the call's transfer, on its rank
+    SELECT job, step, hop, 1, rank, 'transfer', moving_ns, end_ns, op, parallel_dim, layer,
+           comm, seq
+    FROM hops
+    UNION ALL
+    -- compute from the step's start on the rank reached last (or, with no call on the
+    -- path, on the last rank), up to the first call's arrival
+    SELECT s.job, s.step, coalesce(h.hop + 1, 1), 0, p.rank, 'compute',
+           least(p.start_ns, coalesce(h.moving_ns, s.end_ns)),
+           coalesce(h.moving_ns, s.end_ns), NULL, NULL, NULL, NULL, NULL
+    FROM _path_start s
+    LEFT JOIN hops h ON h.job = s.job AND h.step = s.step AND h.first_call
+    JOIN _path_steps p
+      ON p.job = s.job AND p.step = s.step AND p.rank = coalesce(h.late_rank, s.rank)
 )
 SELECT job, step,
        row_number() OVER (PARTITION BY job, step ORDER BY hop DESC, part) - 1 AS position,

@@ -34,6 +34,7 @@ SQL_FILES = (
     "critical_path.sql",
     "instance_context.sql",
     "token_wire.sql",
+    "ledger.sql",
     "wire.sql",
 )
 DERIVED = (
@@ -47,6 +48,7 @@ DERIVED = (
     "straggler_ops",
     "critical_path",
     "token_wire",
+    "ledger",
     "wire",
 )
 

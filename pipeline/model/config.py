@@ -54,7 +54,7 @@ MAX_BUCKET = 1 << 48
 #: table stores them as 64-bit integers.
 MAX_INT64 = (1 << 63) - 1
 
-_TOP_KEYS = ("model", "parallel", "batch", "dtypes", "recompute", "network")
+_TOP_KEYS = ("model", "parallel", "batch", "dtypes", "recompute", "network", "conventions")
 _MODEL_KEYS = (
     "preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
     "tied_embeddings", "mlp", "norm", "position", "moe", "mla",
@@ -71,6 +71,10 @@ _PARALLEL_KEYS = (
 _BATCH_KEYS = ("micro_batch", "global_batch", "grad_accum")
 _DTYPE_KEYS = ("params", "activations", "grad_reduce")
 _NETWORK_KEYS = ("gpus_per_node", "intra_node_GBps", "inter_node_GBps", "algorithm")
+_CONVENTION_KEYS = (
+    "framework", "vocab_parallel", "loss_all_reduce", "ddp_first_bucket_mb", "ddp_bucket_mb",
+)  # fmt: skip
+_FRAMEWORKS = ("megatron", "torch")
 _RECOMPUTE = ("none", "selective", "full")
 _MLP = ("gelu", "swiglu")
 _NORM = ("layernorm", "rmsnorm")
@@ -219,6 +223,29 @@ class Network:
 
 
 @dataclass(frozen=True)
+class Conventions:
+    """What the training framework issues beside the layout's own collectives.
+
+    ``megatron``: vocab-parallel embedding, LM head and cross-entropy, a loss all-reduce per
+    step, gradient buckets of ``parallel.bucket_size`` elements. ``torch`` (plain
+    torch.distributed): none of the vocab-parallel or loss collectives, and PyTorch DDP's
+    buckets: whole gradient tensors in reverse registration order, the first bucket closed at
+    1 MiB, the others at 25 MiB (``ddp_first_bucket_mb``, ``ddp_bucket_mb``).
+    """
+
+    framework: str = "megatron"
+    vocab_parallel: bool = True
+    loss_all_reduce: bool = True
+    ddp_first_bucket_mb: float = 1.0
+    ddp_bucket_mb: float = 25.0
+
+    @property
+    def torch_buckets(self) -> bool:
+        """Whether DDP gradients are bucketed as PyTorch DDP does."""
+        return self.framework == "torch"
+
+
+@dataclass(frozen=True)
 class Job:
     """A whole ``job.yaml``."""
 
@@ -228,6 +255,7 @@ class Job:
     dtypes: Dtypes
     recompute: str
     network: Network
+    conventions: Conventions = Conventions()
     #: The job.yaml it was read from, for error messages (not part of the job's identity).
     source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -490,7 +518,8 @@ def job_from_dict(doc: Any, *, world_size: int | None = None) -> Job:
     dtypes = _dtypes(_opt(doc, "dtypes", {}))
     recompute = _choice(_opt(doc, "recompute", "none"), _RECOMPUTE, "recompute")
     network = _network(_opt(doc, "network", {}))
-    job = Job(model, parallel, batch, dtypes, recompute, network)
+    conventions = _conventions(_opt(doc, "conventions", {}), parallel)
+    job = Job(model, parallel, batch, dtypes, recompute, network, conventions)
     for key, ws in (("parallel.world_size", given_world), ("world size", world_size)):
         if ws is not None and ws != parallel.world_size:
             p = parallel
@@ -742,6 +771,39 @@ def _network(raw: Any) -> Network:
         intra_node_GBps=_pos_num(_opt(raw, "intra_node_GBps", 450.0), "network.intra_node_GBps"),
         inter_node_GBps=_pos_num(_opt(raw, "inter_node_GBps", 50.0), "network.inter_node_GBps"),
         algorithm=_choice(_opt(raw, "algorithm", "ring"), _ALGORITHMS, "network.algorithm"),
+    )
+
+
+def _conventions(raw: Any, parallel: Parallel) -> Conventions:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"conventions: must be a mapping with keys {', '.join(_CONVENTION_KEYS)}, "
+            f"got {shown(raw)}"
+        )
+    _check_keys(raw, _CONVENTION_KEYS, "conventions.")
+    framework = _choice(_opt(raw, "framework", "megatron"), _FRAMEWORKS, "conventions.framework")
+    megatron = framework == "megatron"
+    for key in ("ddp_first_bucket_mb", "ddp_bucket_mb"):
+        if megatron and _given(raw, key):
+            raise ConfigError(
+                f"conventions.{key}: PyTorch DDP's buckets apply with framework: torch; "
+                "Megatron's are parallel.bucket_size"
+            )
+    if not megatron and parallel.bucket_size is not None:
+        raise ConfigError(
+            "parallel.bucket_size: Megatron's buckets (elements); with framework: torch give "
+            "conventions.ddp_bucket_mb"
+        )
+    return Conventions(
+        framework=framework,
+        vocab_parallel=_bool(_opt(raw, "vocab_parallel", megatron), "conventions.vocab_parallel"),
+        loss_all_reduce=_bool(
+            _opt(raw, "loss_all_reduce", megatron), "conventions.loss_all_reduce"
+        ),
+        ddp_first_bucket_mb=_pos_num(
+            _opt(raw, "ddp_first_bucket_mb", 1.0), "conventions.ddp_first_bucket_mb"
+        ),
+        ddp_bucket_mb=_pos_num(_opt(raw, "ddp_bucket_mb", 25.0), "conventions.ddp_bucket_mb"),
     )
 
 

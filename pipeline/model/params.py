@@ -196,19 +196,64 @@ class Unit:
     group: str
 
 
+def vocab_tp(job: Job) -> int:
+    """Ranks the embedding and LM head are split over: TP with vocab-parallel layers
+    (Megatron), else 1 (``conventions.vocab_parallel: false``)."""
+    return job.parallel.tp if job.conventions.vocab_parallel else 1
+
+
+def layer_tensors(model: Model, index: int, *, tp: int = 1) -> list[int]:
+    """Elements of each dense weight tensor of 0-based layer ``index`` on one TP rank, in the
+    order a GPT or Llama block registers them: norm, Q, K, V, O (each with its bias for GPT
+    style), norm, MLP (FC1, FC2 with biases; or gate, up, down). PyTorch DDP cuts its
+    buckets between whole tensors, so where they fall depends on this order. An MoE or MLA
+    layer is one tensor of its dense weights (their order is the implementation's)."""
+    if model.mla is not None or model.is_moe_layer(index):
+        return [layer_params(model, index, tp=tp).dense]
+    h, f, gpt = model.hidden, model.ffn_hidden, model.mlp == "gelu"
+    kv_w = model.kv_hidden // tp if model.kv_heads >= tp else model.head_dim
+    norm = [h, h] if model.norm == "layernorm" else [h]
+    attn: list[int] = []
+    for width in (h // tp, kv_w, kv_w):  # Q, K, V: column-parallel, biases sharded
+        attn += [h * width, width] if gpt else [h * width]
+    attn += [h // tp * h, h] if gpt else [h // tp * h]  # O: row-parallel, bias whole
+    mlp = [h * f // tp, f // tp, f // tp * h, h] if gpt else [h * f // tp] * 3
+    return norm + attn + norm + mlp
+
+
+def rank_tensors(job: Job, pp_rank: int) -> list[int]:
+    """Elements of each dense weight tensor a rank of pipeline stage ``pp_rank`` holds, in
+    registration order: word and position embeddings (first stage), the layers
+    (:func:`layer_tensors`), the final norm and the LM head (last stage). They add up to the
+    dense units of :func:`rank_units`."""
+    m, par = job.model, job.parallel
+    out: list[int] = []
+    if pp_rank == 0:
+        out += [embedding_params(m, tp=vocab_tp(job))]
+        out += [position_params(m)] if position_params(m) else []
+    for i in stage_layers(job, pp_rank):
+        out += layer_tensors(m, i, tp=par.tp)
+    if pp_rank == par.pp - 1:
+        out += [m.hidden, m.hidden] if m.norm == "layernorm" else [m.hidden]
+        if not (m.tied_embeddings and par.pp == 1):
+            out += [embedding_params(m, tp=vocab_tp(job))]
+    return out
+
+
 def rank_units(job: Job, pp_rank: int) -> list[Unit]:
     """The weights one rank of pipeline stage ``pp_rank`` holds, as FSDP-style units.
 
     One unit per transformer layer (its dense weights), one per MoE layer's local experts, an
     ``embedding`` unit on the first stage (word embedding + learned positions) and an
     ``lm_head`` unit on the last (final norm + output layer, or the tied embedding's copy when
-    ``pp > 1``). Every TP rank of a stage holds the same counts.
+    ``pp > 1``), split over TP where they are vocab-parallel. Every TP rank of a stage holds
+    the same counts.
     """
     m, par = job.model, job.parallel
     units: list[Unit] = []
     if pp_rank == 0:
         units.append(
-            Unit("embedding", embedding_params(m, tp=par.tp) + position_params(m), "dense")
+            Unit("embedding", embedding_params(m, tp=vocab_tp(job)) + position_params(m), "dense")
         )
     for i in stage_layers(job, pp_rank):
         lp = layer_params(m, i, tp=par.tp, ep=par.ep)
@@ -216,7 +261,7 @@ def rank_units(job: Job, pp_rank: int) -> list[Unit]:
         if lp.expert:
             units.append(Unit("moe", lp.expert, "expert"))
     if pp_rank == par.pp - 1:
-        head = 0 if (m.tied_embeddings and par.pp == 1) else embedding_params(m, tp=par.tp)
+        head = 0 if (m.tied_embeddings and par.pp == 1) else embedding_params(m, tp=vocab_tp(job))
         units.append(Unit("lm_head", head + _norm(m), "dense"))
     return units
 

@@ -41,13 +41,15 @@ LOSS_REPORT_BYTES = 8
 CE_BYTES = 4
 
 _ROW_COLUMNS = (
-    "parallel_dim", "op", "phase", "layer_kind", "calls", "bytes", "wire_bytes", "est_time_s",
+    "parallel_dim", "op", "phase", "layer_kind", "purpose", "calls", "bytes", "wire_bytes",
+    "est_time_s",
 )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Row:
-    """``calls`` collectives of one kind and one message size, issued by one rank per step.
+    """``calls`` collectives of one kind, purpose and message size, issued by one rank per
+    step: one item of the prediction, which link's ledger matches to observed calls.
 
     ``bytes = calls · message`` (payload), ``wire_bytes`` = bytes this rank sends for them
     (0 for recv), ``est_time_s`` = transfer time at the link's bandwidth (recv: the time of
@@ -59,6 +61,7 @@ class Row:
     op: str
     phase: str
     layer_kind: str
+    purpose: str
     calls: int
     bytes: int
     wire_bytes: float
@@ -249,7 +252,7 @@ def _stage(job: Job, pp_rank: int) -> tuple[tuple[int, ...], int, tuple[P.Unit, 
 
 
 class _Rows:
-    """Accumulates rows of one rank, merging calls of the same kind and message size."""
+    """Accumulates rows of one rank, merging calls of the same kind, purpose and size."""
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -257,25 +260,25 @@ class _Rows:
 
     def add(
         self, dim: str, op: str, phase: str, kind: str, calls: int, message: int,
-        ranks: list[int],
+        ranks: list[int], purpose: str,
     ) -> None:  # fmt: skip
         if calls <= 0 or message <= 0 or len(ranks) < 2:
             return
-        key = (dim, op, phase, kind, int(message), len(ranks), _link(self.job, ranks))
+        key = (dim, op, phase, kind, purpose, int(message), len(ranks), _link(self.job, ranks))
         self.rows.setdefault(key, [0])[0] += calls
 
     def build(self) -> tuple[Row, ...]:
         net = self.job.network
         out = []
-        for (dim, op, phase, kind, msg, n, link), (calls,) in self.rows.items():
+        for (dim, op, phase, kind, purpose, msg, n, link), (calls,) in self.rows.items():
             if calls * msg > MAX_INT64:
                 raise _beyond_int64(self.job, dim, op, calls * msg)
             bw = (net.intra_node_GBps if link == "intra" else net.inter_node_GBps) * 1e9
             w = wire_bytes(op, msg, n, net.algorithm, intra=link == "intra")
             moved = msg if op == "recv" else w
             out.append(
-                Row(dim, op, phase, kind, calls, calls * msg, calls * w, calls * moved / bw,
-                    msg, n, link)
+                Row(dim, op, phase, kind, purpose, calls, calls * msg, calls * w,
+                    calls * moved / bw, msg, n, link)
             )  # fmt: skip
         return tuple(sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase))))
 
@@ -327,37 +330,71 @@ def _tensor_parallel(
     mb = job.microbatches
     s_c = m.seq_len // par.cp
     msg = job.batch.micro_batch * s_c * m.hidden * job.dtypes.e_a
-    per_layer = n_layers * mb
+    # (without vocab-parallel layers the embedding, LM head and loss issue no TP collective)
+    vocab = job.conventions.vocab_parallel
+    first, last = vocab and coords["pp"] == 0, vocab and coords["pp"] == par.pp - 1
     full = job.recompute == "full"
-    first, last = coords["pp"] == 0, coords["pp"] == par.pp - 1
-    if not par.sequence_parallel:
-        acc.add("tp", "all_reduce", "forward", "transformer", 2 * per_layer, msg, g)
-        acc.add("tp", "all_reduce", "backward", "transformer", 2 * per_layer, msg, g)
-        if full:
-            acc.add("tp", "all_reduce", "backward", "transformer", 2 * per_layer, msg, g)
-        if first:
-            acc.add("tp", "all_reduce", "forward", "embedding", mb, msg, g)
-        if last:
-            acc.add("tp", "all_reduce", "backward", "lm_head", mb, msg, g)
-    else:
-        acc.add("tp", "all_gather", "forward", "transformer", 2 * per_layer, msg, g)
-        acc.add("tp", "reduce_scatter", "forward", "transformer", 2 * per_layer, msg, g)
-        acc.add("tp", "all_gather", "backward", "transformer", 4 * per_layer, msg, g)
-        acc.add("tp", "reduce_scatter", "backward", "transformer", 2 * per_layer, msg, g)
-        if full:
-            acc.add("tp", "all_gather", "backward", "transformer", 2 * per_layer, msg, g)
-            acc.add("tp", "reduce_scatter", "backward", "transformer", 2 * per_layer, msg, g)
-        if first:
-            acc.add("tp", "reduce_scatter", "forward", "embedding", mb, msg, g)
-            acc.add("tp", "all_gather", "backward", "embedding", mb, msg, g)
-        if last:
-            acc.add("tp", "all_gather", "forward", "lm_head", mb, msg, g)
-            acc.add("tp", "all_gather", "backward", "lm_head", mb, msg, g)
-            acc.add("tp", "reduce_scatter", "backward", "lm_head", mb, msg, g)
-        acc.add("tp", "all_reduce", "optimizer", "norm", 1, sp_params * job.dtypes.e_g, g)
+    items = _tp_sp_items if par.sequence_parallel else _tp_items
+    for op, phase, kind, calls, purpose in items(n_layers * mb, mb, full, first, last):
+        acc.add("tp", op, phase, kind, calls, msg, g, purpose)
+    if par.sequence_parallel:
+        norms = sp_params * job.dtypes.e_g
+        acc.add("tp", "all_reduce", "optimizer", "norm", 1, norms, g,
+                "sequence-parallel norm gradients")  # fmt: skip
     if last:
         ce = job.batch.micro_batch * s_c * CE_BYTES
-        acc.add("tp", "all_reduce", "forward", "loss", 3 * mb, ce, g)
+        acc.add("tp", "all_reduce", "forward", "loss", 3 * mb, ce, g,
+                "vocab-parallel cross-entropy (max, sum of exp, target logit)")  # fmt: skip
+
+
+_Item = tuple[str, str, str, int, str]  # op, phase, layer_kind, calls, purpose
+
+
+def _tp_items(n: int, mb: int, full: bool, first: bool, last: bool) -> list[_Item]:
+    """TP without SP, ``n`` = layers x micro-batches: the f and g all-reduces of Megatron-LM
+    (Shoeybi et al. 2019, arXiv:1909.08053), the vocab-parallel embedding and LM head."""
+    items = [
+        ("all_reduce", "forward", "transformer", 2 * n, "attention and MLP outputs (g)"),
+        ("all_reduce", "backward", "transformer", 2 * n, "QKV and FC1 input gradients (f)"),
+    ]
+    if full:
+        items.append(("all_reduce", "backward", "transformer", 2 * n,
+                      "recomputed attention and MLP outputs (g)"))  # fmt: skip
+    if first:
+        items.append(("all_reduce", "forward", "embedding", mb, "vocab-parallel embedding output"))
+    if last:
+        items.append(("all_reduce", "backward", "lm_head", mb, "LM head input gradient"))
+    return items
+
+
+def _tp_sp_items(n: int, mb: int, full: bool, first: bool, last: bool) -> list[_Item]:
+    """TP with SP as Megatron-core runs it: gathers before QKV and FC1, scatters after the
+    attention and MLP outputs, their transposes backward and the re-gathered inputs of the
+    weight gradients."""
+    items = [
+        ("all_gather", "forward", "transformer", 2 * n, "sequence-parallel gathers"),
+        ("reduce_scatter", "forward", "transformer", 2 * n, "sequence-parallel scatters"),
+        ("all_gather", "backward", "transformer", 4 * n,
+         "scatter transposes and re-gathered QKV and FC1 inputs"),
+        ("reduce_scatter", "backward", "transformer", 2 * n, "gather transposes"),
+    ]  # fmt: skip
+    if full:
+        items += [
+            ("all_gather", "backward", "transformer", 2 * n, "recomputed gathers"),
+            ("reduce_scatter", "backward", "transformer", 2 * n, "recomputed scatters"),
+        ]
+    if first:
+        items += [
+            ("reduce_scatter", "forward", "embedding", mb, "embedding output scatter"),
+            ("all_gather", "backward", "embedding", mb, "embedding gradient gather"),
+        ]
+    if last:
+        items += [
+            ("all_gather", "forward", "lm_head", mb, "LM head input gather"),
+            ("all_gather", "backward", "lm_head", mb, "LM head input re-gather"),
+            ("reduce_scatter", "backward", "lm_head", mb, "LM head input-gradient scatter"),
+        ]
+    return items
 
 
 def _kv_width(job: Job) -> int:
@@ -377,11 +414,11 @@ def _context_parallel(job: Job, rank: int, n_layers: int, acc: _Rows) -> None:
     g = group(job, rank, ("cp",))
     msg = job.batch.micro_batch * job.model.seq_len * _kv_width(job) * job.dtypes.e_a
     calls = n_layers * job.microbatches
-    acc.add("cp", "all_gather", "forward", "attention", calls, msg, g)
-    acc.add("cp", "all_gather", "backward", "attention", calls, msg, g)
-    acc.add("cp", "reduce_scatter", "backward", "attention", calls, msg, g)
+    acc.add("cp", "all_gather", "forward", "attention", calls, msg, g, "KV gather")
+    acc.add("cp", "all_gather", "backward", "attention", calls, msg, g, "KV re-gather")
+    acc.add("cp", "reduce_scatter", "backward", "attention", calls, msg, g, "KV gradient scatter")
     if job.recompute == "full":
-        acc.add("cp", "all_gather", "backward", "attention", calls, msg, g)
+        acc.add("cp", "all_gather", "backward", "attention", calls, msg, g, "recomputed KV gather")
 
 
 def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
@@ -398,10 +435,12 @@ def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
         capacity_factor=m.moe.capacity_factor, experts=m.moe.experts,
     )  # fmt: skip
     calls = 2 * n_moe * job.microbatches
-    acc.add("ep", "all_to_all", "forward", "moe", calls, msg, g)
-    acc.add("ep", "all_to_all", "backward", "moe", calls, msg, g)
+    acc.add("ep", "all_to_all", "forward", "moe", calls, msg, g, "expert dispatch and combine")
+    acc.add("ep", "all_to_all", "backward", "moe", calls, msg, g, "dispatch and combine gradients")
     if job.recompute == "full":
-        acc.add("ep", "all_to_all", "backward", "moe", calls, msg, g)
+        acc.add(
+            "ep", "all_to_all", "backward", "moe", calls, msg, g, "recomputed dispatch and combine"
+        )
 
 
 def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) -> None:
@@ -416,20 +455,28 @@ def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) 
     msg = job.batch.micro_batch * (m.seq_len // par.cp) // t_sg * m.hidden * job.dtypes.e_a
     nxt, prv = _peer(job, rank, (r + 1) % p), _peer(job, rank, (r - 1) % p)
     last, first = int(r == p - 1), int(r == 0)
-    acc.add("pp", "send", "forward", "boundary", mb * (v - last), msg, [rank, nxt])
-    acc.add("pp", "recv", "forward", "boundary", mb * (v - first), msg, [prv, rank])
-    acc.add("pp", "send", "backward", "boundary", mb * (v - first), msg, [rank, prv])
-    acc.add("pp", "recv", "backward", "boundary", mb * (v - last), msg, [nxt, rank])
+    for op, phase, calls, pair, purpose in (
+        ("send", "forward", mb * (v - last), [rank, nxt], "activations to the next stage"),
+        ("recv", "forward", mb * (v - first), [prv, rank], "activations from the previous stage"),
+        ("send", "backward", mb * (v - first), [rank, prv],
+         "activation gradients to the previous stage"),
+        ("recv", "backward", mb * (v - last), [nxt, rank],
+         "activation gradients from the next stage"),
+    ):  # fmt: skip
+        acc.add("pp", op, phase, "boundary", calls, msg, pair, purpose)
     if m.tied_embeddings and (first or last):
         pair = [_peer(job, rank, 0), _peer(job, rank, p - 1)]
-        size = P.embedding_params(m, tp=par.tp) * job.dtypes.e_g
-        acc.add("pp", "all_reduce", "optimizer", "embedding", 1, size, pair)
+        size = P.embedding_params(m, tp=P.vocab_tp(job)) * job.dtypes.e_g
+        acc.add("pp", "all_reduce", "optimizer", "embedding", 1, size, pair,
+                "tied embedding gradients of the first and last stage")  # fmt: skip
 
 
-def _buckets(elements: int, bucket: int) -> list[tuple[int, int]]:
-    """(calls, elements per call): full buckets, then the remainder."""
+def _buckets(elements: int, bucket: int) -> list[tuple[int, int, str]]:
+    """(calls, elements per call, purpose): full buckets, then the remainder."""
     full, rest = divmod(elements, bucket)
-    return [(full, bucket), (1, rest)]
+    if full == 0:
+        return [(1, rest, "bucket")]
+    return [(full, bucket, "buckets"), (1, rest, "bucket (the rest)")]
 
 
 def _data_parallel(
@@ -445,24 +492,64 @@ def _data_parallel(
     scheme = par.dp_scheme
     if scheme in ("zero3", "fsdp_no_reshard"):
         for u in units:
-            g = groups[u.group]
-            acc.add("dp", "all_gather", "forward", u.layer_kind, 1, u.elements * dt.e_p, g)
+            g, grads, params = groups[u.group], u.elements * dt.e_g, u.elements * dt.e_p
+            acc.add("dp", "all_gather", "forward", u.layer_kind, 1, params, g, "parameter gather")
             if scheme == "zero3":
-                acc.add("dp", "all_gather", "backward", u.layer_kind, 1, u.elements * dt.e_p, g)
-            acc.add("dp", "reduce_scatter", "backward", u.layer_kind, 1, u.elements * dt.e_g, g)
+                acc.add("dp", "all_gather", "backward", u.layer_kind, 1, params, g,
+                        "parameter re-gather")  # fmt: skip
+            acc.add("dp", "reduce_scatter", "backward", u.layer_kind, 1, grads, g,
+                    "gradient reduce-scatter")  # fmt: skip
     else:
         for kind, gname in (("all", "dense"), ("moe", "expert")):
             g = groups[gname]
+            if gname == "dense" and scheme == "ddp" and job.conventions.torch_buckets:
+                for size, calls, what in _torch_buckets(job, coords["pp"]):
+                    acc.add("dp", "all_reduce", "backward", kind, calls, size, g, what)
+                continue
             n_el = sum(u.elements for u in units if u.group == gname)
             bucket = par.bucket_size or max(40_000_000, 1_000_000 * len(g))
-            for calls, el in _buckets(n_el, bucket):
-                if scheme == "ddp":
-                    acc.add("dp", "all_reduce", "backward", kind, calls, el * dt.e_g, g)
-                else:
-                    acc.add("dp", "reduce_scatter", "backward", kind, calls, el * dt.e_g, g)
-                    acc.add("dp", "all_gather", "optimizer", kind, calls, el * dt.e_p, g)
-    if coords["pp"] == par.pp - 1:
-        acc.add("dp", "all_reduce", "other", "loss", 1, LOSS_REPORT_BYTES, groups["dense"])
+            for calls, el, what in _buckets(n_el, bucket):
+                _gradient_bucket(acc, scheme, kind, calls, el * dt.e_g, el * dt.e_p, g, what)
+    if coords["pp"] == par.pp - 1 and job.conventions.loss_all_reduce:
+        acc.add("dp", "all_reduce", "other", "loss", 1, LOSS_REPORT_BYTES, groups["dense"],
+                "loss report")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_buckets(job: Job, pp_rank: int) -> tuple[tuple[int, int, str], ...]:
+    """(bytes, calls, purpose) of the gradient buckets PyTorch DDP all-reduces: it walks the
+    parameters in reverse order and closes a bucket once it holds 1 MiB, then 25 MiB
+    (``ddp_first_bucket_mb``, ``ddp_bucket_mb``), never splitting a tensor
+    (``compute_bucket_assignment_by_size``, torch/csrc/distributed/c10d/reducer.cpp, called
+    by torch/nn/parallel/distributed.py with ``_DEFAULT_FIRST_BUCKET_BYTES`` and
+    ``bucket_cap_mb``). Cached per stage: every rank of a stage has the same buckets."""
+    conv, e_g = job.conventions, job.dtypes.e_g
+    limit = int(conv.ddp_first_bucket_mb * 2**20)
+    sizes, size = [], 0
+    for elements in reversed(P.rank_tensors(job, pp_rank)):
+        size += elements * e_g
+        if size >= limit:
+            sizes.append(size)
+            size, limit = 0, int(conv.ddp_bucket_mb * 2**20)
+    if size:
+        sizes.append(size)
+    first, rest = sizes[:1], sizes[1:]
+    out = [(b, 1, "first gradient bucket") for b in first]
+    out += [(b, rest.count(b), "gradient buckets") for b in sorted(set(rest))]
+    return tuple(out)
+
+
+def _gradient_bucket(
+    acc: _Rows, scheme: str, kind: str, calls: int, grads: int, params: int, g: list[int],
+    what: str,
+) -> None:  # fmt: skip
+    """One size of gradient bucket: all-reduced (DDP), or reduce-scattered and its parameters
+    all-gathered after the optimizer (ZeRO-1/2, the distributed optimizer)."""
+    if scheme == "ddp":
+        acc.add("dp", "all_reduce", "backward", kind, calls, grads, g, f"gradient {what}")
+        return
+    acc.add("dp", "reduce_scatter", "backward", kind, calls, grads, g, f"gradient {what}")
+    acc.add("dp", "all_gather", "optimizer", kind, calls, params, g, f"parameter {what}")
 
 
 # --------------------------------------------------------------------------- tables
@@ -552,16 +639,17 @@ def format_table(pred: Prediction) -> str:
         f"world={j.parallel.world_size}",
         f"batch micro={j.batch.micro_batch} global={j.batch.global_batch} "
         f"microbatches={j.microbatches} tokens/step={j.tokens_per_step:,} "
-        f"recompute={j.recompute}",
+        f"recompute={j.recompute} conventions={j.conventions.framework}",
         f"rank {pred.rank}: tp={c['tp']} cp={c['cp']} dp={c['dp']} pp={c['pp']} ep={c['ep']} "
         f"layers {_ranges(pred.layers)}",
         "",
     ]
     head = ("dim", "op", "phase", "layer_kind", "calls", "message_B", "n", "link",
-            "bytes", "wire_bytes", "est_time_s")  # fmt: skip
+            "bytes", "wire_bytes", "est_time_s", "purpose")  # fmt: skip
     body = [
         (r.parallel_dim, r.op, r.phase, r.layer_kind, f"{r.calls:,}", f"{r.message:,}",
-         str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}", f"{r.est_time_s:.6f}")
+         str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}", f"{r.est_time_s:.6f}",
+         r.purpose)
         for r in pred.rows
     ]  # fmt: skip
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]

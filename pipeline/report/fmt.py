@@ -45,6 +45,13 @@ def ratio(value: float | None) -> str:
     return f"{value:.3g}×"
 
 
+def share(value: float | None) -> str:
+    """A fraction as a percentage like 42.0%."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{100 * value:.1f}%"
+
+
 class Rows:
     """A chart's data rows, handed to Altair as one opaque value.
 

@@ -320,6 +320,95 @@ FROM collective_instances WHERE job = $job
 -- Whether the job has flight recorder dumps.
 SELECT count(*) AS files FROM files WHERE job = $job AND format = 'flight_recorder';
 
+-- name: wait_by_dim
+-- Waiting or transferring: per parallel dimension and op, the time ranks spent in
+-- collectives split at the last rank's arrival (collective_waits), per traced step.
+SELECT coalesce(parallel_dim, 'unknown') AS parallel_dim, op, count(*) AS calls,
+       sum(wait_ns) AS wait_ns, sum(transfer_ns) AS transfer_ns,
+       sum(wait_ns) / greatest(count(DISTINCT step), 1) AS wait_per_step_ns,
+       sum(transfer_ns) / greatest(count(DISTINCT step), 1) AS transfer_per_step_ns,
+       sum(wait_ns) / nullif(sum(wait_ns) + sum(transfer_ns), 0) AS wait_share
+FROM collective_waits
+WHERE job = $job
+GROUP BY ALL
+ORDER BY sum(wait_ns) + sum(transfer_ns) DESC, parallel_dim, op;
+
+-- name: straggler_ranks
+-- Per rank, the steps it was the straggler of, the wait it caused there and the layer it
+-- was most often busy in meanwhile.
+SELECT rank, count(*) AS steps, sum(caused_wait_ns) AS caused_wait_ns,
+       sum(caused_wait_ns) / nullif(sum(step_wait_ns), 0) AS wait_share,
+       mode(busy_layer) AS busy_layer, mode(parallel_dim) AS parallel_dim
+FROM step_stragglers
+WHERE job = $job
+GROUP BY rank
+ORDER BY caused_wait_ns DESC, rank
+LIMIT $limit;
+
+-- name: straggler_ops_top
+-- What the stragglers ran while the others waited, over every step: the ops (by own time)
+-- and kernels that filled most of those windows.
+SELECT what, name, mode(layer) AS layer, count(DISTINCT step) AS steps,
+       sum(overlap_ns) AS overlap_ns
+FROM straggler_ops
+WHERE job = $job
+GROUP BY what, name
+ORDER BY overlap_ns DESC, what, name
+LIMIT $limit;
+
+-- name: critical_path_split
+-- What the critical paths are made of: compute, and transfers per dimension, summed over
+-- the steps and as a share of the steps' length; the bound on what faster transfers of a
+-- dimension could save.
+WITH parts AS (
+    SELECT CASE WHEN segment = 'compute' THEN 'compute'
+                ELSE 'transfer ' || coalesce(parallel_dim, 'unknown') END AS part,
+           step, dur_ns
+    FROM critical_path WHERE job = $job
+)
+SELECT part, count(DISTINCT step) AS steps, count(*) AS segments, sum(dur_ns) AS dur_ns,
+       sum(dur_ns) / (SELECT sum(dur_ns) FROM parts) AS share
+FROM parts
+GROUP BY part
+ORDER BY dur_ns DESC, part;
+
+-- name: critical_path_steps
+-- Per step, its critical path's length and how much of it is transfer.
+SELECT step, sum(dur_ns) AS dur_ns,
+       sum(dur_ns) FILTER (WHERE segment = 'transfer') AS transfer_ns,
+       count(DISTINCT rank) AS ranks
+FROM critical_path WHERE job = $job
+GROUP BY step
+ORDER BY step;
+
+-- name: ledger_dims
+-- Observed against the model per parallel dimension, per traced step: predicted bytes,
+-- observed bytes, and the bytes of items seen as predicted (matched).
+SELECT parallel_dim,
+       sum(predicted_bytes) / count(DISTINCT step) AS predicted_bytes,
+       sum(bytes) / count(DISTINCT step) AS bytes,
+       sum(bytes) FILTER (WHERE status = 'matched') / count(DISTINCT step) AS matched_bytes,
+       count(*) FILTER (WHERE status <> 'matched') AS differing_rows
+FROM ledger
+WHERE job = $job
+GROUP BY parallel_dim
+ORDER BY sum(predicted_bytes) + sum(bytes) DESC, parallel_dim;
+
+-- name: ledger_items
+-- Every item that is not seen as predicted (missing, unpredicted, resized, other counts),
+-- per traced step (the mean over the steps where it appears).
+SELECT status, parallel_dim, op, phase, purpose, layer,
+       avg(predicted_calls) AS predicted_calls, any_value(predicted_message_bytes)
+           AS predicted_message_bytes,
+       avg(calls) AS calls, any_value(message_bytes) AS message_bytes,
+       avg(bytes) - avg(predicted_bytes) AS bytes_difference, any_value(reason) AS reason
+FROM ledger
+WHERE job = $job AND status <> 'matched'
+GROUP BY status, parallel_dim, op, phase, purpose, layer, predicted_message_bytes,
+         message_bytes
+ORDER BY abs(avg(bytes) - avg(predicted_bytes)) DESC, parallel_dim, op, phase, status
+LIMIT $limit;
+
 -- name: wire_summary
 -- The wire table of the job (tokenwire link): rows, estimated rows, steps, bytes in and
 -- across hosts, and the algorithms as logged or assumed.

@@ -215,8 +215,8 @@ def likely_reason(row: dict, traffic: Traffic) -> str:
     if dim == "tp" and abs(r - 1.25) < 0.05:
         return "1.25x the bytes: sequence parallelism's backward re-gathers"
     return (
-        f"{fmt.ratio(cr)} the calls and {fmt.ratio(size_r)} the message size: check "
-        "the layout, micro-batches and dtypes in job.yaml"
+        f"{fmt.ratio(cr)} the calls and {fmt.ratio(size_r)} the message size: the ledger "
+        "(tokenwire link --config) names each item that differs"
     )
 
 

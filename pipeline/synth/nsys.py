@@ -78,7 +78,8 @@ class JobKernel:
         if self.nccl_call is None or self.comm_hash is None or self.nbytes is None:
             return None
         head = struct.pack("<QQ", self.comm_hash, self.nbytes)
-        # the tail of each struct in nvtx_payload_schemas.h (see ingest/nsys_nccl._COLL_TAIL)
+        # the tail of each struct in nvtx_payload_schemas.h (see _COLL_TAIL in
+        # pipeline/ingest/nsys/collectives.py)
         tail = {
             "ncclAllReduce": struct.pack("<i4x", self.redop),
             "ncclReduceScatter": struct.pack("<i4x", self.redop),

@@ -16,7 +16,8 @@ from pipeline.dataset import compact
 from pipeline.dataset.rank_sets import encode
 from pipeline.dataset.schema import conform
 from pipeline.dataset.store import read_manifest
-from pipeline.ingest import kineto, nccl_log
+from pipeline.ingest.kineto import parse as kineto
+from pipeline.ingest.nccl import log as nccl_log
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
 from pipeline.synth.job import JobSpec, job_traces

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipeline.ingest.attribution import attribute_collectives
+from pipeline.ingest.derive.attribution import attribute_collectives
 
 _OPS = pa.schema(
     [

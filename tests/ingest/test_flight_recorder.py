@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import flight_recorder as fr
+from pipeline.ingest.flight_recorder import parse as fr
 
 
 def _dumps(real_traces: Path) -> list[Path]:

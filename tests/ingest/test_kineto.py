@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from pipeline.dataset.schema import conform
-from pipeline.ingest import kineto
+from pipeline.ingest.kineto import parse as kineto
 from tests.conftest import real_kineto_files
 
 DTYPE_BYTES = {"float": 4, "Float": 4, "BFloat16": 2, "long int": 8, "Long": 8, "int": 4}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import kineto
+from pipeline.ingest.kineto import parse as kineto
 from tests.conftest import REPO_ROOT, real_kineto_files
 
 WHOLE = 1 << 40  # one batch: the whole file decoded at once
@@ -137,7 +137,7 @@ _CHILD = """
 import resource, sys
 from pathlib import Path
 resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
-from pipeline.ingest import kineto
+from pipeline.ingest.kineto import parse as kineto
 result = kineto.parse(Path(sys.argv[1]), batch_bytes=int(sys.argv[2]))
 print(result.tables["ops"].num_rows)
 """

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import nccl_log
+from pipeline.ingest.nccl import log as nccl_log
 
 COLL_LINE = re.compile(
     r"\b(?:AllReduce|Broadcast|Reduce|AllGather|ReduceScatter|Send|Recv|AlltoAll|Gather|Scatter)"
@@ -318,12 +318,12 @@ def test_sniff(real_traces, tmp_path):
 
 
 def test_batches_give_the_same_result(real_traces, monkeypatch):
-    from pipeline.ingest import _nccl_lines
+    from pipeline.ingest.nccl import lines
 
     path = real_traces / "nccl_logs" / "nccl-issue-952.log"
     whole = _parse(path)
-    monkeypatch.setattr(_nccl_lines, "BATCH_BYTES", 700)
-    monkeypatch.setattr(_nccl_lines.iter_batches, "__kwdefaults__", {"batch_bytes": 700})
+    monkeypatch.setattr(lines, "BATCH_BYTES", 700)
+    monkeypatch.setattr(lines.iter_batches, "__kwdefaults__", {"batch_bytes": 700})
     small = _parse(path)
     for name in whole:
         assert whole[name].equals(small[name]), name

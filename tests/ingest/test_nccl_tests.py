@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import nccl_tests
+from pipeline.ingest.nccl import nccl_tests
 
 ROW = re.compile(r"^(?:\[\d+,\d+\]<stdout>:)?\s*\d+\s+\d+\s+[a-z]\w*\s")
 

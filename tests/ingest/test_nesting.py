@@ -1,10 +1,10 @@
-"""Range nesting and scope paths (pipeline/ingest/nesting.py) on hand-made ranges."""
+"""Range nesting and scope paths (pipeline/ingest/derive/nesting.py) on hand-made ranges."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.nesting import add_nesting, add_scope_path
+from pipeline.ingest.derive.nesting import add_nesting, add_scope_path
 
 
 def _ranges(rows: list[tuple[int, int, int, int, str, bool]]) -> pl.DataFrame:

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import nsys
+from pipeline.ingest.nsys import parse as nsys
 from pipeline.synth import JobSpec
 from pipeline.synth.nsys import Layout, write_export
 from pipeline.synth.scale import job_comms, job_kernels, simulated_job

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline.ingest.time_breakdown import add_time_breakdown
+from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 
 
 def _table(rows: list[dict]) -> pa.Table:

@@ -38,16 +38,18 @@ def test_segments_tile_the_step(linked_sample: Path) -> None:
 
 
 def _walk(calls: pl.DataFrame, steps: pl.DataFrame, step: int) -> list[tuple]:
-    """The definition, one hop at a time: on rank r at t, the latest call of r that ended by
-    t; compute from its end to t, its transfer before that; go on from the last arrival, at
-    least 1 ns earlier (a call whose transfer took no time must not be found again)."""
+    """The definition, one hop at a time: standing on rank r at t, the latest call of r that
+    ended by t; compute from its end to t, its transfer before that; go on from the last
+    arrival (searching from 1 ns earlier where the call moved no data: it must not find
+    itself)."""
     here = steps.filter(pl.col("step") == step).sort("end_ns", "rank", descending=[True, False])
     rank, t = here["rank"][0], here["end_ns"][0]
+    search = t
     segments = []
-    # every hop moves t back, so a call is found at most twice
-    for _ in range(2 * calls.height + 1):
+    # every hop finds a call that ended strictly earlier than the one before
+    for _ in range(calls.height + 1):
         mine = calls.filter(
-            (pl.col("step") == step) & (pl.col("rank") == rank) & (pl.col("end_ns") <= t)
+            (pl.col("step") == step) & (pl.col("rank") == rank) & (pl.col("end_ns") <= search)
         ).sort("end_ns", "moving_ns", descending=True)
         if mine.is_empty():
             start = here.filter(pl.col("rank") == rank)["start_ns"].item()
@@ -56,7 +58,8 @@ def _walk(calls: pl.DataFrame, steps: pl.DataFrame, step: int) -> list[tuple]:
         call = mine.row(0, named=True)
         segments.append((rank, "compute", call["end_ns"], t))
         segments.append((rank, "transfer", call["moving_ns"], call["end_ns"]))
-        rank, t = call["late_rank"], min(call["moving_ns"], t - 1)
+        rank, t = call["late_rank"], call["moving_ns"]
+        search = t - (call["moving_ns"] == call["end_ns"])
     else:
         raise AssertionError("the walk did not end")
     return [s for s in reversed(segments) if s[3] > s[2]]

@@ -26,8 +26,15 @@ DIMS = {"layers": 4, "hidden": 256, "heads": 8, "ffn_hidden": 1024, "vocab": 819
 
 
 def _rows(pred):
-    return {(r.parallel_dim, r.op, r.phase, r.layer_kind): (r.calls, r.bytes // r.calls)
-            for r in pred.rows}  # fmt: skip
+    """(calls, message size) per kind of collective, over the items of each kind (all of one
+    size in these jobs)."""
+    out: dict[tuple, tuple[int, int]] = {}
+    for r in pred.rows:
+        key = (r.parallel_dim, r.op, r.phase, r.layer_kind)
+        calls, message = out.get(key, (0, r.bytes // r.calls))
+        assert message == r.bytes // r.calls, key
+        out[key] = (calls + r.calls, message)
+    return out
 
 
 # --------------------------------------------------------------------------- the sample job
@@ -315,8 +322,8 @@ def test_json_shape():
     assert set(doc) == {"model", "layout", "tokens_per_step", "rank", "rows", "totals"}
     assert doc["model"]["params"] == 7_386_624 and doc["model"]["flops_per_token"] > 0
     assert doc["tokens_per_step"] == 2048 and doc["rank"] == 3
-    assert set(doc["rows"][0]) == {"parallel_dim", "op", "phase", "layer_kind", "calls", "bytes",
-                                   "wire_bytes", "est_time_s"}  # fmt: skip
+    assert set(doc["rows"][0]) == {"parallel_dim", "op", "phase", "layer_kind", "purpose",
+                                   "calls", "bytes", "wire_bytes", "est_time_s"}  # fmt: skip
     t = doc["totals"]
     assert set(t) == {"bytes", "wire_bytes", "bytes_per_token", "by_dim"}
     assert t["bytes"] == sum(r["bytes"] for r in doc["rows"])

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.dataset.schema import load_schemas
-from pipeline.ingest import nsys
+from pipeline.ingest.nsys import parse as nsys
 from tests.conftest import REPO_ROOT, tree_digest
 from tests.reliability import corpus
 from tests.reliability.corpus import Case

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import flight_recorder, kineto, nsys
 from pipeline.ingest.detect import detect
+from pipeline.ingest.flight_recorder import parse as flight_recorder
 from pipeline.ingest.gz import gunzip
+from pipeline.ingest.kineto import parse as kineto
+from pipeline.ingest.nsys import parse as nsys
 from pipeline.synth.nsys import Layout, write_export
 from tests.reliability.corpus import kineto_doc, nsys_json_lines
 

@@ -19,8 +19,8 @@ from pipeline.dataset.store import (
     part_path,
     read_manifest,
 )
+from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.run import ingest
-from pipeline.ingest.time_breakdown import add_time_breakdown
 from pipeline.link.runner import link
 from pipeline.report import page
 

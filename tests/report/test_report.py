@@ -80,12 +80,12 @@ def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
     result = build_report(sample_linked, config=JOB_YAML, output=out)
     page = out.read_text()
     assert result.sections == [
-        "glance", "journey", "bytes", "layers", "time", "bandwidth", "skew", "topology", "wire",
-        "quality",
+        "glance", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
+        "topology", "wire", "quality",
     ]  # fmt: skip
     for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
-                 "busbw_vs_size", "late_ranks", "top_kernels", "wire_host_heatmap",
-                 "wire_host_demand"):  # fmt: skip
+                 "busbw_vs_size", "late_ranks", "top_kernels", "wait_transfer",
+                 "wire_host_heatmap", "wire_host_demand"):  # fmt: skip
         assert name in result.charts
     assert len(specs(page)) == len(result.charts)
     assert "Needs tokenwire link" not in page
@@ -288,3 +288,56 @@ def test_chart_rows_become_json_with_no_nan_and_nothing_that_ends_the_script():
     text = spec_json({"data": {"values": rows}})
     assert "<" not in text and ">" not in text and "&" not in text and "NaN" not in text
     assert json.loads(text) == {"data": {"values": rows}}
+
+
+def test_waits_section_sums_the_linked_tables(sample_linked):
+    """The waiting-or-transferring section: wait and transfer per dimension are the sums of
+    collective_waits, the straggler rank is the one step_stragglers names (rank 5, whose
+    attention kernels the generator slows), and the critical path's parts add up to it."""
+    ctx = open_context(sample_linked, config=load_job(JOB_YAML))
+    con = connect(sample_linked)
+    by_dim = ctx.query("wait_by_dim")
+    wait, transfer = con.execute(
+        "SELECT sum(wait_ns), sum(transfer_ns) FROM collective_waits"
+    ).fetchone()
+    assert by_dim["wait_ns"].sum() == wait and by_dim["transfer_ns"].sum() == transfer
+    assert (
+        by_dim["calls"].sum() == con.execute("SELECT count(*) FROM collective_waits").fetchone()[0]
+    )
+    ranks = ctx.query("straggler_ranks", limit=10)
+    assert ranks["rank"][0] == 5
+    assert ranks["steps"][0] == con.execute("SELECT count(DISTINCT step) FROM steps").fetchone()[0]
+    split = ctx.query("critical_path_split")
+    total = con.execute("SELECT sum(dur_ns) FROM critical_path").fetchone()[0]
+    assert split["dur_ns"].sum() == total
+    assert split["share"].sum() == pytest.approx(1.0)
+    assert "compute" in split["part"].to_list()
+    assert any(p.startswith("transfer ") for p in split["part"])
+
+
+def test_ledger_section_names_the_items_a_change_resizes(sample_linked, tmp_path):
+    """The sample linked against a job.yaml with micro_batch 4: the ledger section lists the
+    resized TP and PP items with the predicted and observed calls x size and the reason; the
+    sample's own job.yaml gives a ledger with nothing that differs."""
+    import shutil
+
+    import yaml
+
+    config = yaml.safe_load(JOB_YAML.read_text())
+    config["batch"]["micro_batch"] = 4
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = tmp_path / "ds"
+    shutil.copytree(sample_linked, ds)
+    link(ds, config=tmp_path / "job.yaml")
+    ctx = open_context(ds, config=load_job(tmp_path / "job.yaml"))
+    items = ctx.query("ledger_items", limit=40)
+    assert set(items["status"]) == {"size differs"}
+    assert set(items["parallel_dim"]) == {"tp", "pp"}
+    out = tmp_path / "r.html"
+    build_report(ds, config=tmp_path / "job.yaml", output=out)
+    page = out.read_text()
+    assert "72 × 262 kB" in page and "144 × 131 kB" in page
+    assert "check micro_batch" in page
+    same = open_context(sample_linked, config=load_job(JOB_YAML))
+    assert same.query("ledger_items", limit=40).height == 0
+    assert same.query("ledger_dims")["differing_rows"].sum() == 0

@@ -11,8 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.ingest import kineto, nccl_log, nsys
 from pipeline.ingest.detect import detect
+from pipeline.ingest.kineto import parse as kineto
+from pipeline.ingest.nccl import log as nccl_log
+from pipeline.ingest.nsys import parse as nsys
 from pipeline.synth import JobSpec, write_job
 from pipeline.synth.job import DTYPE, process_groups
 from pipeline.synth.scale import (

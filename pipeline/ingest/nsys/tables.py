@@ -21,8 +21,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest import nsys_nccl, nsys_ranks
-from pipeline.ingest.nsys_raw import (
+from pipeline.ingest.nsys import collectives, ranks
+from pipeline.ingest.nsys.raw import (
     NVTX_DOMAIN_CREATE,
     NVTX_MARK,
     NVTX_PUSH_POP,
@@ -81,7 +81,7 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
     kernels = kernels.join(names, on="range_id", how="left").drop("range_id")
 
     nccl_ops = ops.filter(pl.col("domain") == "NCCL")
-    payloads = nsys_nccl.decode_payloads(nccl_ops, warnings)
+    payloads = collectives.decode_payloads(nccl_ops, warnings)
     inits = ops.join(payloads.filter(pl.col("rank").is_not_null()), on="op_id").select(
         "pid", "cuda_dev", "comm_hash", "rank", "nranks", "start_ns"
     )
@@ -100,7 +100,7 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
     ).unique()
     has_dev = units_keys.filter(pl.col("device").is_not_null())["pid"].unique().implode()
     units_keys = units_keys.filter(pl.col("device").is_not_null() | ~pl.col("pid").is_in(has_dev))
-    units = nsys_ranks.assign(raw, units_keys, inits, path, warnings)
+    units = ranks.assign(raw, units_keys, inits, path, warnings)
     primary = (
         kernels.group_by("pid", "device")
         .len()
@@ -140,11 +140,11 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
         "launch_tid",
         "launch_ns",
     )
-    coll = nsys_nccl.collectives(nccl_ops, nccl_kernels, payloads, warnings)
+    coll = collectives.collectives(nccl_ops, nccl_kernels, payloads, warnings)
     coll = with_rank(coll.with_columns(pl.col("device").cast(pl.Int64)), by_thread=False)
     coll = _fill_rank(coll, units)
     tables["collectives"] = _collectives_table(coll)
-    tables["communicators"] = nsys_nccl.communicators(inits, units, coll).to_arrow()
+    tables["communicators"] = collectives.communicators(inits, units, coll).to_arrow()
     source = ",".join(sorted(units["rank_source"].unique().to_list()))
     return tables, source
 

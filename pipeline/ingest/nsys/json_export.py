@@ -27,7 +27,7 @@ from pathlib import Path
 import orjson
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest.nsys_raw import (
+from pipeline.ingest.nsys.raw import (
     KERNEL_SCHEMA,
     NVTX_SCHEMA,
     RUNTIME_SCHEMA,
@@ -50,7 +50,7 @@ def _int(v: object) -> int | None:
 
 
 def _time(v: object) -> int | None:
-    """A timestamp: an integer within 95 years (:data:`~pipeline.ingest.nsys_raw.MAX_ABS_NS`)."""
+    """A timestamp: an integer within 95 years (:data:`~pipeline.ingest.nsys.raw.MAX_ABS_NS`)."""
     out = _int(v)
     return None if out is None else check_time(out, "timestamp")
 

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.nesting import rows_of
+from pipeline.ingest.derive.nesting import rows_of
 from pipeline.ingest.result import columns, values_at
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).

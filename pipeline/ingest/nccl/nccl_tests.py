@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest._nccl_lines import iter_batches
+from pipeline.ingest.nccl.lines import iter_batches
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 from pipeline.ingest.values import LineOutOfRange, check_line_numbers
 

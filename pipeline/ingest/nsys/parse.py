@@ -2,11 +2,12 @@
 
 ``nsys export --type sqlite`` (any schema version, 2020.x to 3.28) is read with Python's
 ``sqlite3``, read-only; ``nsys export --type json`` (line-delimited, optionally gzipped) with
-orjson. Both go through the same table builders (``nsys_tables``), which write ``kernels``
-(CUDA kernels, memcpys, memsets), ``ops`` (CUDA runtime/driver calls and NVTX ranges and
-marks), ``ranks`` (one row per process and GPU in the report), ``collectives`` (NCCL
-calls with their NVTX payloads and kernels) and ``communicators`` (NCCL communicators from
-their init payloads). Helpers live in ``nsys_*.py`` beside this file.
+orjson. Both go through the same table builders (:mod:`pipeline.ingest.nsys.tables`), which
+write ``kernels`` (CUDA kernels, memcpys, memsets), ``ops`` (CUDA runtime/driver calls and
+NVTX ranges and marks), ``ranks`` (one row per process and GPU in the report),
+``collectives`` (NCCL calls with their NVTX payloads and kernels) and ``communicators`` (NCCL
+communicators from their init payloads). Helpers live beside this file in the
+``pipeline.ingest.nsys`` package.
 
 A file that cannot be read (not SQLite, not an Nsight export, damaged, locked by another
 writer) raises one :class:`TraceFormatError` naming the file.
@@ -21,14 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import nsys_json, nsys_sqlite, nsys_tables
 from pipeline.ingest.gz import GZIP_MAGIC, GzipStream
-from pipeline.ingest.nsys_raw import BadValue
+from pipeline.ingest.nsys import json_export, sqlite_export
+from pipeline.ingest.nsys.raw import BadValue
+from pipeline.ingest.nsys.tables import build as build_tables
 from pipeline.ingest.result import ParseResult
 
 FORMAT = "nsys"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_MARKERS = tuple(t.encode() for t in nsys_sqlite.NSIGHT_TABLES)
+_MARKERS = tuple(t.encode() for t in sqlite_export.NSIGHT_TABLES)
 #: Longest line of a json export read (the first line holds every string of the report).
 MAX_LINE_BYTES = 256 * 1024 * 1024
 
@@ -48,14 +50,14 @@ def sniff(path: Path, head: bytes) -> bool:
         except TraceFormatError:
             return True  # a cut-off SQLite file in a trace folder: parse says where it ends
         try:
-            con = nsys_sqlite.connect(Path(path), timeout_s=0.1)
+            con = sqlite_export.connect(Path(path), timeout_s=0.1)
             try:
-                return bool(nsys_sqlite.table_names(con) & set(nsys_sqlite.NSIGHT_TABLES))
+                return bool(sqlite_export.table_names(con) & set(sqlite_export.NSIGHT_TABLES))
             finally:
                 con.close()
         except (sqlite3.Error, OSError):
             return False
-    return nsys_json.sniff_head(head)
+    return json_export.sniff_head(head)
 
 
 def parse(path: Path) -> ParseResult:
@@ -67,14 +69,14 @@ def parse(path: Path) -> ParseResult:
         if head.startswith(SQLITE_MAGIC):
             raw = _read_sqlite(path)
         elif head.startswith(b"\x1f\x8b") or head.lstrip().startswith(b"{"):
-            raw = nsys_json.read(path, _lines(path))
+            raw = json_export.read(path, _lines(path))
         else:
             raise TraceFormatError(
                 path, "not an Nsight Systems export (neither SQLite nor json)", offset=0
             )
     except BadValue as exc:
         raise TraceFormatError(path, str(exc)) from None
-    tables, rank_source = nsys_tables.build(raw, path, result.warnings)
+    tables, rank_source = build_tables(raw, path, result.warnings)
     result.tables = tables
     result.format_version = raw.format_version
     result.rank_source = rank_source
@@ -89,19 +91,19 @@ def _head(path: Path) -> bytes:
         raise TraceFormatError(path, f"cannot open: {exc.strerror or exc}") from None
 
 
-def _read_sqlite(path: Path) -> nsys_sqlite.NsysRaw:
+def _read_sqlite(path: Path) -> sqlite_export.NsysRaw:
     _check_sqlite_size(path)
     con = None
     try:
-        con = nsys_sqlite.connect(path)
-        tables = nsys_sqlite.table_names(con)
-        if not tables & set(nsys_sqlite.NSIGHT_TABLES):
+        con = sqlite_export.connect(path)
+        tables = sqlite_export.table_names(con)
+        if not tables & set(sqlite_export.NSIGHT_TABLES):
             raise TraceFormatError(
                 path,
                 "SQLite database is not an Nsight Systems export (no StringIds, "
                 "NVTX_EVENTS, CUPTI_ACTIVITY_KIND_* or export metadata tables)",
             )
-        return nsys_sqlite.read(con)
+        return sqlite_export.read(con)
     except sqlite3.Error as exc:
         raise TraceFormatError(path, f"cannot read SQLite database: {exc}") from None
     finally:

@@ -21,7 +21,7 @@ from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import dtype_expr, dtype_size_expr, message_bytes_expr, op_expr
 
 if TYPE_CHECKING:
-    from pipeline.ingest.kineto import Trace
+    from pipeline.ingest.kineto.parse import Trace
     from pipeline.ingest.result import Warnings
 
 #: Collective metadata args (Kineto names in kineto.Args) carried on kernels and host ops.

@@ -342,7 +342,8 @@ def communicators(
 
     ``inits``: decoded communicator-init payloads (pid, cuda_dev, comm_hash, nranks, rank,
     start_ns); ``units``: the report's units (pid, device, rank, world_size, see
-    :mod:`nsys_ranks`); ``collectives``: rank, comm, group_size of the finished collectives.
+    :mod:`pipeline.ingest.nsys.ranks`); ``collectives``: rank, comm, group_size of the finished
+    collectives.
     """
     by_dev = units.select("pid", pl.col("device").alias("cuda_dev"), pl.col("rank").alias("r"))
     by_pid = units.sort("rank").unique("pid", keep="first").select("pid", pl.col("rank").alias("p"))

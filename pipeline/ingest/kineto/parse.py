@@ -1,11 +1,11 @@
 """PyTorch profiler (Kineto) traces: ``.json`` / ``.json.gz`` into ops, kernels, steps and more.
 
-The file is read once, as a stream (:mod:`pipeline.ingest.kineto_stream`): ``traceEvents`` is
+The file is read once, as a stream (:mod:`pipeline.ingest.kineto.stream`): ``traceEvents`` is
 decoded with msgspec into typed structs one batch at a time (times kept as their JSON text so
 they become integer nanoseconds without passing through float), and each batch becomes a small
 Polars frame at once, so memory follows a batch and the columnar result, never the file.
 Everything after that is columnar Polars. Collectives are extracted in
-:mod:`pipeline.ingest.kineto_comms`.
+:mod:`pipeline.ingest.kineto.comms`.
 
 Times: ``ts``/``dur`` are microseconds with up to 3 decimals. PyTorch 2.x writes ``ts``
 relative to ``baseTimeNanoseconds``; older traces write unix-epoch microseconds. Both become
@@ -26,14 +26,14 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest.kineto_comms import (
+from pipeline.ingest.derive.nesting import add_nesting, add_scope_path
+from pipeline.ingest.kineto.comms import (
     collectives_table,
     communicators_table,
     json_value,
     process_groups,
 )
-from pipeline.ingest.kineto_stream import BATCH_BYTES, EventStream
-from pipeline.ingest.nesting import add_nesting, add_scope_path
+from pipeline.ingest.kineto.stream import BATCH_BYTES, EventStream
 from pipeline.ingest.result import ParseResult, Warnings
 from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct

@@ -1,6 +1,6 @@
 """NCCL debug-log lines: reading them in batches, the prefix grammar, and the line kinds.
 
-This module owns the text side of :mod:`pipeline.ingest.nccl_log`: the file is read in batches
+This module owns the text side of :mod:`pipeline.ingest.nccl.log`: the file is read in batches
 of whole lines into a Polars ``line`` column, one regex splits the NCCL prefix
 (``[wrapper]HOST:PID:TID [DEV] [FILE:LINE ]NCCL LEVEL message``) off every line that has one,
 a chain of cheap literal tests tags each message with its kind, and each kind's named-group

@@ -1,7 +1,7 @@
 """The in-between form of an Nsight Systems export: a few Polars frames plus report facts.
 
-Both readers (``nsys_sqlite`` for ``nsys export --type sqlite``, ``nsys_json`` for the
-line-delimited ``--type json`` export) produce an :class:`NsysRaw`; ``nsys_tables`` turns it
+Both readers (``sqlite_export`` for ``nsys export --type sqlite``, ``json_export`` for the
+line-delimited ``--type json`` export) produce an :class:`NsysRaw`; ``tables`` turns it
 into dataset tables. Times here are still the export's own (capture-relative) nanoseconds.
 """
 

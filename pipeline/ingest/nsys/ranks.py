@@ -27,7 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.nsys_raw import NsysRaw, ProcessInfo
+from pipeline.ingest.nsys.raw import NsysRaw, ProcessInfo
 from pipeline.ingest.result import Warnings
 
 _RANK_VARS = (

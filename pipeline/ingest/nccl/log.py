@@ -3,8 +3,8 @@ topology, collectives and log_messages.
 
 Input is a per-rank file (``NCCL_DEBUG_FILE=%h.%p``) or a launcher's combined output with
 ranks interleaved, launcher tags and other program output mixed in. Lines are read in
-batches into a Polars column and parsed with vectorized patterns (see ``_nccl_lines``);
-this module turns the per-kind rows into tables.
+batches into a Polars column and parsed with vectorized patterns (see
+:mod:`pipeline.ingest.nccl.lines`); this module turns the per-kind rows into tables.
 
 How a line gets its rank: NCCL prefixes carry ``host:pid:tid [cudaDev]``; each
 ``(host, pid, cudaDev)`` is mapped to a global rank by the best evidence in the file, in
@@ -28,8 +28,8 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest import _nccl_lines as L
-from pipeline.ingest._nccl_version import infer_version
+from pipeline.ingest.nccl import lines as L
+from pipeline.ingest.nccl.version import infer_version
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 from pipeline.ingest.values import LineOutOfRange, check_line_numbers, product_fits
 

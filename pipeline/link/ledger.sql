@@ -1,0 +1,110 @@
+-- ledger: every observed collective of a traced step set against the analytic model's items
+-- (job.yaml's predictions), per step, parallel dimension, op, phase and message size, summed
+-- over the ranks traced in the step. Each row is one of
+--   matched       an item seen with its size and number of calls
+--   calls differ  an item seen with its size, more or fewer times than predicted
+--   size differs  an item and observed calls of the same dimension, op and phase whose
+--                 sizes differ (paired largest with largest)
+--   missing       predicted, never seen
+--   unpredicted   seen, no item: named by what the trace says (its layer)
+-- with a reason where one is known: the same bytes in other calls (gradient buckets cut
+-- elsewhere; for activations, another micro-batch size), or a message twice or half the
+-- predicted size (a dtype).
+-- Jobs linked without a job.yaml have no predictions and no ledger.
+--
+-- reads: collective_links, primary_sources, predictions
+-- creates: ledger
+
+-- Observed calls of traced steps, one source per rank (primary_sources: a rank's profiler
+-- trace and NCCL log hold the same calls), per rank so that predictions of the same ranks
+-- can be summed.
+CREATE TEMP TABLE _ledger_calls AS
+SELECT l.job, l.step, l.rank, coalesce(l.parallel_dim, 'unknown') AS parallel_dim, l.op,
+       coalesce(l.phase, 'other') AS phase, l.bytes AS message_bytes, l.layer
+FROM collective_links l
+JOIN primary_sources p USING (job, rank, source)
+SEMI JOIN (SELECT DISTINCT job FROM predictions) j USING (job)
+WHERE l.step IS NOT NULL AND l.bytes IS NOT NULL;
+
+CREATE TEMP TABLE _ledger_observed AS
+SELECT job, step, parallel_dim, op, phase, message_bytes, count(*) AS calls,
+       count(DISTINCT rank) AS ranks, mode(layer) AS layer
+FROM _ledger_calls GROUP BY ALL;
+
+-- Items of the ranks traced in each step, summed over those ranks.
+CREATE TEMP TABLE _ledger_predicted AS
+SELECT r.job, r.step, p.parallel_dim, p.op, p.phase, p.bytes // p.calls AS message_bytes,
+       sum(p.calls) AS calls, count(DISTINCT p.rank) AS ranks,
+       string_agg(DISTINCT p.purpose, '; ' ORDER BY p.purpose) AS purpose
+FROM predictions p
+JOIN (SELECT DISTINCT job, step, rank FROM _ledger_calls) r USING (job, rank)
+GROUP BY ALL;
+
+-- The same size on both sides: matched, or seen a different number of times.
+CREATE TEMP TABLE _ledger_same_size AS
+SELECT job, step, parallel_dim, op, phase, message_bytes,
+       p.calls AS predicted_calls, p.purpose, o.calls, o.ranks, o.layer
+FROM _ledger_predicted p
+FULL JOIN _ledger_observed o USING (job, step, parallel_dim, op, phase, message_bytes);
+
+-- What is left on each side, paired within its dimension, op and phase by size order.
+CREATE TEMP TABLE _ledger_pairs AS
+WITH left_over AS (
+    SELECT *, row_number() OVER (PARTITION BY job, step, parallel_dim, op, phase,
+                                              predicted_calls IS NULL
+                                 ORDER BY message_bytes DESC) AS size_order
+    FROM _ledger_same_size
+    WHERE predicted_calls IS NULL OR calls IS NULL
+)
+SELECT job, step, parallel_dim, op, phase, p.message_bytes AS predicted_message_bytes,
+       p.predicted_calls, p.purpose, o.message_bytes, o.calls, o.ranks, o.layer
+FROM (SELECT * FROM left_over WHERE calls IS NULL) p
+FULL JOIN (SELECT * FROM left_over WHERE predicted_calls IS NULL) o
+  USING (job, step, parallel_dim, op, phase, size_order);
+
+CREATE TEMP TABLE _ledger_rows AS
+SELECT job, step, parallel_dim, op, phase,
+       CASE WHEN predicted_calls = calls THEN 'matched' ELSE 'calls differ' END AS status,
+       purpose, predicted_calls, message_bytes AS predicted_message_bytes, calls,
+       message_bytes, ranks, layer
+FROM _ledger_same_size WHERE predicted_calls IS NOT NULL AND calls IS NOT NULL
+UNION ALL
+SELECT job, step, parallel_dim, op, phase,
+       CASE WHEN calls IS NULL THEN 'missing' WHEN predicted_calls IS NULL THEN 'unpredicted'
+            ELSE 'size differs' END,
+       purpose, predicted_calls, predicted_message_bytes, calls, message_bytes, ranks, layer
+FROM _ledger_pairs;
+
+-- Bytes of each dimension, op and phase on both sides: equal totals in other calls are
+-- gradient buckets cut elsewhere (PyTorch DDP's 1 MiB first bucket, whole tensors per
+-- bucket) or activations of another micro-batch size.
+CREATE TEMP TABLE ledger AS
+WITH totals AS (
+    SELECT job, step, parallel_dim, op, phase,
+           sum(coalesce(predicted_calls, 0) * coalesce(predicted_message_bytes, 0))
+               AS predicted_total,
+           sum(coalesce(calls, 0) * coalesce(message_bytes, 0)) AS observed_total
+    FROM _ledger_rows GROUP BY ALL
+)
+SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.layer,
+       CAST(coalesce(r.predicted_calls, 0) AS BIGINT) AS predicted_calls,
+       r.predicted_message_bytes,
+       CAST(coalesce(r.predicted_calls * r.predicted_message_bytes, 0) AS BIGINT)
+           AS predicted_bytes,
+       CAST(coalesce(r.calls, 0) AS BIGINT) AS calls, r.message_bytes,
+       CAST(coalesce(r.calls * r.message_bytes, 0) AS BIGINT) AS bytes, r.ranks,
+       CASE
+           WHEN r.status = 'matched' THEN NULL
+           WHEN t.predicted_total > 0
+                AND abs(t.observed_total - t.predicted_total) <= 0.01 * t.predicted_total
+               THEN CASE WHEN r.parallel_dim = 'dp'
+                         THEN 'the same bytes in other calls: gradient buckets cut elsewhere'
+                         ELSE 'the same bytes in calls of another size: check micro_batch'
+                    END
+           WHEN r.status = 'size differs' AND r.message_bytes = 2 * r.predicted_message_bytes
+               THEN 'twice the predicted size: check the dtypes'
+           WHEN r.status = 'size differs' AND 2 * r.message_bytes = r.predicted_message_bytes
+               THEN 'half the predicted size: check the dtypes'
+       END AS reason
+FROM _ledger_rows r
+JOIN totals t USING (job, step, parallel_dim, op, phase);

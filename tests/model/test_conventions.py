@@ -1,0 +1,157 @@
+"""job.yaml's ``conventions``: what a plain torch.distributed run issues beside the layout
+(no vocab-parallel or loss collectives, PyTorch DDP's buckets), checked against sizes worked
+out by hand here and against a real PyTorch DDP run's gradient all-reduces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.model.config import job_from_dict
+from pipeline.model.params import rank_tensors, rank_units
+from pipeline.model.predict import predict
+from tests.conftest import REPO_ROOT
+
+# The 4-layer GPT of the public CPU/gloo DDP run (its Kineto trace: aten::embedding of
+# [1000, 128] on [8, 64] tokens; Q, K, V, O linears of 128 x 128 with biases, FC1 512 x 128).
+GPT = {"layers": 4, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 1000,
+       "seq_len": 64, "tied_embeddings": False, "mlp": "gelu", "norm": "layernorm",
+       "position": "learned"}  # fmt: skip
+FP32 = {"params": "fp32", "activations": "fp32", "grad_reduce": "fp32"}
+
+
+def _job(parallel: dict, conventions: dict | None = None, **rest) -> object:
+    batch = {"micro_batch": 8, "global_batch": 8 * parallel.get("dp", 1)}
+    doc = {"model": GPT, "parallel": parallel, "dtypes": FP32, "batch": batch, **rest}
+    if conventions is not None:
+        doc["conventions"] = conventions
+    return job_from_dict(doc)
+
+
+def _items(job, rank: int = 0) -> set[tuple]:
+    return {(r.parallel_dim, r.op, r.phase, r.purpose, r.calls, r.bytes // r.calls)
+            for r in predict(job, rank).rows}  # fmt: skip
+
+
+def test_torch_ddp_buckets_are_cut_between_whole_tensors() -> None:
+    """Reverse registration order: LM head 128,000, final norm 2 x 128, then the last block
+    backwards (FC2 bias 128 and weight 65,536, FC1 512 and 65,536, norm 2 x 128, O bias 128
+    and weight 16,384): 276,736 elements, the first to pass 1 MiB of fp32 (262,144). The
+    rest of the 1,057,536 in one bucket under 25 MiB. No loss all-reduce."""
+    first = 128_000 + 256 + 128 + 65_536 + 512 + 65_536 + 256 + 128 + 16_384
+    assert first == 276_736
+    job = _job({"dp": 2}, {"framework": "torch"})
+    assert _items(job) == {
+        ("dp", "all_reduce", "backward", "first gradient bucket", 1, 4 * first),
+        ("dp", "all_reduce", "backward", "gradient buckets", 1, 4 * (1_057_536 - first)),
+    }
+
+
+def test_torch_bucket_caps_are_settable() -> None:
+    """ddp_bucket_mb 1: after the first bucket, each closes at 1 MiB too; every bucket holds
+    whole tensors and they add up to the model."""
+    job = _job({"dp": 2}, {"framework": "torch", "ddp_bucket_mb": 1})
+    rows = [r for r in predict(job, 0).rows if r.parallel_dim == "dp"]
+    assert sum(r.bytes for r in rows) == 4 * 1_057_536
+    assert sum(r.calls for r in rows) > 2
+    # every bucket reached its cap, but the one left at the end
+    small = [r for r in rows if r.bytes // r.calls < 2**20]
+    assert sum(r.calls for r in small) <= 1
+
+
+def test_the_tensors_add_up_to_the_units() -> None:
+    for parallel in ({"dp": 2}, {"tp": 2, "pp": 2}, {"tp": 4}):
+        for conventions in ({"framework": "torch"}, {}):
+            job = _job(parallel, conventions)
+            for pp_rank in range(job.parallel.pp):
+                units = sum(u.elements for u in rank_units(job, pp_rank) if u.group == "dense")
+                assert sum(rank_tensors(job, pp_rank)) == units
+
+
+def test_torch_tp_has_no_vocab_parallel_or_loss_collectives() -> None:
+    """Manual TP on attention and MLP only: the f and g all-reduces per layer, nothing for the
+    embedding, LM head or cross-entropy; the embedding and head are whole on each TP rank."""
+    act = 8 * 64 * 128 * 4
+    torch = _job({"tp": 2}, {"framework": "torch"})
+    assert _items(torch) == {
+        ("tp", "all_reduce", "forward", "attention and MLP outputs (g)", 8, act),
+        ("tp", "all_reduce", "backward", "QKV and FC1 input gradients (f)", 8, act),
+    }
+    megatron = {i[3] for i in _items(_job({"tp": 2}))}
+    assert "vocab-parallel embedding output" in megatron
+    assert "vocab-parallel cross-entropy (max, sum of exp, target logit)" in megatron
+    whole = sum(u.elements for u in rank_units(torch, 0) if u.layer_kind == "embedding")
+    split = sum(u.elements for u in rank_units(_job({"tp": 2}), 0) if u.layer_kind == "embedding")
+    assert whole - split == 500 * 128
+
+
+def test_each_convention_can_be_set_alone() -> None:
+    job = _job({"dp": 2}, {"loss_all_reduce": False})
+    assert not [i for i in _items(job) if i[3] == "loss report"]
+    assert job.conventions.framework == "megatron" and job.conventions.vocab_parallel
+    job = _job({"dp": 2}, {"framework": "torch", "loss_all_reduce": True})
+    assert [i for i in _items(job) if i[3] == "loss report"]
+
+
+@pytest.mark.parametrize(
+    ("conventions", "parallel", "message"),
+    [
+        ({"framework": "jax"}, {"dp": 2}, "conventions.framework: must be one of megatron, torch"),
+        ({"ddp_bucket_mb": 25}, {"dp": 2}, "conventions.ddp_bucket_mb: PyTorch DDP's buckets"),
+        ({"framework": "torch"}, {"dp": 2, "bucket_size": 1000}, "parallel.bucket_size:"),
+        ({"vocab_parallel": "yes"}, {"dp": 2}, "conventions.vocab_parallel: must be true"),
+        ({"ddp_bucket_mb": 0, "framework": "torch"}, {"dp": 2}, "conventions.ddp_bucket_mb: must"),
+        ({"framwork": "torch"}, {"dp": 2}, "conventions.framwork"),
+        ([1], {"dp": 2}, "conventions: must be a mapping"),
+    ],
+)
+def test_bad_conventions_name_the_key(conventions, parallel, message) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        _job(parallel, conventions)
+
+
+REAL = REPO_ROOT.parent / "shared" / "real_traces" / "kineto_cpu_gloo"
+_ACT = 8 * 64 * 128 * 4  # one micro-batch's activations [8, 64, 128] in fp32
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"{REAL} is absent (the public traces)")
+@pytest.mark.parametrize(
+    ("run", "parallel", "items"),
+    [
+        # two gradient all-reduces per step: the buckets exactly
+        ("ddp", {"dp": 2}, [("first gradient bucket", 2, 1_106_944),
+                            ("gradient buckets", 2, 3_123_200)]),
+        # manual Megatron f and g on attention and MLP, nothing vocab-parallel
+        ("tp_manual", {"tp": 2}, [("QKV and FC1 input gradients (f)", 16, _ACT),
+                                  ("attention and MLP outputs (g)", 16, _ACT)]),
+    ],
+)  # fmt: skip
+def test_real_torch_runs_match_item_by_item(
+    tmp_path: Path, run: str, parallel: dict, items: list
+) -> None:
+    """The public 2-rank PyTorch runs (gloo, 2 profiled steps) with framework: torch: every
+    observed collective is a predicted item of its size and count, nothing unpredicted."""
+    import yaml
+
+    import pipeline
+    from pipeline.ingest.run import ingest
+    from pipeline.link.runner import link
+
+    batch = {"micro_batch": 8, "global_batch": 8 * parallel.get("dp", 1)}
+    config = {"model": GPT, "parallel": parallel, "dtypes": FP32, "batch": batch,
+              "conventions": {"framework": "torch"}}  # fmt: skip
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    summary = ingest([REAL / run / "ws2"], tmp_path / "ds", job=run, jobs=1)
+    assert not summary.errors
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    ledger = pipeline.open(tmp_path / "ds").sql(
+        "SELECT step, status, purpose, predicted_calls, calls, message_bytes FROM ledger "
+        "ORDER BY step, purpose"
+    )
+    assert ledger.rows() == [
+        (step, "matched", purpose, calls, calls, size)
+        for step in (2, 3)
+        for purpose, calls, size in sorted(items)
+    ]
