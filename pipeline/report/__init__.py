@@ -4,7 +4,8 @@
 ``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
 charts per section (``glance``, ``ledger``, ``traffic``, ``timing``, ``waits``,
 ``topology``, ``wire``, ``quality``) and writes one self-contained HTML file (``page``).
-Sections whose data is missing say why and what would fill them. docs/report.md describes every section and what it needs.
+Sections whose data is missing say why and what would fill them. docs/report.md describes
+every section and what it needs.
 """
 
 from __future__ import annotations
