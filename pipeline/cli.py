@@ -564,6 +564,12 @@ def _without_jsonschema_format_checkers() -> None:
 @click.option(
     "--ops", is_flag=True, help="Also export host ranges (torch ops, runtime calls, NVTX)."
 )
+@click.option(
+    "--flows",
+    is_flag=True,
+    help="Write the flow list instead (link's wire table: src, dst, bytes, start, transport, "
+    "collective, layer, step) as .parquet or .csv, for network simulators.",
+)
 @click.option("--allow-writes", is_flag=True, help="Let -o name a file inside the dataset.")
 def export(
     dataset: Path,
@@ -574,6 +580,7 @@ def export(
     window: str | None,
     kernels: bool,
     ops: bool,
+    flows: bool,
     allow_writes: bool,
 ) -> None:
     """Write a linked job as a timeline that Perfetto UI and chrome://tracing open.
@@ -582,15 +589,23 @@ def export(
     Example:
       tokenwire export run42.tw -o run42.json.gz --step 3 --ranks 0-7
       tokenwire export run42.tw -o window.json --window 1766862620000000000:1766862620050000000
+      tokenwire export run42.tw --flows -o flows.parquet --step 3
 
     One process per rank, a track per stream and thread, collectives named by op and
     parallel dimension with their layer, phase, step, bytes and wait in the args, arrows
     between the ranks of each collective, steps and phases as ranges; clock offsets from
     link applied. Large jobs: choose a step, ranks or a window (docs/export.md says what
-    size opens comfortably).
+    size opens comfortably). --flows writes the bytes on each rank-to-rank link of every
+    collective instead (docs/wire.md).
     """
     from pipeline import export as ex
     from pipeline.output import refuse_inside
+
+    if flows:
+        if kernels or ops:
+            _fail("--kernels and --ops are options of the timeline, not of --flows")
+        _export_flows(dataset, output, job, steps, ranks, window, allow_writes)
+        return
 
     try:
         scope = ex.Scope(
@@ -620,3 +635,36 @@ def export(
             f"{result.counts['events']:,} events may be more than a browser opens comfortably; "
             "narrow with --step, --ranks or --window (docs/export.md)",
         )
+
+
+def _export_flows(
+    dataset: Path,
+    output: Path,
+    job: str | None,
+    steps: str | None,
+    ranks: str | None,
+    window: str | None,
+    allow_writes: bool,
+) -> None:
+    """``tokenwire export --flows``: the wire table of a linked job as a flow list."""
+    from pipeline import export as ex
+    from pipeline.export.flows import export_flows
+    from pipeline.output import refuse_inside
+
+    try:
+        scope = ex.Scope(
+            job=job,
+            ranks=ex.parse_ranks(ranks) if ranks is not None else None,
+            steps=ex.parse_steps(steps) if steps is not None else None,
+            window=ex.parse_window(window) if window is not None else None,
+        )
+        if not allow_writes:
+            refuse_inside(dataset, output)
+        result = export_flows(dataset, output=output, scope=scope)
+    except TokenwireError as exc:
+        _fail(str(exc))
+    click.echo(
+        f"wrote {result.output} ({result.size_bytes / 1e6:.1f} MB, job {result.job}, "
+        f"{result.flows:,} flows, {result.bytes:,.0f} bytes)",
+        err=True,
+    )

@@ -1,5 +1,5 @@
--- Which source counts for a rank, made by every connection (tokenwire link's too, before
--- any derived table exists).
+-- Which source counts for a rank, and the bus-bandwidth factors: made by every connection
+-- (tokenwire link's too, before any derived table exists).
 
 -- source_preference: the order in which one rank's records of the same calls are trusted:
 -- the profiler's (kineto), else Nsight's, else the NCCL log's, else the flight recorder's.
@@ -27,3 +27,11 @@ list_sort(list_distinct(
                FILTER (ranks_stride IS NOT NULL),
            lambda s: range(s.first, s.first + s.stride * s.n, s.stride))), [])
     || list(rank)));
+
+-- bus_factor: nccl-tests' bus-bandwidth factor of an op on n ranks (nccl-tests
+-- doc/PERFORMANCE.md: busbw = algbw x factor), the one copy link's SQL and the report use.
+-- k (n - 1) / n x M is also what a ring sends from each rank (docs/wire.md).
+CREATE MACRO bus_factor(op, n) AS CASE
+    WHEN op = 'all_reduce' THEN 2.0 * (n - 1.0) / n
+    WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all') THEN (n - 1.0) / n
+    ELSE 1.0 END;

@@ -8,13 +8,13 @@
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
 CREATE TEMP TABLE _instance_rows AS
-SELECT job, rank, source, collective_id, coalesce(comm, '(none)') AS instance_comm,
+SELECT job, rank, source, file_id, collective_id, coalesce(comm, '(none)') AS instance_comm,
        seq AS instance_seq, op, bytes, group_size, start_ns, end_ns, dur_ns,
        step, phase, layer, layer_kind, parallel_dim
 FROM collective_links WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
 UNION ALL
 -- (numbered apart: a window over every call would sort them all)
-SELECT job, rank, source, collective_id,
+SELECT job, rank, source, file_id, collective_id,
        coalesce(comm, '(none)') || ' p2p '
            || CAST(CASE WHEN op = 'send' THEN rank ELSE peer END AS VARCHAR) || '->'
            || CAST(CASE WHEN op = 'send' THEN peer ELSE rank END AS VARCHAR),

@@ -1,8 +1,9 @@
 -- collective_instances: one collective seen across all ranks of its communicator (matched
 -- as in clock_offsets.sql), with arrival skew on the aligned clock, duration across ranks
 -- and nccl-tests bandwidths. One row per job, source, communicator and sequence number.
--- busbw uses nccl-tests' factors (nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n;
--- all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
+-- busbw uses nccl-tests' factors (nccl-tests doc/PERFORMANCE.md; bus_factor, defined by
+-- every connection in dataset/sources.sql): all_reduce 2(n-1)/n; all_gather,
+-- reduce_scatter, all_to_all (n-1)/n; others 1.
 
 CREATE VIEW _instance_aligned AS
 SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns,
@@ -63,11 +64,7 @@ SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,
        CASE WHEN ranks_seen > 1 THEN late_rank END AS late_rank,
        min_dur_ns, max_dur_ns,
        bytes / nullif(min_dur_ns, 0) AS algbw_gbps,
-       bytes / nullif(min_dur_ns, 0) * CASE
-           WHEN op = 'all_reduce' THEN 2.0 * (coalesce(group_size, ranks_seen) - 1)
-                                       / coalesce(group_size, ranks_seen)
-           WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all')
-               THEN (coalesce(group_size, ranks_seen) - 1.0) / coalesce(group_size, ranks_seen)
-           ELSE 1.0 END AS busbw_gbps,
+       bytes / nullif(min_dur_ns, 0) * bus_factor(op, coalesce(group_size, ranks_seen))
+           AS busbw_gbps,
        step, phase, layer, layer_kind, parallel_dim
 FROM i;

@@ -13,7 +13,7 @@ CREATE TEMP TABLE _instance_fill AS
 SELECT u.job, u.rank, u.source, u.file_id, u.collective_id, i.step, i.phase, i.layer,
        i.layer_kind
 FROM _unplaced u
-JOIN _instance_rows r USING (job, rank, source, collective_id)
+JOIN _instance_rows r USING (job, rank, source, file_id, collective_id)
 JOIN collective_instances i
   ON i.job = r.job AND i.source = r.source AND i.comm = r.instance_comm
  AND i.seq = r.instance_seq
@@ -98,4 +98,3 @@ DROP VIEW _rank_residuals;
 DROP TABLE _unplaced;
 DROP TABLE _instance_fill;
 DROP TABLE _order_steps;
-DROP TABLE _instance_rows;

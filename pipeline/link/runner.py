@@ -35,6 +35,7 @@ SQL_FILES = (
     "instance_context.sql",
     "token_wire.sql",
     "ledger.sql",
+    "wire.sql",
 )
 DERIVED = (
     "collective_matches",
@@ -48,6 +49,7 @@ DERIVED = (
     "critical_path",
     "token_wire",
     "ledger",
+    "wire",
 )
 
 

@@ -2,9 +2,10 @@
 
 ``build_report`` reads a dataset through its DuckDB views (raw tables and, after
 ``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
-charts per section (``glance``, ``traffic``, ``timing``, ``topology``, ``quality``) and writes
-one self-contained HTML file (``page``). Sections whose data is missing say why and what
-would fill them. docs/report.md describes every section and what it needs.
+charts per section (``glance``, ``ledger``, ``traffic``, ``timing``, ``waits``,
+``topology``, ``wire``, ``quality``) and writes one self-contained HTML file (``page``).
+Sections whose data is missing say why and what would fill them. docs/report.md describes
+every section and what it needs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.snapshot import read_snapshot
 from pipeline.model.config import Job, load_job
-from pipeline.report import glance, ledger, quality, timing, topology, traffic, waits
+from pipeline.report import glance, ledger, quality, timing, topology, traffic, waits, wire
 from pipeline.report.context import Context, open_context
 from pipeline.report.page import Section, atomic_write_text, render, write_images
 
@@ -113,6 +114,7 @@ def _sections(ctx: Context) -> list[Section]:
         timing.skew_section(ctx, no_timing),
         waits.section(ctx, no_timing),
         topology.section(ctx),
+        wire.section(ctx),
     ]
     hang_sec = quality.hang_section(ctx)
     if hang_sec is not None:

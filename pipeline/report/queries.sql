@@ -159,10 +159,7 @@ FROM (
     SELECT op, bytes,
            bytes / dur_ns * CASE
                WHEN group_size IS NULL OR group_size < 2 THEN 1.0
-               WHEN op = 'all_reduce' THEN 2.0 * (group_size - 1) / group_size
-               WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all')
-                   THEN (group_size - 1) / group_size
-               ELSE 1.0 END AS busbw
+               ELSE bus_factor(op, group_size) END AS busbw
     FROM collectives JOIN primary_sources USING (job, rank, source)
     WHERE job = $job AND bytes > 0 AND dur_ns > 0 AND source <> 'flight_recorder'
 )
@@ -411,3 +408,63 @@ GROUP BY status, parallel_dim, op, phase, purpose, layer, predicted_message_byte
          message_bytes
 ORDER BY abs(avg(bytes) - avg(predicted_bytes)) DESC, parallel_dim, op, phase, status
 LIMIT $limit;
+
+-- name: wire_summary
+-- The wire table of the job (tokenwire link): rows, estimated rows, steps, bytes in and
+-- across hosts, and the algorithms as logged or assumed.
+SELECT count(*) AS flows, count(*) FILTER (estimated) AS estimated_flows,
+       count(DISTINCT step) AS steps, count(DISTINCT src_host) AS hosts,
+       sum(bytes) AS bytes, coalesce(sum(bytes) FILTER (inter_host), 0) AS inter_host_bytes,
+       array_to_string(list_sort(list(DISTINCT algorithm)), ', ') AS algorithms
+FROM wire WHERE job = $job;
+
+-- name: wire_host_matrix
+-- Bytes per step each host sends each host (rows in a step; all rows when none has one).
+WITH w AS (SELECT * FROM wire WHERE job = $job),
+     s AS (SELECT count(DISTINCT step) AS steps FROM w)
+SELECT coalesce(w.src_host, '(unknown)') AS src_host,
+       coalesce(w.dst_host, '(unknown)') AS dst_host,
+       sum(w.bytes) / greatest(any_value(s.steps), 1) AS bytes_per_step
+FROM w, s WHERE w.step IS NOT NULL OR s.steps = 0
+GROUP BY ALL ORDER BY ALL;
+
+-- name: wire_split_dims
+-- Intra- and inter-host bytes per step of each parallel dimension (mean over steps).
+SELECT coalesce(parallel_dim, 'unknown') AS parallel_dim,
+       avg(intra_host_bytes) AS intra_host_bytes, avg(inter_host_bytes) AS inter_host_bytes,
+       avg(inter_host_bytes_per_token) AS inter_host_bytes_per_token
+FROM wire_split WHERE job = $job AND step IS NOT NULL
+GROUP BY ALL ORDER BY parallel_dim;
+
+-- name: wire_demand_step
+-- What each host sends per 1 ms bucket over the first step with timed rows, in Gbit/s (0 in
+-- the buckets it sends nothing): across hosts where anything crosses them, else inside them.
+WITH d AS (SELECT * FROM wire_demand WHERE job = $job AND direction = 'out'
+           AND step IS NOT NULL),
+     pick AS (SELECT min(step) AS step,
+                     CASE WHEN bool_or(scope = 'inter_host') THEN 'inter_host'
+                          ELSE 'intra_host' END AS scope FROM d),
+     sent AS (SELECT coalesce(d.host, '(unknown)') AS host, d.scope, d.bucket_start_ns,
+                     sum(d.gbps) AS gbps
+              FROM d JOIN pick ON d.step = pick.step AND d.scope = pick.scope
+              GROUP BY ALL),
+     grid AS (SELECT h.host, h.scope, unnest(range(b.first, b.last + 1, 1000000)) AS bucket_start_ns,
+                     b.first
+              FROM (SELECT DISTINCT host, scope FROM sent) h,
+                   (SELECT min(bucket_start_ns) AS first, max(bucket_start_ns) AS last
+                    FROM sent) b)
+SELECT g.host, g.scope, (g.bucket_start_ns - g.first) / 1e6 AS ms,
+       coalesce(s.gbps, 0) AS gbps
+FROM grid g LEFT JOIN sent s USING (host, scope, bucket_start_ns)
+ORDER BY g.host, ms;
+
+-- name: wire_busiest
+-- The links that carry the most bytes per step (counted as wire_host_matrix).
+WITH w AS (SELECT * FROM wire WHERE job = $job),
+     s AS (SELECT count(DISTINCT step) AS steps FROM w)
+SELECT w.src_rank, w.dst_rank, any_value(w.src_host) AS src_host,
+       any_value(w.dst_host) AS dst_host, any_value(w.transport) AS transport,
+       sum(w.bytes) / greatest(any_value(s.steps), 1) AS bytes_per_step, count(*) AS flows
+FROM w, s WHERE w.step IS NOT NULL OR s.steps = 0
+GROUP BY w.src_rank, w.dst_rank ORDER BY bytes_per_step DESC, w.src_rank, w.dst_rank
+LIMIT 10;

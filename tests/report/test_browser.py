@@ -71,6 +71,10 @@ def test_sample_job_linked_with_prediction(browser, tmp_path):
     assert {c["name"] for c in res.charts} == set(result.charts)
     text = browser.text()
     assert "Bytes per step" in text and "Who arrives late" in text
+    # the wire section's host x host heatmap and demand over a step, drawn
+    drawn = {c["name"] for c in res.charts if c["drawn"]}
+    assert {"wire_host_heatmap", "wire_host_demand"} <= drawn
+    assert "On the wire" in text and "The busiest links" in text
     # the rank picker is a live input bound to the time chart
     assert browser.evaluate("document.querySelectorAll('.vega-bind input').length") >= 1
 

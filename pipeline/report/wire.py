@@ -1,0 +1,176 @@
+"""Section "On the wire": what crosses which link (the ``wire`` table of tokenwire link and
+its views, docs/wire.md): host x host bytes, intra- vs inter-host bytes per dimension, what
+each host sends over a step, and the busiest links."""
+
+from __future__ import annotations
+
+import altair as alt
+
+from pipeline.report import fmt
+from pipeline.report.context import Context
+from pipeline.report.page import Chart, Facts, Note, Section, Table
+
+
+def section(ctx: Context) -> Section:
+    """On the wire."""
+    sec = Section("wire", "On the wire")
+    summary = ctx.row("wire_summary")
+    if not summary or not summary["flows"]:
+        return sec.add(
+            Note(
+                "No wire table: run tokenwire link on the dataset (it needs collectives with "
+                "sizes; NCCL logs add the rings, trees and transports).",
+                "missing",
+            )
+        )
+    sec.add(
+        Facts(
+            [
+                ("flows (instance x directed rank pair)", fmt.count(summary["flows"])),
+                ("steps", fmt.count(summary["steps"])),
+                ("bytes", fmt.nbytes(summary["bytes"])),
+                ("across hosts", fmt.nbytes(summary["inter_host_bytes"])),
+                ("algorithms", summary["algorithms"]),
+            ]
+        )
+    )
+    if summary["estimated_flows"]:
+        sec.add(
+            Note(
+                f"{fmt.count(summary['estimated_flows'])} of {fmt.count(summary['flows'])} "
+                "flows are estimated: no NCCL TUNING line named their algorithm (a ring is "
+                "assumed), or the logs gave no ring or tree through their ranks (rank order "
+                "is used). docs/wire.md says what is modelled.",
+                "warn",
+            )
+        )
+    sec.add(_host_heatmap(ctx))
+    _split(ctx, sec)
+    _demand(ctx, sec)
+    _busiest(ctx, sec)
+    return sec
+
+
+def _host_heatmap(ctx: Context) -> Chart:
+    hosts = ctx.query("wire_host_matrix")
+    chart = (
+        alt.Chart(alt.Data(values=fmt.rows(hosts)))
+        .mark_rect()
+        .encode(
+            x=alt.X("dst_host:N", title="to host"),
+            y=alt.Y("src_host:N", title="from host"),
+            color=alt.Color("bytes_per_step:Q", title="bytes per step"),
+            tooltip=[
+                alt.Tooltip("src_host:N", title="from"),
+                alt.Tooltip("dst_host:N", title="to"),
+                alt.Tooltip("bytes_per_step:Q", format=",.0f", title="bytes per step"),
+            ],
+        )
+        .properties(width=alt.Step(40), height=alt.Step(40), title="Bytes per step, host x host")
+    )
+    return Chart(
+        "wire_host_heatmap",
+        chart,
+        "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
+        "network.",
+    )
+
+
+#: Above this many ranks the report leaves out the model's intra/inter split (one prediction
+#: per rank; 16,384 ranks take 1.4 to 1.9 s).
+MAX_PREDICTED_RANKS = 4096
+
+
+def _split(ctx: Context, sec: Section) -> None:
+    split = ctx.query("wire_split_dims")
+    if split.height == 0:
+        return
+    predicted = _predicted_split(ctx)
+    columns = ["dimension", "inside hosts / step", "across hosts / step", "across / token"]
+    if predicted is not None:
+        columns += ["predicted inside nodes", "predicted across nodes"]
+    rows = []
+    for r in split.iter_rows(named=True):
+        row = [
+            r["parallel_dim"],
+            fmt.nbytes(r["intra_host_bytes"]),
+            fmt.nbytes(r["inter_host_bytes"]),
+            fmt.nbytes(r["inter_host_bytes_per_token"]),
+        ]
+        if predicted is not None:
+            row += [fmt.nbytes(predicted.get((r["parallel_dim"], link), 0.0)) for link in
+                    ("intra", "inter")]  # fmt: skip
+        rows.append(row)
+    caption = "Bytes inside and across hosts per parallel dimension (mean over steps)"
+    if predicted is not None:
+        caption += (
+            "; predicted: the analytic model's wire bytes of every rank, a group across "
+            "nodes when its ranks span job.yaml's gpus_per_node"
+        )
+    sec.add(Table(columns, rows, caption=caption, numeric=[False] + [True] * (len(columns) - 1)))
+
+
+def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
+    """The model's wire bytes per step of every rank by dimension and link class (intra,
+    inter node), or None without a job.yaml or above MAX_PREDICTED_RANKS."""
+    if ctx.config is None or ctx.config.parallel.world_size > MAX_PREDICTED_RANKS:
+        return None
+    from pipeline.model.predict import predict_ranks
+
+    out: dict[tuple[str, str], float] = {}
+    for pred in predict_ranks(ctx.config, range(ctx.config.parallel.world_size)):
+        for row in pred.rows:
+            key = (row.parallel_dim, row.link)
+            out[key] = out.get(key, 0.0) + row.wire_bytes
+    return out
+
+
+def _demand(ctx: Context, sec: Section) -> None:
+    demand = ctx.query("wire_demand_step")
+    if demand.height == 0:
+        sec.add(Note("No timed transfers: the demand over a step needs a timed source.", "text"))
+        return
+    scope = demand["scope"][0]
+    where = (
+        "to other hosts (the NICs' load)"
+        if scope == "inter_host"
+        else "to GPUs of its own (nothing crosses hosts)"
+    )
+    chart = (
+        alt.Chart(alt.Data(values=fmt.rows(demand)))
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("ms:Q", title="ms into the step (1 ms buckets)"),
+            y=alt.Y("gbps:Q", title="Gbit/s sent"),
+            color=alt.Color("host:N"),
+            tooltip=[
+                alt.Tooltip("host:N"),
+                alt.Tooltip("ms:Q", format=",.0f"),
+                alt.Tooltip("gbps:Q", format=",.2f"),
+            ],
+        )
+        .properties(width=600, height=200, title=f"What each host sends {where}, first step")
+    )
+    sec.add(Chart("wire_host_demand", chart, "Peaks and percentiles: view wire_demand_peaks."))
+
+
+def _busiest(ctx: Context, sec: Section) -> None:
+    links = ctx.query("wire_busiest")
+    sec.add(
+        Table(
+            ["from rank", "to rank", "from host", "to host", "transport", "bytes / step"],
+            [
+                [
+                    r["src_rank"],
+                    r["dst_rank"],
+                    r["src_host"] or "–",
+                    r["dst_host"] or "–",
+                    r["transport"] or "–",
+                    fmt.nbytes(r["bytes_per_step"]),
+                ]
+                for r in links.iter_rows(named=True)
+            ],
+            caption="The busiest links",
+            numeric=[True, True, False, False, False, True],
+        )
+    )
