@@ -8,7 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import bench_kineto, bench_link, bench_nccl_log, bench_nsys, bench_ranks
+from benchmarks import (
+    bench_floor,
+    bench_kineto,
+    bench_link,
+    bench_nccl_log,
+    bench_nsys,
+    bench_ranks,
+)
 
 
 def main() -> None:
@@ -24,6 +31,7 @@ def main() -> None:
     sys.argv = ["bench_link", "--events", "2000000" if args.quick else "20000000"]
     bench_link.main()
     bench_ranks.main(["--quick"] if args.quick else [])
+    bench_floor.main(["--copies", "4"] if args.quick else [])
 
 
 if __name__ == "__main__":

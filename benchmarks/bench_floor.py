@@ -1,0 +1,113 @@
+"""Ingest of real profiler traces next to the floor of its own work, whole processes with
+their imports: a plain script that gzip-decompresses each file, parses it with ``orjson``,
+builds one pyarrow table of every event's name, cat, ph, ts, dur, pid, tid and args (as JSON
+text) with list comprehensions and writes it as zstd Parquet, one part per file.
+
+    python -m benchmarks.bench_floor [--traces DIR] [--copies N]
+
+Two sets: the traces as they are (``--traces``: few big files; default the public Kineto
+traces beside the repository, else the sample job), and many small files (the 8 DLRM ranks
+of the public traces, else the first 8 traces, copied ``--copies`` times,
+``distributedInfo.rank`` rewritten so each copy is a rank of its own). tokenwire runs
+``ingest --jobs 1``; each step is the median of 3 runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from benchmarks.measure import REPO, line, measure, median_run
+
+PUBLIC = REPO.parent / "shared" / "real_traces" / "kineto"
+
+#: The floor: everything a Kineto ingest must do at the least, written plainly.
+FLOOR = """
+import gzip, json, sys
+from pathlib import Path
+import orjson, pyarrow as pa, pyarrow.parquet as pq
+out = Path(sys.argv[2]); out.mkdir(parents=True, exist_ok=True)
+for i, path in enumerate(sorted(Path(sys.argv[1]).rglob("*.json*"))):
+    raw = path.read_bytes()
+    events = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw)
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    cols = {k: [e.get(k) for e in events] for k in ("name", "cat", "ph", "pid", "tid")}
+    cols = {k: [None if v is None else str(v) for v in vs] for k, vs in cols.items()}
+    cols["ts"] = [float(e["ts"]) if "ts" in e else None for e in events]
+    cols["dur"] = [float(e["dur"]) if "dur" in e else None for e in events]
+    cols["args"] = [orjson.dumps(e["args"]).decode() if "args" in e else None for e in events]
+    pq.write_table(pa.table(cols), out / f"part-{i}.parquet", compression="zstd")
+"""
+
+INGEST = """
+import sys
+from pipeline.ingest.run import ingest
+summary = ingest([sys.argv[1]], sys.argv[2], jobs=1)
+"""
+
+_RANK = re.compile(rb'("distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*)\d+')
+
+
+def many_small(traces: list[Path], copies: int, out: Path) -> Path:
+    """``copies`` x len(traces) rank files: each trace again under a new rank."""
+    out.mkdir(parents=True)
+    rank = 0
+    for _ in range(copies):
+        for path in traces:
+            raw = path.read_bytes()
+            text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+            text = _RANK.sub(lambda m, r=rank: m.group(1) + str(r).encode(), text, count=1)
+            (out / f"rank{rank:05d}.pt.trace.json.gz").write_bytes(gzip.compress(text, 1))
+            rank += 1
+    return out
+
+
+def _json_mb(folder: Path) -> float:
+    total = 0
+    for path in folder.rglob("*.json*"):
+        raw = path.read_bytes()
+        total += len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return total / 1e6
+
+
+def compare(title: str, traces: Path, work: Path) -> str:
+    """The floor and tokenwire's ingest on ``traces``, each the median of 3 runs."""
+    runs = {"floor": [], "tokenwire": []}
+    for k in range(3):
+        for label, code in (("floor", FLOOR), ("tokenwire", INGEST)):
+            out = work / f"{label}-{k}"
+            runs[label].append(measure(f"{label} ({title})", code, str(traces), str(out)))
+            shutil.rmtree(out, ignore_errors=True)
+    floor, ours = median_run(runs["floor"]), median_run(runs["tokenwire"])
+    mb = _json_mb(traces)
+    return "\n".join([
+        f"== ingest --jobs 1, {title}: {mb:,.1f} MB of JSON",
+        line(floor, mb),
+        line(ours, mb),
+        f"  ratio tokenwire/floor: time x{ours.seconds / floor.seconds:.2f}, "
+        f"peak RSS x{ours.peak_rss_mb / floor.peak_rss_mb:.2f}",
+    ])  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=Path, help="a folder of Kineto traces")
+    parser.add_argument("--copies", type=int, default=32, help="copies of 8 traces")
+    args = parser.parse_args(argv)
+    traces = args.traces or (PUBLIC if PUBLIC.is_dir() else REPO / "sample_traces")
+    files = sorted(p for p in traces.rglob("*.json*") if "trace" in p.name)
+    with tempfile.TemporaryDirectory(prefix="tw-floor-") as tmp:
+        work = Path(tmp)
+        print(compare(f"{len(files)} files of {traces.name}", traces, work), flush=True)
+        dlrm = sorted((PUBLIC / "dlrm_v100_8ranks").glob("*.json*"))
+        small = many_small(dlrm if not args.traces and dlrm else files[:8], args.copies,
+                           work / "small")  # fmt: skip
+        print(compare(f"{8 * args.copies} rank files", small, work), flush=True)
+
+
+if __name__ == "__main__":
+    main()
