@@ -125,3 +125,31 @@ def per_distinct(frame: pl.DataFrame, keys: list[str], expr: pl.Expr) -> pl.Seri
         values, on=keys, how="left", maintain_order="left", nulls_equal=True
     )
     return joined.get_column("_value")
+
+
+#: Phase hints from the names of enclosing ops and ranges, after :func:`phase_name_expr`
+#: (lower case, ``[pl][profile]``-style prefixes and ``#`` fences removed). Names are hints
+#: only: the structure (an enclosing autograd ``evaluate_function``, the autograd engine's
+#: thread) decides first. Megatron's ``forward-backward`` encloses both phases and is no hint.
+PHASE_HINTS: dict[str, str] = {
+    # Optimizer.step#AdamW.step, Optimizer.zero_grad#..., Lightning's optimizer_step,
+    # an NVTX or record_function range named after the optimizer
+    "optimizer": r"^optimizer\.(?:step|zero_grad)|(?:^|[^a-z0-9_])optimizer(?:$|[^a-z0-9_])"
+    r"|optimizer_step|optimizer_zero_grad",
+    # `## backward ##`, Lightning's [Strategy]DDPStrategy.backward, an NVTX `backward` range
+    "backward": r"(?:^|[^a-z0-9_])backward(?:$|[^a-z0-9_])",
+    # `## forward ##`, DistributedDataParallel.forward, FSDP's forward; TorchRec's
+    # `## sparse_data_dist ##` (the input distribution that feeds the sparse arch's forward)
+    "forward": r"(?:^|[^a-z0-9_])forward(?:$|[^a-z0-9_])|sparse_data_dist",
+}
+
+
+def phase_name_expr(name: pl.Expr) -> pl.Expr:
+    """An op or range name as :data:`PHASE_HINTS` reads it."""
+    return (
+        name.str.to_lowercase()
+        .str.replace_all(r"^(?:\[[^\]]*\])+", "")
+        .str.replace_all(r"forward[-_ ]?backward", " ")
+        .str.replace_all("#", " ", literal=True)
+        .str.strip_chars()
+    )

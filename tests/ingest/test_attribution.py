@@ -110,3 +110,50 @@ def test_a_file_without_ops_or_collectives_is_left_alone(missing):
     before = dict(tables)
     attribute_collectives(tables)
     assert tables == before
+
+
+def test_real_phase_names_are_hints():
+    # names real jobs use for their phases: fenced record_function ranges (TorchRec, DLRM),
+    # DistributedDataParallel.forward, Lightning's [pl][profile] prefixes; Megatron's
+    # forward-backward encloses both phases and says nothing
+    ops = _ops(
+        (0, 1, None, "## forward ##", "user_annotation", None, None, None),
+        (0, 2, 1, "c10d::alltoall_base_", "cpu_op", None, None, None),
+        (0, 3, None, "DistributedDataParallel.forward", "user_annotation", None, None, None),
+        (0, 4, 3, "c10d::allreduce_", "cpu_op", None, None, None),
+        (0, 5, None, "[pl][profile][Strategy]DDPStrategy.backward", "cpu_op", None, None, None),
+        (0, 6, 5, "c10d::allreduce_", "cpu_op", None, None, None),
+        (0, 7, None, "[pl][profile]optimizer_step", "cpu_op", None, None, None),
+        (0, 8, 7, "c10d::allreduce_", "cpu_op", None, None, None),
+        (0, 9, None, "forward-backward", "nvtx", None, None, None),
+        (0, 10, 9, "c10d::allreduce_", "cpu_op", None, None, None),
+        (0, 11, None, "## sparse_data_dist ##", "user_annotation", None, None, None),
+        (0, 12, 11, "c10d::alltoall_base_", "cpu_op", None, None, None),
+        (0, 13, None, "All2All_Pooled_WaitBackward", "cpu_op", None, None, None),
+        (0, 14, 13, "c10d::alltoall_base_", "cpu_op", None, None, None),
+    )
+    got = _attributed(ops, _calls(*[(0, None, i) for i in (2, 4, 6, 8, 10, 12, 14)]))
+    phases = [g["phase"] for g in got]
+    assert phases == ["forward", "forward", "backward", "optimizer", None, "forward", None]
+
+
+def test_launches_on_the_autograd_engine_thread_are_backward():
+    # The GPU autograd engine runs on its own thread (evaluate_function ops, no ProfilerStep);
+    # CPU autograd runs on the calling thread, whose other work keeps no phase.
+    autograd = "autograd::engine::evaluate_function: SumBackward1"
+    rows = [
+        (0, 1, None, "ProfilerStep#3", 1, 1),
+        (0, 2, 1, "c10d::allreduce_", 1, 1),
+        (0, 3, None, autograd, 1, 1),
+        (0, 4, None, autograd, 1, 2),
+        (0, 5, None, "c10d::allreduce_", 1, 2),
+    ]
+    ops = pa.Table.from_pylist(
+        [
+            {"rank": r, "op_id": i, "parent_id": p, "name": n, "kind": "cpu_op",
+             "pid": pid, "tid": tid}
+            for r, i, p, n, pid, tid in rows
+        ]
+    )  # fmt: skip
+    got = _attributed(ops, _calls((0, None, 2), (0, None, 5)))
+    assert [g["phase"] for g in got] == [None, "backward"]

@@ -450,3 +450,18 @@ def test_an_instance_whose_ranks_disagree_takes_the_op_most_report(tmp_path: Pat
         (first_seq + 1, "all_gather", 4, False),
         (first_seq + 2, "all_reduce", 4, True),
     ]
+
+
+def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp_path: Path):
+    # the gradient all-reduces and the backward all-to-all run on the autograd engine's
+    # thread inside evaluate_function; the forward all-to-all under `## forward ##` /
+    # DistributedDataParallel.forward; TorchRec's input all-to-alls under `## sparse_data_dist ##`
+    ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
+    rows = ds.sql(
+        "SELECT op, phase, count(*) FROM collectives_linked GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert rows == [
+        ("all_reduce", "backward", 24),
+        ("all_to_all", "backward", 8),
+        ("all_to_all", "forward", 32),
+    ]

@@ -8,10 +8,11 @@ linking then costs in proportion to the collectives, not to every host event of 
 Evidence, from the issuing op (``launch_op_id``, else the runtime call with the kernel's
 correlation) and the ops enclosing it (``parent_id``), innermost first:
 
-- phase: an enclosing autograd ``evaluate_function`` -> backward; ``Optimizer.step`` /
-  ``zero_grad`` or an ``optimizer`` range -> optimizer; a ``backward`` range -> backward; a
-  ``forward`` range or a module scope -> forward; else NULL (link decides: send/recv
-  direction, or ``other``).
+- phase: an enclosing autograd ``evaluate_function`` -> backward; an enclosing op or range
+  named as :data:`pipeline.ingest.vocab.PHASE_HINTS` says (optimizer, then backward, then
+  forward; a module scope is forward); else a launch on the autograd engine's own thread (one
+  that runs ``evaluate_function`` ops and no ``ProfilerStep``) -> backward; else NULL (link
+  decides: send/recv direction, or ``other``).
 - layer: the innermost module path (``module_scope``); for backward work the module path of
   the forward op with the same autograd sequence number (``backward_of_forward_op``); else
   the innermost NVTX range (``nvtx``). ``attributed_by`` says which.
@@ -25,6 +26,7 @@ import pyarrow as pa
 
 from pipeline.ingest.derive.nesting import rows_of
 from pipeline.ingest.result import columns, values_at
+from pipeline.ingest.vocab import PHASE_HINTS, phase_name_expr
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
 MAX_HOPS = 512
@@ -38,6 +40,8 @@ _OP_KEYS = {
     "parent_id": pl.Int64,
     "correlation": pl.Int64,
     "seq_nr": pl.Int64,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
 }
 _COLLECTIVE_COLUMNS = {
     "rank": pl.Int64,
@@ -123,27 +127,14 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             host.get_column("seq_nr").gather(walk["pos"]).to_frame(),
         ],
         how="horizontal",
-    ).with_columns(pl.col("name").str.to_lowercase().alias("lname"))
+    ).with_columns(phase_name_expr(pl.col("name")).alias("lname"))
     name, lname, nvtx = pl.col("name"), pl.col("lname"), pl.col("kind") == "nvtx"
     autograd = name.str.starts_with(_AUTOGRAD)
     return ancestors.group_by("call").agg(
         autograd.any().alias("in_autograd"),
-        (
-            lname.str.starts_with("optimizer.step")
-            | lname.str.starts_with("optimizer.zero_grad")
-            | (lname == "optimizer")
-            | (nvtx & lname.str.contains("optimizer", literal=True))
-        )
-        .any()
-        .alias("in_optimizer"),
-        ((lname == "backward") | (nvtx & lname.str.contains("backward", literal=True)))
-        .any()
-        .alias("in_backward"),
-        (
-            (lname == "forward")
-            | (pl.col("kind") == "module")
-            | (nvtx & lname.str.contains("forward", literal=True))
-        )
+        lname.str.contains(PHASE_HINTS["optimizer"]).any().alias("in_optimizer"),
+        lname.str.contains(PHASE_HINTS["backward"]).any().alias("in_backward"),
+        (lname.str.contains(PHASE_HINTS["forward"]) | (pl.col("kind") == "module"))
         .any()
         .alias("in_forward"),
         pl.col("module_path").drop_nulls().first().alias("module_path"),
@@ -156,6 +147,22 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
         .alias("backward_seq_nr"),
         name.filter(nvtx).first().alias("nvtx_range"),
         name.filter(autograd).first().alias("backward_op"),
+    )
+
+
+def _engine_threads(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
+    """(rank, pid, tid) of the autograd engine's own threads: they run ``evaluate_function``
+    ops and no ``ProfilerStep`` (CPU autograd runs on the calling thread, which has steps)."""
+    name = columns(ops, {"name": pl.String}).get_column("name")
+    threads = host.select("rank", "pid", "tid").with_columns(
+        name.str.starts_with(_AUTOGRAD).alias("autograd"),
+        name.str.starts_with("ProfilerStep#").alias("step"),
+    )
+    return (
+        threads.group_by("rank", "pid", "tid")
+        .agg(pl.col("autograd").any(), pl.col("step").any())
+        .filter(pl.col("autograd") & ~pl.col("step"))
+        .select("rank", "pid", "tid", pl.lit(True).alias("on_engine_thread"))
     )
 
 
@@ -192,6 +199,18 @@ def _context(
         nulls_equal=True,
         maintain_order="left",
     ).sort("call")
+    thread = host.select("pid", "tid").gather(found["pos"].fill_null(0))
+    found = (
+        pl.concat([found, thread], how="horizontal")
+        .join(
+            _engine_threads(host, ops),
+            on=["rank", "pid", "tid"],
+            how="left",
+            nulls_equal=True,
+            maintain_order="left",
+        )
+        .with_columns(pl.col("on_engine_thread") & pl.col("pos").is_not_null())
+    )
     found = found.with_columns(
         calls.get_column("phase").alias("given_phase"),
         calls.get_column("layer").alias("given_layer"),
@@ -207,6 +226,8 @@ def _context(
         .then(pl.lit("backward"))
         .when(pl.col("in_forward"))
         .then(pl.lit("forward"))
+        .when(pl.col("on_engine_thread"))
+        .then(pl.lit("backward"))
     )
     by = (
         pl.when(pl.col("given_layer").is_not_null())
