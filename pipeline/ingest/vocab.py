@@ -26,6 +26,9 @@ _OP_PATTERNS: list[tuple[str, str]] = [
     ("gather", "gather"),
     ("scatter", "scatter"),
     ("reduce", "reduce"),
+    # DeepEP's MoE token exchange (dpsk::ep::dispatch / combine) is an all-to-all
+    ("dispatch", "all_to_all"),
+    ("combine", "all_to_all"),
 ]
 
 #: Spelling of an element type (lower-cased) -> (dataset name, bytes per element).
@@ -87,8 +90,19 @@ def message_bytes_expr(
     return pl.when(known).then(elements * size)
 
 
-#: Communication kernels (case-insensitive): the only kernels whose collective metadata is read.
-COMM_KERNEL = r"nccl|rccl|msccl"
+#: Communication kernels (case-insensitive), the one list: NCCL and RCCL (``ncclKernel_*``,
+#: ``ncclDevKernel_*``), MSCCL and MSCCL++ (``mscclpp``), PyTorch symmetric memory
+#: (``multimem_all_reduce_kernel``, ``one_shot_all_reduce_kernel``, ``symm_mem``), NVSHMEM
+#: (``nvshmem*``), vLLM's custom all-reduce (``cross_device_reduce_1stage``), TensorRT-LLM's
+#: (``oneShotAllReduceKernel``, ``twoShotAllReduceKernel``, ``allreduce_fusion_kernel*``,
+#: ``lamport*``) and DeepEP's dispatch/combine (``deep_ep::``, ``dpsk::ep::``).
+COMM_KERNEL = (
+    r"nccl|rccl|msccl|multimem|symm_mem|nvshmem|one_?shot_?all_?reduce|two_?shot_?all_?reduce"
+    r"|cross_device_reduce|custom_?all_?reduce|allreduce_?fusion|lamport|deep_?ep::|dpsk::ep"
+)
+#: Host ops that launch a collective and record its buffers in ``Input Dims``: PyTorch's
+#: c10d ops, the functional collectives, symmetric memory (``symm_mem::multimem_all_reduce_``).
+COLLECTIVE_LAUNCH_OP = r"^(?:c10d|_?c10d_functional|symm_mem)::"
 #: Kernel name pattern (case-insensitive) -> kind; first match wins.
 _KERNEL_KINDS: list[tuple[str, str]] = [
     ("comm", COMM_KERNEL),

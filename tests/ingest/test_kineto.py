@@ -14,7 +14,15 @@ from pipeline.dataset.schema import conform
 from pipeline.ingest.kineto import parse as kineto
 from tests.conftest import real_kineto_files
 
-DTYPE_BYTES = {"float": 4, "Float": 4, "BFloat16": 2, "long int": 8, "Long": 8, "int": 4}
+DTYPE_BYTES = {
+    "float": 4,
+    "Float": 4,
+    "BFloat16": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "Long": 8,
+    "int": 4,
+}
 GLOO_OPS = {"all_reduce", "all_to_all", "all_gather", "send", "recv", "broadcast"}
 
 
@@ -45,7 +53,9 @@ def _expected_collectives(doc: dict) -> Counter:
     for e in events:
         if e.get("cat") == "user_annotation" and e["name"].startswith("gloo:"):
             out[e["name"].removeprefix("gloo:")] += 1
-    return out
+    # symmetric-memory all-reduces: one multimem kernel per symm_mem op
+    out["all_reduce"] += sum(e["name"] == "symm_mem::multimem_all_reduce_" for e in events)
+    return +out
 
 
 def _expected_bytes(doc: dict) -> int:
@@ -58,6 +68,12 @@ def _expected_bytes(doc: dict) -> int:
         a = e["args"]
         n = a["Out msg nelems"] if "allgather" in a["Collective name"] else a["In msg nelems"]
         total += n * DTYPE_BYTES[a["dtype"]]
+    for e in events:
+        if e["name"] == "symm_mem::multimem_all_reduce_":
+            numel = 1
+            for d in e["args"]["Input Dims"][0]:
+                numel *= d
+            total += numel * DTYPE_BYTES[e["args"]["Input type"][0]]
     if with_meta:
         return total
     for e in events:
@@ -112,7 +128,7 @@ def test_real_trace(rel: str, real_traces: Path) -> None:
 def test_metadata_kernels_keep_process_group(real_traces: Path) -> None:
     path = real_traces / "kineto/b200_rank0of8_eager.json.gz"
     colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
-    row = colls.row(0, named=True)
+    row = colls.filter(pl.col("op") == "all_gather").row(0, named=True)
     assert (row["op"], row["comm"], row["dtype"], row["count"], row["out_count"], row["bytes"]) == (
         "all_gather",
         "pg:3",
@@ -122,6 +138,43 @@ def test_metadata_kernels_keep_process_group(real_traces: Path) -> None:
         201088 * 2,
     )
     assert row["size_source"] == "kernel_args"
+
+
+def test_symmetric_memory_all_reduces_are_collectives(real_traces: Path) -> None:
+    # vLLM's tensor-parallel all-reduces on the B200 run as symm_mem multimem kernels; the
+    # launching symm_mem:: op's Input Dims give the size
+    path = real_traces / "kineto/b200_rank0of8_eager.json.gz"
+    colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
+    reduces = colls.filter(pl.col("op") == "all_reduce")
+    assert reduces.height == 73
+    assert reduces["bytes"].sum() == 385_661_952
+    assert set(reduces["op_name"]) == {"symm_mem::multimem_all_reduce_"}
+    assert set(reduces["size_source"]) == {"input_dims"}
+    assert set(reduces["dtype"]) == {"bfloat16"}
+
+
+def test_collective_kernels_beyond_nccl_take_their_launching_op(tmp_path: Path) -> None:
+    kernel = "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(...)"
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "symm_mem::multimem_all_reduce_", "pid": 1,
+         "tid": 1, "ts": 100, "dur": 20, "args": {"External id": 5,
+         "Input Dims": [[1024, 4], [], []], "Input type": ["c10::BFloat16", "", ""]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 105, "dur": 5, "args": {"correlation": 9, "External id": 5}},
+        {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": 110, "dur": 50,
+         "args": {"correlation": 9, "External id": 5, "stream": 7, "device": 0}},
+    ]  # fmt: skip
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    tables = kineto.parse(path).tables
+    row = pl.from_arrow(tables["collectives"]).row(0, named=True)
+    assert (row["op"], row["dtype"], row["count"], row["bytes"]) == (
+        "all_reduce",
+        "bfloat16",
+        4096,
+        8192,
+    )
+    assert pl.from_arrow(tables["kernels"])["kind"].to_list() == ["comm"]
 
 
 def test_dlrm_sizes_come_from_annotations(real_traces: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.vocab import kernel_kind_expr, per_distinct
+from pipeline.ingest.vocab import kernel_kind_expr, op_expr, per_distinct
 
 NAMES = [
     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
@@ -35,3 +35,33 @@ def test_per_distinct_gives_each_row_the_value_of_its_own_key_in_row_order() -> 
         "comm", "gemm", "other", "attention", "comm", "elementwise", "other", "other", "memcpy",
     ]  # fmt: skip
     assert per_distinct(frame.head(0), ["name"], kernel_kind_expr(pl.col("name"))).len() == 0
+
+
+#: Collective kernels as their libraries name them, with the op each is.
+COMM_KERNELS = [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+     "all_reduce"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),
+    ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(...)",
+     "all_reduce"),
+    ("void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 16, 8>(...)",
+     "all_reduce"),
+    ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(...)", "reduce"),
+    ("void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(...)",
+     "all_reduce"),
+    ("void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport(...)",
+     "all_reduce"),
+    ("mscclpp::allreduce7<__half>", "all_reduce"),
+    ("nvshmemi_transfer_rma_kernel", "unknown"),
+    ("void deep_ep::intranode::dispatch<8, 768, 8192>(...)", "all_to_all"),
+    ("void dpsk::ep::internode::combine<true>(...)", "all_to_all"),
+]  # fmt: skip
+
+
+def test_collective_kernels_beyond_nccl_are_comm() -> None:
+    frame = pl.DataFrame({"name": [n for n, _ in COMM_KERNELS]})
+    got = frame.select(
+        kernel_kind_expr(pl.col("name")).alias("kind"), op_expr(pl.col("name")).alias("op")
+    )
+    assert got["kind"].to_list() == ["comm"] * len(COMM_KERNELS)
+    assert got["op"].to_list() == [op for _, op in COMM_KERNELS]

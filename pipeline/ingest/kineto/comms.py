@@ -18,7 +18,13 @@ import msgspec
 import polars as pl
 
 from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
-from pipeline.ingest.vocab import dtype_expr, dtype_size_expr, message_bytes_expr, op_expr
+from pipeline.ingest.vocab import (
+    COLLECTIVE_LAUNCH_OP,
+    dtype_expr,
+    dtype_size_expr,
+    message_bytes_expr,
+    op_expr,
+)
 
 if TYPE_CHECKING:
     from pipeline.ingest.kineto.parse import Trace
@@ -247,7 +253,8 @@ def _nccl_kernel_collectives(
         (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(r"^(nccl|rccl):")
     ).select("pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types")
     around_ann = _enclosing(host, annotations, "a_")
-    c10d = ops.filter(pl.col("name").str.starts_with("c10d::")).select(
+    # the op that launched the work: c10d::allreduce_, symm_mem::multimem_all_reduce_, ...
+    c10d = ops.filter(pl.col("name").str.contains(COLLECTIVE_LAUNCH_OP)).select(
         "pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types", "concrete_inputs"
     )
     around_c10d = _enclosing(host, c10d, "c_")
