@@ -96,13 +96,16 @@ JOIN _own_links p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_
     AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id;
 
 -- What one collective's traffic looks like (communicator_dims.sql weighs it per
--- communicator): send/recv -> pp; all_to_all -> ep; an all-reduce issued from inside a
+-- communicator): send/recv -> pp; an all_to_all inside a mixture-of-experts layer -> ep, any
+-- other all_to_all (a recommendation model's embedding exchange, TorchRec's input
+-- distribution, Ulysses attention) -> a2a, its own dimension; an all-reduce issued from inside a
 -- layer, or from the backward of a layer's op (not from a gradient-accumulation hook) -> tp;
 -- all_gather / reduce_scatter and other all-reduces (gradient buckets, loss) -> dp; anything
 -- else -> unknown.
 CREATE MACRO _dim_evidence(op, layer, layer_kind, backward_op) AS CASE
     WHEN op IN ('send', 'recv', 'send_recv') THEN 'pp'
-    WHEN op = 'all_to_all' THEN 'ep'
+    WHEN op = 'all_to_all' AND layer_kind = 'moe' THEN 'ep'
+    WHEN op = 'all_to_all' THEN 'a2a'
     WHEN op = 'all_reduce' AND coalesce(layer_kind, '') <> 'loss' AND (
          layer IS NOT NULL
          OR backward_op IS NOT NULL AND backward_op NOT LIKE '%AccumulateGrad%')

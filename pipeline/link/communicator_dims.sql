@@ -23,6 +23,7 @@ SELECT job, comm,
        count(*) FILTER (evidence <> 'unknown') AS kinds,
        bool_and(evidence IN ('pp', 'unknown')) AS only_pp,
        bool_and(evidence IN ('ep', 'unknown')) AS only_ep,
+       bool_and(evidence IN ('a2a', 'unknown')) AS only_a2a,
        bool_or(evidence = 'tp') AS any_tp
 FROM (SELECT job, comm, evidence, count(*) AS n
       FROM collective_links WHERE comm IS NOT NULL GROUP BY ALL)
@@ -46,7 +47,8 @@ SELECT job, comm, nranks, ranks,
 FROM _comm_members;
 
 -- In order: job.yaml; a group of every rank is 'world' when it carries several kinds of
--- traffic; a group carrying only send/recv is pp, only all-to-all ep; then the rank set
+-- traffic; a group carrying only send/recv is pp, only MoE all-to-all ep, only other
+-- all-to-all a2a; then the rank set
 -- (Megatron's and DeviceMesh's default orders put tp on consecutive ranks, dp and pp on
 -- strides): contiguous -> tp (dp when it carries no tensor-parallel-like traffic), strided ->
 -- dp; then the most common evidence.
@@ -58,13 +60,14 @@ SELECT m.job, m.comm, m.nranks, m.ranks,
             WHEN m.nranks = w.world_size THEN e.top_evidence
             WHEN e.only_pp AND e.kinds > 0 THEN 'pp'
             WHEN e.only_ep AND e.kinds > 0 THEN 'ep'
+            WHEN e.only_a2a AND e.kinds > 0 THEN 'a2a'
             WHEN m.shape = 'contiguous' AND (e.any_tp OR e.kinds IS NULL) THEN 'tp'
             WHEN m.shape IN ('contiguous', 'strided') THEN 'dp'
             ELSE coalesce(e.top_evidence, 'unknown') END AS parallel_dim,
        CASE WHEN y.parallel_dim IS NOT NULL THEN 'job.yaml'
             WHEN m.nranks = w.world_size AND (e.kinds IS NULL OR e.kinds <> 1) THEN 'rank_sets'
             WHEN m.nranks = w.world_size THEN 'ops'
-            WHEN (e.only_pp OR e.only_ep) AND e.kinds > 0 THEN 'ops'
+            WHEN (e.only_pp OR e.only_ep OR e.only_a2a) AND e.kinds > 0 THEN 'ops'
             WHEN m.shape IN ('contiguous', 'strided') THEN 'rank_sets'
             WHEN e.top_evidence IS NOT NULL THEN 'ops'
             ELSE 'unknown' END AS dim_source
@@ -78,8 +81,11 @@ LEFT JOIN _comm_evidence e USING (job, comm)
 LEFT JOIN _world w USING (job);
 
 -- A collective takes its communicator's dimension; on a 'world' or 'unknown' communicator
--- it keeps its own evidence (collective_links.sql).
+-- it keeps its own evidence (collective_links.sql), and on one that job.yaml makes the group
+-- of several dimensions ('dp|ep': with dp = ep one group serves both) it keeps its evidence
+-- when that is one of them, else takes the first.
 UPDATE collective_links l
-SET parallel_dim = d.parallel_dim
+SET parallel_dim = CASE WHEN list_contains(string_split(d.parallel_dim, '|'), l.evidence)
+                        THEN l.evidence ELSE string_split(d.parallel_dim, '|')[1] END
 FROM communicator_dims d
 WHERE d.job = l.job AND d.comm = l.comm AND d.parallel_dim NOT IN ('world', 'unknown');

@@ -174,14 +174,17 @@ def _comm_dims_from_layout(
     con: duckdb.DuckDBPyConnection, job: str, job_spec
 ) -> list[tuple[str, str]]:
     """Each communicator's dimension: the layout's group over one dimension that equals its
-    rank set (``world`` when it spans every rank, ``unknown`` when no group matches)."""
+    rank set (``world`` when it spans every rank, ``unknown`` when no group matches). A rank
+    set that is the group of several dimensions (with dp = ep, one group is both the data-
+    and the expert-parallel group) gets them all, ``|``-separated: its collectives then
+    choose by their own evidence (communicator_dims.sql)."""
     from pipeline.model.predict import layout_groups
 
     # every group of the layout, listed once (the first dimension listed wins a group that is
     # over two, as dp over dp x cp when cp = 1), and each communicator's ranks looked up: at
     # 16,384 ranks 0.45 to 0.63 s, against 0.92 to 0.98 s working out the groups of each
     # communicator's first rank, one dimension after another
-    dim_of: dict[tuple[int, ...], str] = {}
+    dim_of: dict[tuple[int, ...], list[str]] = {}
     for name, dims, expert in (
         ("tp", ("tp",), False),
         ("cp", ("cp",), False),
@@ -191,7 +194,10 @@ def _comm_dims_from_layout(
         ("dp", ("dp", "cp"), False),
     ):
         for members in layout_groups(job_spec, dims, expert=expert):
-            dim_of.setdefault(members, name)
+            names = dim_of.setdefault(members, [])
+            # (a group of one rank is one of every dimension of degree 1: the first names it)
+            if not names or len(members) > 1 and name not in names and dims != ("dp", "cp"):
+                names.append(name)
     world = job_spec.parallel.world_size
     # a profiler lists a group's ranks; an NCCL log knows only its own rank in each
     # communicator, so there the set is assembled from the rows of every rank
@@ -205,7 +211,7 @@ def _comm_dims_from_layout(
     for comm, members in comms:
         if not members:
             continue
-        dim = dim_of.get(tuple(members), "unknown")
+        dim = "|".join(dim_of.get(tuple(members), ["unknown"]))
         if dim == "unknown" and len(members) == world:
             dim = "world"
         out.append((comm, dim))

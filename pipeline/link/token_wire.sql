@@ -9,7 +9,8 @@ CREATE VIEW _tp_followers AS
 SELECT DISTINCT c.job, c.rank
 FROM communicators c
 JOIN communicator_dims d USING (job, comm)
-WHERE d.parallel_dim IN ('tp', 'cp') AND c.rank_in_comm > 0;
+-- (a group of several dimensions is listed as 'tp|dp')
+WHERE list_has_any(string_split(d.parallel_dim, '|'), ['tp', 'cp']) AND c.rank_in_comm > 0;
 
 CREATE VIEW _step_tokens AS
 SELECT s.job, s.step,

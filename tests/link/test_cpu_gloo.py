@@ -116,11 +116,6 @@ def test_moe_gradients_equal_the_prediction(datasets: dict[str, Dataset]) -> Non
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the all_to_all runs on the one group of 2 ranks that is both the DP and the EP group: "
-    "link labels it dp, so observed ep traffic is 0 and dp all_to_all has no prediction",
-)
 def test_moe_all_to_all_is_expert_parallel(datasets: dict[str, Dataset]) -> None:
     wire = _wire(datasets["moe"])
     a2a = {k: v for k, v in wire.items() if k[2] == "all_to_all"}

@@ -94,7 +94,7 @@ def test_sequence_parallel_turns_the_all_reduces_into_gathers_and_scatters(
     assert all(r[3] == "matched" for r in rows if r[0] == "dp")
 
 
-@pytest.mark.parametrize("run", ["ddp", "tp", "tp_dp", "pp"])
+@pytest.mark.parametrize("run", ["ddp", "tp", "tp_dp", "pp", "moe"])
 def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
     ds = linked(run, tmp_path / "ds")
     ledger = ds.sql("SELECT * FROM ledger")
@@ -105,10 +105,9 @@ def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the MoE all_to_all is labelled dp (its rank set is also the dp group), and gloo's "
-    "FSDP reduce_scatter is recorded as an all_reduce",
+    reason="gloo's FSDP reduce_scatter is recorded as an all_reduce",
 )
-@pytest.mark.parametrize("run", ["moe", "fsdp"])
+@pytest.mark.parametrize("run", ["fsdp"])
 def test_recorded_runs_with_known_labelling_bugs_match(tmp_path: Path, run: str) -> None:
     ds = linked(run, tmp_path / "ds")
     assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}

@@ -465,3 +465,8 @@ def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp
         ("all_to_all", "backward", 8),
         ("all_to_all", "forward", 32),
     ]
+    # DLRM has no experts: its embedding all-to-alls are their own dimension, not ep
+    dims = ds.sql(
+        "SELECT op, parallel_dim, count(*) FROM collectives_linked GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert dims == [("all_reduce", "dp", 24), ("all_to_all", "a2a", 40)]
