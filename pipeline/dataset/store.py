@@ -121,9 +121,16 @@ class Manifest:
         """Relative paths of every part of every table, each once."""
         return [rel for rels in self.parts_by_table().values() for rel in rels]
 
-    def sha256s(self) -> set[str]:
-        """The sha256 of every file in the dataset (a set: an ingest looks up each input)."""
-        return {e.sha256 for e in self.files.values()}
+    def sha256s(self) -> set[tuple[str, str]]:
+        """(job, sha256) of every file in the dataset (a set: an ingest looks up each
+        input). Dedup is per job: the same bytes may belong to two jobs."""
+        return {(e.job, e.sha256) for e in self.files.values()}
+
+
+def file_key(job: str, file_id: str) -> str:
+    """The manifest's key of one file of one job: ``<job>/<file_id>`` (a file's bytes give
+    its file_id, and the same bytes may be ingested under two jobs)."""
+    return f"{job}/{file_id}"
 
 
 def read_manifest(dataset: Path) -> Manifest:
@@ -212,17 +219,19 @@ def _manifest_of(path: Path, doc: dict[str, Any]) -> Manifest:
     if not isinstance(files_doc, dict):
         raise _bad(path, "files", f"expected an object, found {_kind(files_doc)}")
     with gc_paused():
-        files = {fid: _file_entry(path, fid, e) for fid, e in files_doc.items()}
+        files = {key: _file_entry(path, key, e) for key, e in files_doc.items()}
         rels = {rel for e in files.values() for ps in e.parts.values() for rel in ps}
         _check_paths(path, "files", rels)
     derived = _table_parts(path, "derived", doc.get("derived", {}))
     return Manifest(files=files, derived=derived, version=doc.get("version", 1))
 
 
-def _file_entry(path: Path, fid: str, e: Any) -> FileEntry:
-    """One entry of the manifest's ``files``, its values checked (its parts' paths are
-    checked by the caller, once each)."""
-    where = f"files.{shown(fid, 40)}"
+def _file_entry(path: Path, key: str, e: Any) -> FileEntry:
+    """One entry of the manifest's ``files`` (keyed ``<job>/<file_id>``, :func:`file_key`;
+    a bare file id in datasets written before dedup was per job), its values checked (its
+    parts' paths are checked by the caller, once each)."""
+    where = f"files.{shown(key, 40)}"
+    key_job, _, fid = key.rpartition("/")
     if not FILE_ID.fullmatch(fid):
         raise _bad(path, where, "not a file id")
     if not isinstance(e, dict):
@@ -232,6 +241,8 @@ def _file_entry(path: Path, fid: str, e: Any) -> FileEntry:
             raise _bad(path, f"{where}.{key}", f"expected a string, found {_kind(e.get(key))}")
     if not JOB_NAME.fullmatch(e["job"]):
         raise _bad(path, f"{where}.job", f"{shown(e['job'])} is not a job name")
+    if key_job and key_job != e["job"]:
+        raise _bad(path, f"{where}.job", f"{shown(e['job'])} is not the job of its key")
     ranks = e.get("ranks")
     if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks):
         raise _bad(path, f"{where}.ranks", "expected a list of integers")
@@ -332,7 +343,10 @@ def manifest_doc(manifest: Manifest) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
-        "files": {fid: e.to_json() for fid, e in sorted(manifest.files.items())},
+        "files": {
+            file_key(e.job, e.file_id): e.to_json()
+            for e in sorted(manifest.files.values(), key=lambda e: (e.job, e.file_id))
+        },
         "derived": manifest.derived,
         # Readers take their parts from here instead of every file's lists: at 16,384
         # ranks, 0.2 s of each command. A tokenwire before it drops the key when it

@@ -22,7 +22,7 @@ from pipeline.errors import DatasetError
 
 def _manifest(files: int) -> Manifest:
     entries = {
-        f"{i:016x}": FileEntry(
+        f"job/{i:016x}": FileEntry(
             file_id=f"{i:016x}",
             sha256=f"{i:064x}",
             path=f"/traces/rank{i}.json",

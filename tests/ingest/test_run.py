@@ -377,3 +377,25 @@ def test_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
         assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
     assert os.environ["POLARS_MAX_THREADS"] == "3"
     assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
+
+
+def test_the_same_bytes_under_another_job_are_that_jobs_files(
+    dataset: Path, tmp_path: Path
+) -> None:
+    # dedup is per job: the same two files under --job again are ingested as job 'again',
+    # and a second ingest under either job skips them
+    result = _ingest(str(tmp_path / "good"), "-o", str(dataset), "--job", "again")
+    assert result.exit_code == 0, result.output
+    assert "2 ingested, 0 skipped" in result.stderr
+    con = connect(dataset)
+    rows = con.execute(
+        "SELECT job, count(*), count(DISTINCT file_id) FROM collectives GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    assert rows == [("again", 2, 2), ("good", 2, 2)]
+    assert con.execute("SELECT count(*) FROM files").fetchall()[0] == (4,)
+    assert len(read_manifest(dataset).files) == 4
+    before = tree_digest(dataset)
+    for job in ("good", "again"):
+        result = _ingest(str(tmp_path / "good"), "-o", str(dataset), "--job", job)
+        assert "0 ingested, 2 skipped" in result.stderr
+    assert tree_digest(dataset) == before

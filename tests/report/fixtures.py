@@ -15,6 +15,7 @@ from pipeline.dataset.commit import write_manifest
 from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import (
     FileEntry,
+    file_key,
     part_columns,
     part_path,
     read_manifest,
@@ -64,7 +65,8 @@ def add_table(
         parts = manifest.derived.setdefault(name, [])
     else:
         entry = manifest.files.setdefault(
-            file_id, FileEntry(file_id, file_id, f"test/{file_id}", job, "kineto", [])
+            file_key(job, file_id),
+            FileEntry(file_id, file_id, f"test/{file_id}", job, "kineto", []),
         )
         parts = entry.parts.setdefault(name, [])
     rel = part_path(name, job, file_id)
