@@ -108,6 +108,16 @@ def section(ctx: Context) -> Section:
         )
     else:
         sec.add(Note("No warnings were raised while parsing.", "text"))
+    whole = ctx.row("quality_whole_trace_steps").get("ranks")
+    if whole:
+        sec.add(
+            Note(
+                f"{whole:,} rank(s) recorded no ProfilerStep ranges (an inference run, or a "
+                "profiler without a schedule): each of their traces is one step, 0, spanning "
+                "the whole trace.",
+                "warn",
+            )
+        )
     c = ctx.row("quality_collectives")
     if c.get("collectives"):
         sec.add(

@@ -292,6 +292,11 @@ SELECT source, coalesce(step_from, 'none') AS step_from, count(*) AS collectives
 FROM collective_links WHERE job = $job
 GROUP BY ALL ORDER BY source, collectives DESC, step_from;
 
+-- name: quality_whole_trace_steps
+-- Ranks whose trace has no ProfilerStep ranges: each is one step spanning the trace.
+SELECT count(DISTINCT rank) AS ranks FROM steps
+WHERE job = $job AND marker = 'whole_trace';
+
 -- name: quality_matches
 -- After tokenwire link: how many calls of each other source (NCCL logs, Nsight, flight
 -- recorder) were paired with the profiler's, by which method, and whether sizes agreed.

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from pipeline.dataset.schema import conform
+from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.kineto import parse as kineto
 from tests.conftest import real_kineto_files
 
@@ -110,7 +111,9 @@ def test_real_trace(rel: str, real_traces: Path) -> None:
         e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
     }
     steps = pl.from_arrow(tables["steps"])
-    assert sorted(steps["step"].to_list()) == sorted(int(n.split("#")[1]) for n in step_names)
+    # (a trace without ProfilerStep ranges is one step, 0)
+    want = sorted(int(n.split("#")[1]) for n in step_names) or [0]
+    assert sorted(steps["step"].to_list()) == want
 
     comms = pl.from_arrow(tables["communicators"])
     assert sorted(comms["pg_name"].to_list()) == sorted(
@@ -309,3 +312,93 @@ def test_args_land_on_the_events_that_keep_them(rel: str, real_traces: Path) -> 
     host_keys = ("External id", "Sequence number", "Fwd thread id", "Input Dims", "Input type")
     host_columns = ("external_id", "seq_nr", "fwd_tid", "input_dims", "input_types")
     assert _table_rows(result.tables["ops"], host_columns) == _arg_rows(host, host_keys)
+
+
+def test_a_trace_without_profiler_steps_is_one_step(tmp_path: Path) -> None:
+    # an inference run: no ProfilerStep#N, so one step 0 spans the trace, and the breakdown
+    # is there
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 100,
+         "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 7, "tid": 7,
+         "ts": 130, "dur": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 7, "tid": 8,
+         "ts": 131, "dur": 20, "args": {"Input Dims": [[1024]], "Input type": ["float"]}},
+    ]  # fmt: skip
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    tables = kineto.parse(path).tables
+    add_time_breakdown(tables)
+    steps = pl.from_arrow(tables["steps"])
+    assert steps.select("step", "start_ns", "end_ns", "marker").rows() == [
+        (0, 100_000, 151_000, "whole_trace")
+    ]
+    assert pl.from_arrow(tables["collectives"])["step"].to_list() == [0]
+    breakdown = pl.from_arrow(tables["time_breakdown"])
+    assert breakdown.select(
+        "step", "timeline", "window_ns", "compute_ns", "exposed_comm_ns", "idle_ns"
+    ).rows() == [(0, "host", 51_000, 30_000, 20_000, 1_000)]
+
+
+def test_the_b200_inference_trace_gets_a_breakdown(real_traces: Path) -> None:
+    tables = kineto.parse(real_traces / "kineto/b200_rank0of8_eager.json.gz").tables
+    add_time_breakdown(tables)
+    assert pl.from_arrow(tables["steps"]).select("step", "marker").rows() == [(0, "whole_trace")]
+    assert set(pl.from_arrow(tables["collectives"])["step"]) == {0}
+    breakdown = pl.from_arrow(tables["time_breakdown"])
+    assert breakdown.select("step", "timeline").rows() == [(0, "gpu")]
+    row = breakdown.row(0, named=True)
+    parts = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "idle_ns")
+    assert sum(row[p] for p in parts) == row["window_ns"]
+    assert row["exposed_comm_ns"] + row["overlapped_comm_ns"] > 0
+
+
+def _nccl_trace(path: Path, with_kernel: bool, pg_config: list | None = None) -> Path:
+    """One all_gather of 4 x 256 floats over 4 ranks: its nccl: annotation keeps only the
+    input, its c10d::_allgather_base_ both buffers (output first)."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::_allgather_base_", "pid": 1, "tid": 1,
+         "ts": 100, "dur": 30, "args": {"External id": 3, "Input Dims": [[1024], [256]],
+         "Input type": ["float", "float"]}},
+        {"ph": "X", "cat": "user_annotation", "name": "nccl:_all_gather_base", "pid": 1,
+         "tid": 1, "ts": 101, "dur": 20, "args": {"Input Dims": [[256]],
+         "Input type": ["float"]}},
+    ]  # fmt: skip
+    if with_kernel:
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+             "ts": 110, "dur": 5, "args": {"correlation": 9, "External id": 3}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(...)",
+             "pid": 0, "tid": 7, "ts": 120, "dur": 50,
+             "args": {"correlation": 9, "External id": 3, "stream": 7, "device": 0}},
+        ]  # fmt: skip
+    info = {"backend": "nccl", "rank": 0, "world_size": 8, "pg_config": pg_config or []}
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": info,
+                                "traceEvents": events}))  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("with_kernel", [True, False])
+def test_all_gather_sizes_from_the_launching_op(tmp_path: Path, with_kernel: bool) -> None:
+    # two process groups: neither says which one ran the call, so the group size comes from
+    # the buffers; without CUDA activities the nccl: annotation is the collective
+    groups = [{"pg_name": "0", "ranks": list(range(8))}, {"pg_name": "1", "ranks": [0, 1, 2, 3]}]
+    result = kineto.parse(_nccl_trace(tmp_path / "rank0.json", with_kernel, groups))
+    row = pl.from_arrow(result.tables["collectives"]).row(0, named=True)
+    got = (row["op"], row["count"], row["out_count"], row["group_size"], row["bytes"])
+    assert got == ("all_gather", 256, 1024, 4, 4096)
+    assert not [m for m in result.warnings.messages() if "size metadata" in m]
+
+
+def test_dlrm_without_cuda_activities_keeps_its_collectives(real_traces: Path, tmp_path: Path):
+    src = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
+    doc = _raw(src)
+    full = pl.from_arrow(kineto.parse(src).tables["collectives"])
+    gpu = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in gpu]
+    path = tmp_path / "worker0.json"
+    path.write_text(json.dumps(doc))
+    host = pl.from_arrow(kineto.parse(path).tables["collectives"])
+    assert host.height == full.height == 8
+    assert sorted(host["op"]) == sorted(full["op"])
+    assert host["bytes"].sum() == full["bytes"].sum()

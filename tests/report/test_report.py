@@ -341,3 +341,23 @@ def test_ledger_section_names_the_items_a_change_resizes(sample_linked, tmp_path
     same = open_context(sample_linked, config=load_job(JOB_YAML))
     assert same.query("ledger_items", limit=40).height == 0
     assert same.query("ledger_dims")["differing_rows"].sum() == 0
+
+
+def test_a_trace_without_steps_is_reported_as_one_step(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 100,
+         "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 7, "tid": 7,
+         "ts": 130, "dur": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 7, "tid": 8,
+         "ts": 131, "dur": 20, "args": {"Input Dims": [[1024]], "Input type": ["float"]}},
+    ]  # fmt: skip
+    src = tmp_path / "infer"
+    src.mkdir()
+    (src / "rank0.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    ds = tmp_path / "ds"
+    ingest([src], ds, job="infer")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["report", str(ds), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "1 rank(s) recorded no ProfilerStep ranges" in out.read_text()

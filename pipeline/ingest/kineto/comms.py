@@ -4,10 +4,13 @@
 2. Metadata only on the ``record_param_comms`` CPU op: joined to the kernel by ``External
    id``, else by the op that encloses the kernel's launch on the launching thread.
 3. No metadata: op and input shape from the enclosing ``nccl:<op>`` annotation or
-   ``c10d::<op>`` op, else the op from the kernel name and ``bytes`` null (a warning).
+   launching op (``c10d::``, ``symm_mem::``; both buffers where it records them), else the
+   op from the kernel name and ``bytes`` null (a warning).
 4. gloo (CPU): each ``gloo:<op>`` annotation is a collective (it spans the work, on the
    process group's runloop thread); the ``c10d::<op>`` op that enqueued it is matched by
-   order within its op, giving the peer of send/recv and the enqueue time.
+   order within its op, giving the peer of send/recv and the enqueue time. A trace with no
+   communication kernels (recorded without CUDA activities) treats its ``nccl:<op>``
+   annotations the same way.
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ def collectives_table(
     ``event_id`` (for ``record_param_comms``).
     """
     gpu = _nccl_kernel_collectives(events, ops, meta, kernels)
-    cpu = _gloo_collectives(ops, warnings)
+    # a trace recorded without CUDA activities keeps the nccl:<op> annotations (with their
+    # Input Dims) but no kernels: each is a collective, as gloo's work is
+    prefixes = ("gloo:", "nccl:") if gpu.is_empty() else ("gloo:",)
+    cpu = _gloo_collectives(ops, warnings, prefixes)
     frame = pl.concat([gpu, cpu], how="diagonal_relaxed") if not cpu.is_empty() else gpu
     if frame.is_empty():
         return _empty()
@@ -280,13 +286,16 @@ def _nccl_kernel_collectives(
         pl.coalesce("a_input_types", "c_input_types").alias("input_types"),
         pl.coalesce("a_name", "c_name").alias("shape_from"),
         pl.col("c_concrete_inputs").alias("concrete_inputs"),
+        pl.col("c_name").alias("launch_name"),
+        pl.col("c_input_dims").alias("launch_dims"),
     )
 
 
-def _gloo_collectives(ops: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
-    work = ops.filter(
-        (pl.col("kind") == "user_annotation") & pl.col("name").str.starts_with("gloo:")
-    ).select(
+def _gloo_collectives(
+    ops: pl.DataFrame, warnings: Warnings, prefixes: tuple[str, ...] = ("gloo:",)
+) -> pl.DataFrame:
+    named = pl.any_horizontal(pl.col("name").str.starts_with(p) for p in prefixes)
+    work = ops.filter((pl.col("kind") == "user_annotation") & named).select(
         pl.col("op_id").alias("collective_id"),
         "name",
         "tid",
@@ -305,6 +314,8 @@ def _gloo_collectives(ops: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
         pl.col("start_ns").alias("enqueue_ns"),
         pl.col("op_id").alias("launch_op_id"),
         "concrete_inputs",
+        pl.col("name").alias("launch_name"),
+        pl.col("input_dims").alias("launch_dims"),
         op_expr(pl.col("name")).alias("_op"),
     )
     work = work.sort("start_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
@@ -361,9 +372,14 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
     group = pl.coalesce(
         "group_size", pl.lit(only_group["nranks"] if only_group else None, pl.Int64)
     )
-    count = pl.coalesce("in_nelems", "_dims_numel")
+    # the launching op of a flat all_gather / reduce_scatter records both buffers, output
+    # first (c10d::_allgather_base_ and _reduce_scatter_base_: Input Dims [[out], [in]])
+    both = _launch_buffers(frame)
+    group = pl.coalesce(group, both["group"])
+    count = pl.coalesce("in_nelems", both["in"], "_dims_numel")
     out_count = pl.coalesce(
         "out_nelems",
+        both["out"],
         pl.when(pl.col("op").is_in(["all_gather", "gather"])).then(pl.col("_dims_numel") * group),
     )
     frame = frame.with_columns(
@@ -393,6 +409,39 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
         pl.col("pg_desc").alias("_pg_desc"),
         pl.col("pg_ranks").alias("_pg_ranks"),
     ).sort("collective_id")
+
+
+#: Launching ops whose Input Dims are [[output], [input]] (PyTorch's c10d registrations).
+_OUT_IN_OPS = r"_allgather_base_|_reduce_scatter_base_|allgather_into_tensor|reduce_scatter_tensor"
+
+
+def _launch_buffers(frame: pl.DataFrame) -> dict[str, pl.Expr]:
+    """Input and output elements, and the group size they imply, from a launching op that
+    records both buffers (null elsewhere)."""
+    if "launch_dims" not in frame.columns:
+        return {k: pl.lit(None, pl.Int64) for k in ("in", "out", "group")}
+    dims = pl.col("launch_dims")
+    out_n = dims.map_elements(_first_numel, return_dtype=pl.Int64)
+    in_n = dims.map_elements(lambda t: _nth_numel(t, 1), return_dtype=pl.Int64)
+    flat = pl.col("launch_name").str.contains(_OUT_IN_OPS).fill_null(False)
+    flat = flat & out_n.is_not_null() & in_n.is_not_null() & (in_n > 0)
+    gather = pl.col("op") == "all_gather"
+    scatter = pl.col("op") == "reduce_scatter"
+    full, shard = pl.max_horizontal(out_n, in_n), pl.min_horizontal(out_n, in_n)
+    fits = (full % shard) == 0
+    return {
+        "in": pl.when(flat & (gather | scatter)).then(in_n),
+        "out": pl.when(flat & (gather | scatter)).then(out_n),
+        "group": pl.when(flat & (gather | scatter) & fits).then(full // shard),
+    }
+
+
+def _nth_numel(text: str | None, n: int) -> int | None:
+    """Elements of the ``n``-th tensor of an Input Dims list, None when unknown."""
+    dims = json_value(text)
+    if not isinstance(dims, list) or len(dims) <= n:
+        return None
+    return _first_numel(msgspec.json.encode([dims[n]]).decode())
 
 
 def _peer(groups: dict[str, dict[str, Any]], frame: pl.DataFrame) -> pl.Expr:

@@ -221,7 +221,7 @@ def parse(path: Path, *, batch_bytes: int = BATCH_BYTES) -> ParseResult:
         raise TraceFormatError(path, f"$.baseTimeNanoseconds: {base} is out of range")
     rank, rank_source = _rank(path, trace, warnings)
     host, gpu, meta = batches.frames(trace.baseTimeNanoseconds or 0)
-    steps = _steps(host)
+    steps = _steps(host, gpu)
     ops = _ops(host, steps)
     del host
     kernels = _kernels(gpu, ops, steps)
@@ -504,9 +504,14 @@ def us_text_to_ns(text: pl.Expr) -> pl.Expr:
     return text.cast(pl.Decimal(38, 3), strict=False).to_physical().cast(pl.Int64, strict=False)
 
 
-def _steps(events: pl.DataFrame) -> pl.DataFrame:
-    """``ProfilerStep#N`` ranges on the host: step number, start, end."""
-    return (
+def _steps(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """``ProfilerStep#N`` ranges on the host: step number, start, end, marker.
+
+    A trace without them (inference, a profiler run with no schedule) is one step, 0,
+    spanning every host and GPU event (``marker`` ``whole_trace``), so that it still gets a
+    time breakdown and its collectives a step.
+    """
+    steps = (
         events.filter(
             (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#")
         )
@@ -514,10 +519,24 @@ def _steps(events: pl.DataFrame) -> pl.DataFrame:
             pl.col("name").str.extract(r"#(\d+)").cast(pl.Int64).alias("step"),
             "start_ns",
             "end_ns",
+            pl.lit("ProfilerStep", pl.String).alias("marker"),
         )
         .drop_nulls("step")
         .unique("step", keep="first")
         .sort("start_ns")
+    )
+    if not steps.is_empty():
+        return steps
+    spans = pl.concat(
+        [f.select("start_ns", "end_ns") for f in (events, gpu) if not f.is_empty()]
+        or [steps.select("start_ns", "end_ns")]
+    )
+    start, end = spans["start_ns"].min(), spans["end_ns"].max()
+    if start is None or end is None:
+        return steps
+    return pl.DataFrame(
+        {"step": [0], "start_ns": [start], "end_ns": [end], "marker": ["whole_trace"]},
+        schema=steps.schema,
     )
 
 
@@ -617,13 +636,17 @@ def _steps_table(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Steps with the tokens the rank's token embedding saw in each."""
     if steps.is_empty():
         return steps.select(
-            "step", "start_ns", "end_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
+            "step",
+            "start_ns",
+            "end_ns",
+            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+            "marker",
         )
     tokens = embedding_tokens(ops)
     return (
         steps.join(tokens, on="step", how="left")
         .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-        .select("step", "start_ns", "end_ns", "dur_ns", "tokens", "tokens_source")
+        .select("step", "start_ns", "end_ns", "dur_ns", "tokens", "tokens_source", "marker")
         .sort("step")
     )
 
