@@ -1,0 +1,144 @@
+-- One job's side of a diff: what `tokenwire diff` compares, aggregated per training step in
+-- the job's own dataset (run on a read-only connection of that dataset, $job the job).
+-- Counts and bytes are per step summed over all ranks (as token_wire); times are per step and
+-- rank (the mean over the ranks' steps), so that jobs of different world sizes compare.
+-- Only what lies in a training step counts: calls outside the profiled steps have no step to
+-- be per.
+
+-- name: steps
+-- _side_steps: the job's training steps (of any source that places rows in steps), and the
+-- ranks of each.
+CREATE TEMP TABLE _side_steps AS
+SELECT DISTINCT step FROM (
+    SELECT step FROM steps WHERE job = $job AND step IS NOT NULL
+    UNION ALL
+    SELECT step FROM collective_links WHERE job = $job AND step IS NOT NULL
+);
+
+-- name: facts
+-- facts: the job's steps and ranks, and tokens per step (token_wire's: the job.yaml's global
+-- batch, else the tokens its embeddings saw).
+SELECT (SELECT count(*) FROM _side_steps) AS steps,
+       (SELECT count(DISTINCT rank) FROM collectives WHERE job = $job) AS ranks,
+       (SELECT avg(tokens) FROM (SELECT step, any_value(tokens) AS tokens FROM token_wire
+                                 WHERE job = $job AND step IS NOT NULL GROUP BY step))
+           AS tokens_per_step,
+       (SELECT count(*) > 0 FROM predictions WHERE job = $job) AS predicted;
+
+-- name: layers
+-- layers: per parallel dimension, op, phase and layer ('(none)' where link found no layer):
+-- calls and bytes per step from each rank's primary source (as token_wire counts them), the
+-- time, waiting and transferring of the calls per step and rank (collective_waits), and the
+-- achieved bus bandwidth (collective_instances: bus bytes over transfer time, nccl-tests'
+-- busbw weighted by each instance's shortest duration).
+WITH n AS (
+    SELECT greatest(count(*), 1) AS steps,
+           greatest((SELECT count(DISTINCT rank) FROM collectives WHERE job = $job), 1) AS ranks
+    FROM _side_steps
+),
+calls AS (
+    SELECT l.parallel_dim, l.op, l.phase, coalesce(l.layer, '(none)') AS layer,
+           count(*) AS calls, sum(l.bytes) AS bytes
+    FROM collectives_linked l JOIN primary_sources p USING (job, rank, source)
+    WHERE l.job = $job AND l.step IS NOT NULL
+    GROUP BY ALL
+),
+waits AS (
+    SELECT parallel_dim, op, phase, coalesce(layer, '(none)') AS layer,
+           sum(dur_ns) AS time_ns, sum(wait_ns) AS wait_ns, sum(transfer_ns) AS transfer_ns
+    FROM collective_waits
+    WHERE job = $job AND step IS NOT NULL
+    GROUP BY ALL
+),
+busbw AS (
+    SELECT parallel_dim, op, phase, coalesce(layer, '(none)') AS layer,
+           sum(busbw_gbps * min_dur_ns) / nullif(sum(min_dur_ns), 0) AS busbw_gbps
+    FROM collective_instances
+    WHERE job = $job AND step IS NOT NULL AND busbw_gbps IS NOT NULL AND min_dur_ns > 0
+    GROUP BY ALL
+),
+keys AS (
+    SELECT parallel_dim, op, phase, layer FROM calls
+    UNION SELECT parallel_dim, op, phase, layer FROM waits
+    UNION SELECT parallel_dim, op, phase, layer FROM busbw
+)
+SELECT k.parallel_dim, k.op, k.phase, k.layer,
+       coalesce(c.calls, 0) / n.steps AS calls,
+       coalesce(c.bytes, 0) / n.steps AS bytes,
+       w.time_ns / (n.steps * n.ranks) AS time_ns,
+       w.wait_ns / (n.steps * n.ranks) AS wait_ns,
+       w.transfer_ns / (n.steps * n.ranks) AS transfer_ns,
+       b.busbw_gbps
+FROM keys k CROSS JOIN n
+LEFT JOIN calls c ON c.parallel_dim IS NOT DISTINCT FROM k.parallel_dim AND c.op = k.op
+    AND c.phase IS NOT DISTINCT FROM k.phase AND c.layer = k.layer
+LEFT JOIN waits w ON w.parallel_dim IS NOT DISTINCT FROM k.parallel_dim AND w.op = k.op
+    AND w.phase IS NOT DISTINCT FROM k.phase AND w.layer = k.layer
+LEFT JOIN busbw b ON b.parallel_dim IS NOT DISTINCT FROM k.parallel_dim AND b.op = k.op
+    AND b.phase IS NOT DISTINCT FROM k.phase AND b.layer = k.layer;
+
+-- name: predicted
+-- predicted: the analytic model's calls and bytes per step over all ranks, per parallel
+-- dimension, op and phase (token_wire's predicted columns; none without a job.yaml).
+SELECT parallel_dim, op, phase, avg(predicted_calls) AS predicted_calls,
+       avg(predicted_bytes) AS predicted_bytes
+FROM token_wire
+WHERE job = $job AND predicted_bytes IS NOT NULL
+GROUP BY ALL;
+
+-- name: step_time
+-- step_time: a step's time per rank and its breakdown, as metric rows: the step's duration
+-- (steps, each rank's most trusted source), the time_breakdown of each timeline (gpu: kernels;
+-- host: CPU ops and gloo work), and the collectives' time, waiting and transferring.
+WITH n AS (
+    SELECT greatest(count(*), 1) AS steps,
+           greatest((SELECT count(DISTINCT rank) FROM collectives WHERE job = $job), 1) AS ranks
+    FROM _side_steps
+),
+step_rows AS (
+    SELECT s.* FROM steps s
+    JOIN (SELECT rank, arg_min(source, source_preference(source)) AS source
+          FROM steps WHERE job = $job GROUP BY rank) p USING (rank, source)
+    WHERE s.job = $job AND s.step IS NOT NULL
+),
+breakdown AS (
+    UNPIVOT (SELECT timeline, avg(window_ns) AS window_ns, avg(compute_ns) AS compute_ns,
+                    avg(overlapped_comm_ns) AS overlapped_comm_ns,
+                    avg(exposed_comm_ns) AS exposed_comm_ns, avg(idle_ns) AS idle_ns
+             FROM time_breakdown WHERE job = $job GROUP BY timeline)
+    ON window_ns, compute_ns, overlapped_comm_ns, exposed_comm_ns, idle_ns
+    INTO NAME metric VALUE value
+)
+SELECT 'step_ns' AS metric, 'steps' AS timeline, avg(dur_ns) AS value FROM step_rows
+UNION ALL
+SELECT metric, timeline, value FROM breakdown
+UNION ALL
+SELECT m.metric, 'collectives', m.value FROM (
+    SELECT sum(dur_ns) / any_value(n.steps * n.ranks) AS collective_ns,
+           sum(wait_ns) / any_value(n.steps * n.ranks) AS wait_ns,
+           sum(transfer_ns) / any_value(n.steps * n.ranks) AS transfer_ns
+    FROM collective_waits CROSS JOIN n WHERE job = $job AND step IS NOT NULL
+) UNPIVOT INCLUDE NULLS (value FOR metric IN (collective_ns, wait_ns, transfer_ns)) m;
+
+-- name: op_time
+-- op_time: per GPU kernel name (each rank's primary kernel source) and per host op name
+-- (cpu_op, the operators Holistic Trace Analysis and TraceLens compare), calls and time per
+-- step and rank; a name's nested calls count in its own and its callers' time.
+WITH n AS (
+    SELECT greatest(count(*), 1) AS steps,
+           greatest((SELECT count(DISTINCT rank) FROM collectives WHERE job = $job), 1) AS ranks
+    FROM _side_steps
+)
+SELECT 'kernel' AS kind, k.name, count(*) / any_value(n.steps * n.ranks) AS calls,
+       sum(k.dur_ns) / any_value(n.steps * n.ranks) AS time_ns
+FROM kernels k JOIN primary_kernel_sources p USING (job, rank, source) CROSS JOIN n
+WHERE k.job = $job AND k.step IS NOT NULL
+GROUP BY k.name
+UNION ALL
+SELECT 'cpu_op', o.name, count(*) / any_value(n.steps * n.ranks),
+       sum(o.dur_ns) / any_value(n.steps * n.ranks)
+FROM ops o CROSS JOIN n
+WHERE o.job = $job AND o.kind = 'cpu_op' AND o.step IS NOT NULL
+    AND o.source = (SELECT arg_min(source, source_preference(source)) FROM ops
+                    WHERE job = $job AND kind = 'cpu_op')
+GROUP BY o.name;
