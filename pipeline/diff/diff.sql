@@ -21,14 +21,19 @@ SELECT coalesce(a.parallel_dim, b.parallel_dim) AS parallel_dim,
        a.time_ns AS time_ns_a, b.time_ns AS time_ns_b, b.time_ns - a.time_ns AS time_change_ns,
        a.wait_ns AS wait_ns_a, b.wait_ns AS wait_ns_b,
        a.transfer_ns AS transfer_ns_a, b.transfer_ns AS transfer_ns_b,
-       a.busbw_gbps AS busbw_gbps_a, b.busbw_gbps AS busbw_gbps_b
+       (SELECT busbw_gbps FROM a_busbw x WHERE x.parallel_dim IS NOT DISTINCT FROM a.parallel_dim
+        AND x.op = a.op AND x.phase IS NOT DISTINCT FROM a.phase AND x.layer = a.layer)
+           AS busbw_gbps_a,
+       (SELECT busbw_gbps FROM b_busbw x WHERE x.parallel_dim IS NOT DISTINCT FROM b.parallel_dim
+        AND x.op = b.op AND x.phase IS NOT DISTINCT FROM b.phase AND x.layer = b.layer)
+           AS busbw_gbps_b
 FROM a_layers a
 FULL JOIN b_layers b ON a.parallel_dim IS NOT DISTINCT FROM b.parallel_dim AND a.op = b.op
     AND a.phase IS NOT DISTINCT FROM b.phase AND a.layer = b.layer;
 
 -- diff_traffic: diff_layers summed over layers (per parallel dimension, op and phase), with
--- the analytic model's predicted bytes of each job where it has a job.yaml; bus bandwidth is
--- weighted by each layer's transfer time.
+-- the achieved bus bandwidth of all its instances and the analytic model's predicted bytes
+-- of each job where it has a job.yaml.
 CREATE VIEW diff_traffic AS
 WITH t AS (
     SELECT parallel_dim, op, phase,
@@ -40,20 +45,27 @@ WITH t AS (
            sum(bytes_per_token_b) AS bytes_per_token_b,
            sum(time_ns_a) AS time_ns_a, sum(time_ns_b) AS time_ns_b,
            sum(wait_ns_a) AS wait_ns_a, sum(wait_ns_b) AS wait_ns_b,
-           sum(transfer_ns_a) AS transfer_ns_a, sum(transfer_ns_b) AS transfer_ns_b,
-           sum(busbw_gbps_a * transfer_ns_a) / nullif(sum(transfer_ns_a)
-               FILTER (busbw_gbps_a IS NOT NULL), 0) AS busbw_gbps_a,
-           sum(busbw_gbps_b * transfer_ns_b) / nullif(sum(transfer_ns_b)
-               FILTER (busbw_gbps_b IS NOT NULL), 0) AS busbw_gbps_b
+           sum(transfer_ns_a) AS transfer_ns_a, sum(transfer_ns_b) AS transfer_ns_b
     FROM diff_layers GROUP BY ALL
+),
+bw AS (  -- (over every layer, one it shares with no call too)
+    SELECT 'a' AS side, parallel_dim, op, phase,
+           sum(busbw_gbps * min_dur_ns) / sum(min_dur_ns) AS busbw_gbps
+    FROM a_busbw GROUP BY ALL
+    UNION ALL
+    SELECT 'b', parallel_dim, op, phase, sum(busbw_gbps * min_dur_ns) / sum(min_dur_ns)
+    FROM b_busbw GROUP BY ALL
 )
-SELECT t.* EXCLUDE (time_ns_a, time_ns_b, wait_ns_a, wait_ns_b, transfer_ns_a, transfer_ns_b,
-                    busbw_gbps_a, busbw_gbps_b),
+SELECT t.* EXCLUDE (time_ns_a, time_ns_b, wait_ns_a, wait_ns_b, transfer_ns_a, transfer_ns_b),
        t.time_ns_a, t.time_ns_b, t.time_ns_b - t.time_ns_a AS time_change_ns,
        t.wait_ns_a, t.wait_ns_b, t.transfer_ns_a, t.transfer_ns_b,
-       t.busbw_gbps_a, t.busbw_gbps_b,
+       ba.busbw_gbps AS busbw_gbps_a, bb.busbw_gbps AS busbw_gbps_b,
        pa.predicted_bytes AS predicted_bytes_a, pb.predicted_bytes AS predicted_bytes_b
 FROM t
+LEFT JOIN bw ba ON ba.side = 'a' AND ba.parallel_dim IS NOT DISTINCT FROM t.parallel_dim
+    AND ba.op = t.op AND ba.phase IS NOT DISTINCT FROM t.phase
+LEFT JOIN bw bb ON bb.side = 'b' AND bb.parallel_dim IS NOT DISTINCT FROM t.parallel_dim
+    AND bb.op = t.op AND bb.phase IS NOT DISTINCT FROM t.phase
 LEFT JOIN a_predicted pa ON pa.parallel_dim IS NOT DISTINCT FROM t.parallel_dim
     AND pa.op = t.op AND pa.phase IS NOT DISTINCT FROM t.phase
 LEFT JOIN b_predicted pb ON pb.parallel_dim IS NOT DISTINCT FROM t.parallel_dim

@@ -27,10 +27,9 @@ SELECT (SELECT count(*) FROM _side_steps) AS steps,
 
 -- name: layers
 -- layers: per parallel dimension, op, phase and layer ('(none)' where link found no layer):
--- calls and bytes per step from each rank's primary source (as token_wire counts them), the
--- time, waiting and transferring of the calls per step and rank (collective_waits), and the
--- achieved bus bandwidth (collective_instances: bus bytes over transfer time, nccl-tests'
--- busbw weighted by each instance's shortest duration).
+-- calls and bytes per step from each rank's primary source (as token_wire counts them), and
+-- the time, waiting and transferring of the calls per step and rank (collective_waits, the
+-- job's timed source; its instances carry the layer of their lowest rank).
 WITH n AS (
     SELECT greatest(count(*), 1) AS steps,
            greatest((SELECT count(DISTINCT rank) FROM collectives WHERE job = $job), 1) AS ranks
@@ -49,33 +48,30 @@ waits AS (
     FROM collective_waits
     WHERE job = $job AND step IS NOT NULL
     GROUP BY ALL
-),
-busbw AS (
-    SELECT parallel_dim, op, phase, coalesce(layer, '(none)') AS layer,
-           sum(busbw_gbps * min_dur_ns) / nullif(sum(min_dur_ns), 0) AS busbw_gbps
-    FROM collective_instances
-    WHERE job = $job AND step IS NOT NULL AND busbw_gbps IS NOT NULL AND min_dur_ns > 0
-    GROUP BY ALL
-),
-keys AS (
-    SELECT parallel_dim, op, phase, layer FROM calls
-    UNION SELECT parallel_dim, op, phase, layer FROM waits
-    UNION SELECT parallel_dim, op, phase, layer FROM busbw
 )
-SELECT k.parallel_dim, k.op, k.phase, k.layer,
+SELECT coalesce(c.parallel_dim, w.parallel_dim) AS parallel_dim, coalesce(c.op, w.op) AS op,
+       coalesce(c.phase, w.phase) AS phase, coalesce(c.layer, w.layer) AS layer,
        coalesce(c.calls, 0) / n.steps AS calls,
        coalesce(c.bytes, 0) / n.steps AS bytes,
        w.time_ns / (n.steps * n.ranks) AS time_ns,
        w.wait_ns / (n.steps * n.ranks) AS wait_ns,
-       w.transfer_ns / (n.steps * n.ranks) AS transfer_ns,
-       b.busbw_gbps
-FROM keys k CROSS JOIN n
-LEFT JOIN calls c ON c.parallel_dim IS NOT DISTINCT FROM k.parallel_dim AND c.op = k.op
-    AND c.phase IS NOT DISTINCT FROM k.phase AND c.layer = k.layer
-LEFT JOIN waits w ON w.parallel_dim IS NOT DISTINCT FROM k.parallel_dim AND w.op = k.op
-    AND w.phase IS NOT DISTINCT FROM k.phase AND w.layer = k.layer
-LEFT JOIN busbw b ON b.parallel_dim IS NOT DISTINCT FROM k.parallel_dim AND b.op = k.op
-    AND b.phase IS NOT DISTINCT FROM k.phase AND b.layer = k.layer;
+       w.transfer_ns / (n.steps * n.ranks) AS transfer_ns
+FROM calls c
+FULL JOIN waits w ON c.parallel_dim IS NOT DISTINCT FROM w.parallel_dim AND c.op = w.op
+    AND c.phase IS NOT DISTINCT FROM w.phase AND c.layer = w.layer
+CROSS JOIN n;
+
+-- name: busbw
+-- busbw: the achieved bus bandwidth per parallel dimension, op and phase, and per layer
+-- (collective_instances of the job's timed source): nccl-tests' busbw of each instance
+-- weighted by its shortest duration, i.e. bus bytes over transfer time, in GB/s.
+SELECT parallel_dim, op, phase, coalesce(layer, '(none)') AS layer,
+       sum(busbw_gbps * min_dur_ns) / sum(min_dur_ns) AS busbw_gbps,
+       sum(min_dur_ns) AS min_dur_ns
+FROM collective_instances
+WHERE job = $job AND step IS NOT NULL AND busbw_gbps IS NOT NULL AND min_dur_ns > 0
+    AND source IN (SELECT DISTINCT source FROM collective_waits WHERE job = $job)
+GROUP BY ALL;
 
 -- name: predicted
 -- predicted: the analytic model's calls and bytes per step over all ranks, per parallel
