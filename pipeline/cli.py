@@ -614,7 +614,22 @@ def diff(
     for n in names:
         if fmt == "table" and len(names) > 1:
             click.echo(f"{n}: {view_descriptions()[n]}")
-        click.echo(format_frame(result.views[n], fmt), nl=False)
+        click.echo(_diff_text(result.views[n], fmt), nl=False)
+
+
+def _diff_text(frame, fmt: str) -> str:
+    """A diff view as text; a table is as wide as its columns (pipe it to ``less -S``), with
+    numbers in full (bytes, not 2.158592e6) to 3 decimals."""
+    if fmt != "table":
+        return format_frame(frame, fmt)
+    import polars as pl
+    import polars.selectors as cs
+
+    with pl.Config(
+        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=10_000, fmt_float="full",
+        tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
+    ):  # fmt: skip
+        return str(frame.with_columns(cs.float().round(3))) + "\n"
 
 
 @cli.command("export")
