@@ -179,3 +179,27 @@ def test_sample_against_itself_changes_nothing(sample: Path) -> None:
     assert predicted.height > 0
     assert (predicted["predicted_change"] == 0).all() and (predicted["observed_change"] == 0).all()
     assert (predicted["observed_bytes_a"] == predicted["predicted_bytes_a"]).all()
+
+
+def test_two_jobs_of_one_dataset_without_job_yaml(tmp_path: Path) -> None:
+    """Both runs in one dataset, linked without a job.yaml: tokens come from the embeddings
+    the traces saw, and there is nothing predicted to set beside the change."""
+    from pipeline.ingest.run import ingest
+    from pipeline.link.runner import link
+    from tests.cpu_gloo import DATA
+
+    ds = tmp_path / "both"
+    for run in ("ddp", "ddp_mb8"):
+        assert not ingest([DATA / run], ds, job=run, jobs=1).errors
+    link(ds)
+    diff = diff_jobs(ds, "ddp", "ddp_mb8")
+    assert diff.facts("a")["predicted"] is False and diff.facts("b")["predicted"] is False
+    assert diff.views["diff_predicted"].height == 0
+    traffic = diff.views["diff_traffic"]
+    assert traffic["predicted_bytes_a"].null_count() == traffic.height
+    grads = _traffic(traffic)["dp", "all_reduce", "backward"]
+    assert (grads["bytes_a"], grads["bytes_b"]) == (GRADS, GRADS)
+    assert (grads["bytes_per_token_a"], grads["bytes_per_token_b"]) == (
+        GRADS / TOKENS,
+        GRADS / (2 * TOKENS),
+    )
