@@ -1,7 +1,8 @@
 -- One job's side of a diff: what `tokenwire diff` compares, aggregated per training step in
 -- the job's own dataset (run on a read-only connection of that dataset, $job the job).
 -- Counts and bytes are per step summed over all ranks (as token_wire); times are per step and
--- rank (the mean over the ranks' steps), so that jobs of different world sizes compare.
+-- rank (the mean over the steps of the ranks that have the times), so that jobs of different
+-- world sizes compare.
 -- Only what lies in a training step counts: calls outside the profiled steps have no step to
 -- be per.
 
@@ -30,9 +31,10 @@ SELECT (SELECT count(*) FROM _side_steps) AS steps,
 -- calls and bytes per step from each rank's primary source (as token_wire counts them), and
 -- the time, waiting and transferring of the calls per step and rank (collective_waits, the
 -- job's timed source; its instances carry the layer of their lowest rank).
-WITH n AS (
+WITH n AS (  -- (times are per rank of the timed source: the ranks it has calls of)
     SELECT greatest(count(*), 1) AS steps,
-           greatest((SELECT count(DISTINCT rank) FROM collectives WHERE job = $job), 1) AS ranks
+           greatest((SELECT count(DISTINCT rank) FROM collective_waits WHERE job = $job), 1)
+               AS ranks
     FROM _side_steps
 ),
 calls AS (
@@ -86,9 +88,10 @@ GROUP BY ALL;
 -- step_time: a step's time per rank and its breakdown, as metric rows: the step's duration
 -- (steps, each rank's most trusted source), the time_breakdown of each timeline (gpu: kernels;
 -- host: CPU ops and gloo work), and the collectives' time, waiting and transferring.
-WITH n AS (
+WITH n AS (  -- (times are per rank of the timed source: the ranks it has calls of)
     SELECT greatest(count(*), 1) AS steps,
-           greatest((SELECT count(DISTINCT rank) FROM collectives WHERE job = $job), 1) AS ranks
+           greatest((SELECT count(DISTINCT rank) FROM collective_waits WHERE job = $job), 1)
+               AS ranks
     FROM _side_steps
 ),
 step_rows AS (
@@ -118,23 +121,31 @@ SELECT m.metric, 'collectives', m.value FROM (
 
 -- name: op_time
 -- op_time: per GPU kernel name (each rank's primary kernel source) and per host op name
--- (cpu_op, the operators Holistic Trace Analysis and TraceLens compare), calls and time per
--- step and rank; a name's nested calls count in its own and its callers' time.
-WITH n AS (
-    SELECT greatest(count(*), 1) AS steps,
-           greatest((SELECT count(DISTINCT rank) FROM collectives WHERE job = $job), 1) AS ranks
-    FROM _side_steps
+-- (cpu_op, the operators Holistic Trace Analysis and TraceLens compare; of the job's most
+-- trusted source of them), calls and time per step and rank (of the ranks that have such
+-- rows); a name's nested calls count in its own and its callers' time.
+WITH n AS (SELECT greatest(count(*), 1) AS steps FROM _side_steps),
+op_source AS (
+    SELECT arg_min(source, source_preference(source)) AS source FROM ops
+    WHERE job = $job AND kind = 'cpu_op'
+),
+kernel_rows AS (
+    SELECT k.name, k.rank, k.dur_ns FROM kernels k
+    JOIN primary_kernel_sources p USING (job, rank, source)
+    WHERE k.job = $job AND k.step IS NOT NULL
+),
+op_rows AS (
+    SELECT o.name, o.rank, o.dur_ns FROM ops o
+    WHERE o.job = $job AND o.kind = 'cpu_op' AND o.step IS NOT NULL
+        AND o.source = (SELECT source FROM op_source)
 )
-SELECT 'kernel' AS kind, k.name, count(*) / any_value(n.steps * n.ranks) AS calls,
-       sum(k.dur_ns) / any_value(n.steps * n.ranks) AS time_ns
-FROM kernels k JOIN primary_kernel_sources p USING (job, rank, source) CROSS JOIN n
-WHERE k.job = $job AND k.step IS NOT NULL
-GROUP BY k.name
+SELECT 'kernel' AS kind, name,
+       count(*) / (any_value(n.steps) * (SELECT count(DISTINCT rank) FROM kernel_rows)) AS calls,
+       sum(dur_ns) / (any_value(n.steps) * (SELECT count(DISTINCT rank) FROM kernel_rows))
+           AS time_ns
+FROM kernel_rows CROSS JOIN n GROUP BY name
 UNION ALL
-SELECT 'cpu_op', o.name, count(*) / any_value(n.steps * n.ranks),
-       sum(o.dur_ns) / any_value(n.steps * n.ranks)
-FROM ops o CROSS JOIN n
-WHERE o.job = $job AND o.kind = 'cpu_op' AND o.step IS NOT NULL
-    AND o.source = (SELECT arg_min(source, source_preference(source)) FROM ops
-                    WHERE job = $job AND kind = 'cpu_op')
-GROUP BY o.name;
+SELECT 'cpu_op', name,
+       count(*) / (any_value(n.steps) * (SELECT count(DISTINCT rank) FROM op_rows)),
+       sum(dur_ns) / (any_value(n.steps) * (SELECT count(DISTINCT rank) FROM op_rows))
+FROM op_rows CROSS JOIN n GROUP BY name;
