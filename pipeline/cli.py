@@ -599,6 +599,7 @@ def diff(
                 refuse_inside(folder, html_path, "--html")
         result = diff_jobs(dataset, job_a, job_b, other=other)
         if html_path is not None:
+            _without_jsonschema_format_checkers()
             from pipeline.diff.page import write_page
 
             size = write_page(result, html_path)
