@@ -101,7 +101,8 @@ WHERE (SELECT predicted FROM a_facts) AND (SELECT predicted FROM b_facts);
 
 -- diff_steps: a step's time per rank and its breakdown (step_ns; each timeline's window,
 -- compute, overlapped and exposed communication, idle; the collectives' time, waiting and
--- transferring), tokens and bytes per step, A next to B with the change and its share of A.
+-- transferring; the waiting the step's straggler caused), tokens and bytes per step, A next
+-- to B with the change and its share of A.
 CREATE VIEW diff_steps AS
 WITH a AS (
     SELECT metric, timeline, value FROM a_step_time

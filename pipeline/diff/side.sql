@@ -87,7 +87,8 @@ GROUP BY ALL;
 -- name: step_time
 -- step_time: a step's time per rank and its breakdown, as metric rows: the step's duration
 -- (steps, each rank's most trusted source), the time_breakdown of each timeline (gpu: kernels;
--- host: CPU ops and gloo work), and the collectives' time, waiting and transferring.
+-- host: CPU ops and gloo work), the collectives' time, waiting and transferring, and the
+-- waiting that each step's straggler caused the others (step_stragglers).
 WITH n AS (  -- (times are per rank of the timed source: the ranks it has calls of)
     SELECT greatest(count(*), 1) AS steps,
            greatest((SELECT count(DISTINCT rank) FROM collective_waits WHERE job = $job), 1)
@@ -117,7 +118,10 @@ SELECT m.metric, 'collectives', m.value FROM (
            sum(wait_ns) / any_value(n.steps * n.ranks) AS wait_ns,
            sum(transfer_ns) / any_value(n.steps * n.ranks) AS transfer_ns
     FROM collective_waits CROSS JOIN n WHERE job = $job AND step IS NOT NULL
-) UNPIVOT INCLUDE NULLS (value FOR metric IN (collective_ns, wait_ns, transfer_ns)) m;
+) UNPIVOT INCLUDE NULLS (value FOR metric IN (collective_ns, wait_ns, transfer_ns)) m
+UNION ALL
+SELECT 'straggler_wait_ns', 'stragglers', sum(caused_wait_ns) / any_value(n.steps * n.ranks)
+FROM step_stragglers CROSS JOIN n WHERE job = $job;
 
 -- name: op_time
 -- op_time: per GPU kernel name (each rank's primary kernel source) and per host op name
