@@ -25,7 +25,13 @@ demo: $(STAMP)
 	   FROM token_wire WHERE step = (SELECT min(step) FROM token_wire) GROUP BY ALL ORDER BY ALL"
 	$(BIN)/tokenwire report $(DEMO_DIR)/dataset --config sample_traces/job.yaml -o $(DEMO_DIR)/report.html
 	$(BIN)/tokenwire export $(DEMO_DIR)/dataset -o $(DEMO_DIR)/timeline.json.gz --kernels
-	@echo "open $(DEMO_DIR)/report.html; load $(DEMO_DIR)/timeline.json.gz in ui.perfetto.dev or chrome://tracing"
+	for run in ddp fsdp; do \
+	  $(BIN)/tokenwire ingest tests/data/cpu_gloo/$$run -o $(DEMO_DIR)/$$run --job $$run && \
+	  $(BIN)/tokenwire link $(DEMO_DIR)/$$run --config tests/data/cpu_gloo/$$run/job.yaml || exit 1; \
+	done
+	$(BIN)/tokenwire diff $(DEMO_DIR)/ddp ddp fsdp --other $(DEMO_DIR)/fsdp --view predicted
+	$(BIN)/tokenwire diff $(DEMO_DIR)/ddp ddp fsdp --other $(DEMO_DIR)/fsdp --html $(DEMO_DIR)/diff.html
+	@echo "open $(DEMO_DIR)/report.html and $(DEMO_DIR)/diff.html; load $(DEMO_DIR)/timeline.json.gz in ui.perfetto.dev or chrome://tracing"
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q

@@ -545,6 +545,94 @@ def _without_jsonschema_format_checkers() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
+@cli.command("diff")
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("job_a")
+@click.argument("job_b")
+@click.option(
+    "--other", type=click.Path(path_type=Path), help="The dataset of JOB_B (default: DATASET)."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+    show_default=True, help="Output format (csv writes one --view).",
+)  # fmt: skip
+@click.option(
+    "--view",
+    type=click.Choice(["steps", "traffic", "predicted", "layers", "ops"]),
+    help="Only this part of the diff (default: all).",
+)
+@click.option(
+    "--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the diff as an offline HTML page here instead of printing it.",
+)  # fmt: skip
+def diff(
+    dataset: Path,
+    job_a: str,
+    job_b: str,
+    other: Path | None,
+    fmt: str,
+    view: str | None,
+    html_path: Path | None,
+) -> None:
+    """Compare two linked jobs: what changed on the wire and in time (B - A).
+
+    \b
+    Example:
+      tokenwire diff runs.tw ddp fsdp
+      tokenwire diff run42.tw run42 run43 --other run43.tw --view traffic --format csv
+      tokenwire diff runs.tw ddp fsdp --html diff.html
+
+    Per parallel dimension, op, phase and layer: calls, bytes, bytes per token, time,
+    waiting and transferring, bus bandwidth; step time and its breakdown; the op and kernel
+    names whose time changed most; and, when both jobs were linked with a job.yaml, the
+    predicted change next to the observed one. Both datasets are opened read-only.
+    docs/diff.md describes every column.
+    """
+    from pipeline.diff import VIEWS, diff_jobs, view_descriptions
+    from pipeline.output import refuse_inside
+
+    if fmt == "csv" and view is None and html_path is None:
+        raise click.UsageError("--format csv writes one part of the diff: choose it with --view")
+    try:
+        if html_path is not None:
+            for folder in (dataset, other or dataset):
+                refuse_inside(folder, html_path, "--html")
+        result = diff_jobs(dataset, job_a, job_b, other=other)
+        if html_path is not None:
+            _without_jsonschema_format_checkers()
+            from pipeline.diff.page import write_page
+
+            size = write_page(result, html_path)
+            click.echo(f"wrote {html_path} ({size / 1e6:.1f} MB, {job_a} -> {job_b})", err=True)
+            return
+    except TokenwireError as exc:
+        _fail(str(exc))
+    names = [f"diff_{view}"] if view is not None else list(VIEWS)
+    if fmt == "json":
+        parts = ",".join(f'"{n}":{result.views[n].write_json()}' for n in names)
+        click.echo("{" + parts + "}")
+        return
+    for n in names:
+        if fmt == "table" and len(names) > 1:
+            click.echo(f"{n}: {view_descriptions()[n]}")
+        click.echo(_diff_text(result.views[n], fmt), nl=False)
+
+
+def _diff_text(frame, fmt: str) -> str:
+    """A diff view as text; a table is as wide as its columns (pipe it to ``less -S``), with
+    numbers in full (bytes, not 2.158592e6) to 3 decimals."""
+    if fmt != "table":
+        return format_frame(frame, fmt)
+    import polars as pl
+    import polars.selectors as cs
+
+    with pl.Config(
+        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=10_000, fmt_float="full",
+        tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
+    ):  # fmt: skip
+        return str(frame.with_columns(cs.float().round(3))) + "\n"
+
+
 @cli.command("export")
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.option(

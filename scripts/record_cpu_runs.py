@@ -41,6 +41,12 @@ Usage (needs ``torch`` with gloo; it is not a tokenwire dependency)::
 
     python scripts/record_cpu_runs.py -o tests/data/cpu_gloo            # every run
     python scripts/record_cpu_runs.py -o /tmp/runs --runs ddp,tp        # some
+    python scripts/record_cpu_runs.py -o tests/data/cpu_gloo --runs ddp --micro-batch 8
+                                                # into ddp_mb8/: the same job, 8 sequences
+
+``--micro-batch N`` records the runs with N sequences per micro-batch instead of 4, each into
+``<run>_mb<N>/`` beside the others, so that two runs differ in the batch alone (tokenwire
+diff's tests).
 """
 
 from __future__ import annotations
@@ -442,7 +448,9 @@ def _pp_step(model, rank: int, world: int, micro: int = 2):
     return step
 
 
-def _worker(rank: int, run: str, world: int, port: int, out: str) -> None:
+def _worker(rank: int, run: str, world: int, port: int, out: str, micro: int = MICRO) -> None:
+    global MICRO  # (a spawned process imports this module afresh: its own MICRO)
+    MICRO = micro
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="4096")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -499,8 +507,9 @@ def _gzip_file(path: Path) -> None:
 # ----------------------------------------------------------------------- job.yaml
 
 
-def job_yaml(run: str) -> str:
-    """The job description tokenwire's model reads for ``run``."""
+def job_yaml(run: str, micro: int = MICRO) -> str:
+    """The job description tokenwire's model reads for ``run`` at ``micro`` sequences per
+    micro-batch."""
     world = RUNS[run]
     par = {
         "ddp": "dp: 2",
@@ -514,11 +523,12 @@ def job_yaml(run: str) -> str:
     moe = f", moe: {{experts: {EXPERTS}, top_k: 1, capacity_factor: 1.0}}" if run == "moe" else ""
     accum = 2 if run == "pp" else 1
     return (
-        f"# {run}: recorded by scripts/record_cpu_runs.py ({world} ranks, gloo, CPU)\n"
+        f"# {_folder(run, micro)}: recorded by scripts/record_cpu_runs.py ({world} ranks, "
+        "gloo, CPU)\n"
         f"model: {{layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, ffn_hidden: {FFN}, "
         f"vocab: {VOCAB}, seq_len: {SEQ}{moe}}}\n"
         f"parallel: {{{par}, world_size: {world}}}\n"
-        f"batch: {{micro_batch: {MICRO}, grad_accum: {accum}}}\n"
+        f"batch: {{micro_batch: {micro}, grad_accum: {accum}}}\n"
         "dtypes: {params: fp32, activations: fp32, grad_reduce: fp32}\n"
         "network: {gpus_per_node: 8}\n"
     )
@@ -530,14 +540,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def record(run: str, out: Path) -> None:
-    """Record ``run`` into ``out/run`` (replacing what is there)."""
-    dest = out / run
+def _folder(run: str, micro: int) -> str:
+    """The folder of ``run`` at ``micro`` sequences per micro-batch: ``run`` at the default,
+    else ``<run>_mb<micro>``."""
+    return run if micro == MICRO else f"{run}_mb{micro}"
+
+
+def record(run: str, out: Path, micro: int = MICRO) -> Path:
+    """Record ``run`` at ``micro`` sequences per micro-batch into its folder of ``out``
+    (replacing what is there); returns the folder."""
+    dest = out / _folder(run, micro)
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(run, RUNS[run], _free_port(), tmp), nprocs=RUNS[run], join=True)
+        args = (run, RUNS[run], _free_port(), tmp, micro)
+        mp.spawn(_worker, args=args, nprocs=RUNS[run], join=True)
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(tmp, dest)
-    (dest / "job.yaml").write_text(job_yaml(run))
+    (dest / "job.yaml").write_text(job_yaml(run, micro))
+    return dest
 
 
 def main() -> None:
@@ -546,10 +565,19 @@ def main() -> None:
     ap.add_argument(
         "--runs", default=",".join(RUNS), help="comma-separated, of: " + ", ".join(RUNS)
     )
+    ap.add_argument(
+        "--micro-batch", type=int, default=MICRO,
+        help=f"sequences per micro-batch (default {MICRO}); another value records each run "
+        "into <run>_mb<N>/",
+    )  # fmt: skip
     args = ap.parse_args()
+    if args.micro_batch < 1:
+        ap.error("--micro-batch must be at least 1")
+    if args.micro_batch != MICRO and "moe" in args.runs.split(","):
+        ap.error("moe's expert capacity is sized for 4 sequences; record it at the default")
     for run in args.runs.split(","):
-        record(run, args.out)
-        print(run, sum(f.stat().st_size for f in (args.out / run).iterdir()), "bytes")
+        dest = record(run, args.out, args.micro_batch)
+        print(dest.name, sum(f.stat().st_size for f in dest.iterdir()), "bytes")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ def test_commands_import_neither(tmp_path: Path) -> None:
             ["report", dataset, "--config", job, "-o", str(tmp_path / "r.html")],
             ["sql", dataset, "SELECT count(*) FROM token_wire"],
             ["predict", "--config", job, "--rank", "3"],
+            ["diff", dataset, "s", "s", "--view", "steps"],
+            ["diff", dataset, "s", "s", "--html", str(tmp_path / "d.html")],
         ]
     )
 

@@ -134,3 +134,5 @@ def test_cli_from_the_wheel_ingests_links_and_reports(venv, tmp_path):
     assert "vega" in html
     _run([tokenwire, "export", "DS", "-o", "t.json", "--step", "2"], **kw)
     assert '"job":"sample"' in (tmp_path / "t.json").read_text(encoding="utf-8")
+    out = _run([tokenwire, "diff", "DS", "sample", "sample", "--view", "traffic"], **kw)
+    assert "all_reduce" in out.stdout  # diff's .sql files came with the wheel
