@@ -24,6 +24,17 @@ SELECT job, rank, source, file_id, collective_id,
        step, phase, layer, layer_kind, parallel_dim
 FROM collective_links WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
 
+-- Every per-rank row carries its instance key, so a call joins to its collective_instances
+-- row directly (job, source, instance_comm, instance_seq); NULL where it is in no instance
+-- (no sequence number, or a send/recv whose peer is unknown).
+ALTER TABLE collective_links ADD COLUMN instance_comm VARCHAR;
+ALTER TABLE collective_links ADD COLUMN instance_seq BIGINT;
+UPDATE collective_links l
+SET instance_comm = r.instance_comm, instance_seq = r.instance_seq
+FROM _instance_rows r
+WHERE r.job = l.job AND r.rank = l.rank AND r.source = l.source AND r.file_id = l.file_id
+  AND r.collective_id = l.collective_id;
+
 -- (sources may spell a host differently; the first name in sort order, so every run agrees)
 CREATE VIEW _rank_hosts AS
 SELECT job, rank, min(host) AS host

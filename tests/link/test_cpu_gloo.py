@@ -265,3 +265,18 @@ def test_step_stragglers_name_the_sleeping_rank_and_its_block(
     )
     assert sorted(top["name"]) == ["nn.Module: Block_1"] * 2
     assert top["overlap_ns"].min() > 10_000_000  # of the 30 ms sleep, what rank 0 waited for
+
+
+def test_pipeline_calls_carry_their_instance_key(datasets: dict[str, Dataset]) -> None:
+    # each send and its recv are one instance: 8 transfers of 2 calls each
+    rows = (
+        datasets["pp"]
+        .sql(
+            "SELECT count(*), count(i.seq), count(DISTINCT (i.comm, i.seq)) "
+            "FROM collectives_linked l LEFT JOIN collective_instances i "
+            "ON i.job = l.job AND i.source = l.source AND i.comm = l.instance_comm "
+            "AND i.seq = l.instance_seq WHERE l.source = 'kineto'"
+        )
+        .rows()
+    )
+    assert rows == [(16, 16, 8)]

@@ -470,3 +470,16 @@ def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp
         "SELECT op, parallel_dim, count(*) FROM collectives_linked GROUP BY ALL ORDER BY ALL"
     ).rows()
     assert dims == [("all_reduce", "dp", 24), ("all_to_all", "a2a", 40)]
+
+
+def test_every_per_rank_call_carries_its_instance_key(real_traces: Path, tmp_path: Path):
+    # DLRM names no process group: comm is NULL on every per-rank row, the instance key
+    # spells that '(none)', and each of the 64 calls joins its instance
+    ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
+    rows = ds.sql(
+        "SELECT count(*), count(l.comm), count(i.seq), count(DISTINCT (i.comm, i.seq)) "
+        "FROM collectives_linked l LEFT JOIN collective_instances i "
+        "ON i.job = l.job AND i.source = l.source AND i.comm = l.instance_comm "
+        "AND i.seq = l.instance_seq"
+    ).rows()
+    assert rows == [(64, 0, 64, 8)]
