@@ -16,6 +16,9 @@ tp_dtensor  2      ``torch.distributed.tensor.parallel.parallelize_module`` on e
                    embedding and head whole on both ranks; no loss report
 pp_1f1b     2      ``torch.distributed.pipelining``: one block per stage (embedding with the
                    first, head with the last), ``Schedule1F1B`` over 4 micro-batches of 4
+ddp4        4      DistributedDataParallel over 4 ranks, one gradient bucket; no loss report
+fsdp1       2      FSDP1 ``FullyShardedDataParallel``, each block wrapped
+                   (``ModuleWrapPolicy``), then the root (embedding and head); no loss report
 ==========  =====  ==========================================================================
 
 Usage (needs ``torch`` with gloo; it is not a tokenwire dependency)::
@@ -50,14 +53,16 @@ from record_cpu_runs import (  # noqa: E402
     SEQ,
     STEPS,
     VOCAB,
+    Block,
     TinyGPT,
     _batch,
+    _dp_step,
     _free_port,
     _gzip_bytes,
     _gzip_file,
 )
 
-RUNS = {"tp_dtensor": 2, "pp_1f1b": 2}
+RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2}
 PP_MICRO = 4  # micro-batches per step of pp_1f1b
 
 
@@ -159,11 +164,34 @@ def _pp_1f1b(rank: int, world: int):
     return step
 
 
+def _ddp4(rank: int, world: int):
+    """DistributedDataParallel over every rank; the step function (no loss report)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(TinyGPT(range(LAYERS), first=True, last=True))
+    return _dp_step(model, rank, None)
+
+
+def _fsdp1(rank: int, world: int):
+    """FSDP1, one unit per block plus the root; the step function (no loss report)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(0)
+    model = TinyGPT(range(LAYERS), first=True, last=True)
+    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=torch.device("cpu"))
+    return _dp_step(model, rank, None)
+
+
+_BUILD = {"tp_dtensor": _tp_dtensor, "pp_1f1b": _pp_1f1b, "ddp4": _ddp4, "fsdp1": _fsdp1}
+
+
 def _worker(rank: int, run: str, world: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="4096")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    step = {"tp_dtensor": _tp_dtensor, "pp_1f1b": _pp_1f1b}[run](rank, world)
+    step = _BUILD[run](rank, world)
     tmp = Path(out) / f"rank{rank}.pt.trace.json"
 
     def ready(prof) -> None:
@@ -188,7 +216,12 @@ def _worker(rank: int, run: str, world: int, port: int, out: str) -> None:
 
 def job_yaml(run: str) -> str:
     """The job description tokenwire's model reads for ``run``."""
-    par, accum = {"tp_dtensor": ("tp: 2", 1), "pp_1f1b": ("pp: 2", PP_MICRO)}[run]
+    par, accum = {
+        "tp_dtensor": ("tp: 2", 1),
+        "pp_1f1b": ("pp: 2", PP_MICRO),
+        "ddp4": ("dp: 4", 1),
+        "fsdp1": ("dp: 2, fsdp: true", 1),
+    }[run]
     return (
         f"# {run}: recorded by scripts/record_torch_runs.py ({RUNS[run]} ranks, gloo, CPU)\n"
         f"model: {{layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, ffn_hidden: {FFN}, "
