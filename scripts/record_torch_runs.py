@@ -1,0 +1,261 @@
+"""Record small real PyTorch runs that use torch.distributed's own parallel APIs (DTensor
+tensor parallelism, torch.distributed.pipelining), on CPU with gloo, as test data for
+tokenwire's ledger.
+
+The model, batch, steps and profiler schedule are those of ``scripts/record_cpu_runs.py``
+(a 2-layer GPT, hidden 64, fp32, micro-batches of 4 x 32 tokens, ``ProfilerStep#2`` and
+``#3`` profiled); each run writes, per rank, ``rank<r>.pt.trace.json.gz`` and
+``rank<r>.flight_recorder.json.gz`` into ``OUT/<run>/``, and one ``job.yaml`` with
+``conventions: {framework: torch}``.
+
+==========  =====  ==========================================================================
+run         ranks  layout
+==========  =====  ==========================================================================
+tp_dtensor  2      ``torch.distributed.tensor.parallel.parallelize_module`` on each block:
+                   ``ColwiseParallel`` on Q, K, V and FC1, ``RowwiseParallel`` on O and FC2;
+                   embedding and head whole on both ranks; no loss report
+pp_1f1b     2      ``torch.distributed.pipelining``: one block per stage (embedding with the
+                   first, head with the last), ``Schedule1F1B`` over 4 micro-batches of 4
+ddp4        4      DistributedDataParallel over 4 ranks, one gradient bucket; no loss report
+fsdp1       2      FSDP1 ``FullyShardedDataParallel``, each block wrapped
+                   (``ModuleWrapPolicy``), then the root (embedding and head); no loss report
+==========  =====  ==========================================================================
+
+Usage (needs ``torch`` with gloo; it is not a tokenwire dependency)::
+
+    python scripts/record_torch_runs.py -o tests/data/cpu_gloo
+    python scripts/record_torch_runs.py -o /tmp/runs --runs pp_1f1b
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: N812
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record_cpu_runs import (  # noqa: E402
+    FFN,
+    HEADS,
+    HIDDEN,
+    LAYERS,
+    MICRO,
+    SEQ,
+    STEPS,
+    VOCAB,
+    Block,
+    TinyGPT,
+    _batch,
+    _dp_step,
+    _free_port,
+    _gzip_bytes,
+    _gzip_file,
+)
+
+RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2}
+PP_MICRO = 4  # micro-batches per step of pp_1f1b
+
+
+def _tp_dtensor(rank: int, world: int):
+    """DTensor TP on each block's attention and MLP; the step function."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    model = TinyGPT(range(LAYERS), first=True, last=True)
+    plan = {
+        "attn.q_proj": ColwiseParallel(),
+        "attn.k_proj": ColwiseParallel(),
+        "attn.v_proj": ColwiseParallel(),
+        "attn.o_proj": RowwiseParallel(),
+        "mlp.fc1": ColwiseParallel(),
+        "mlp.fc2": RowwiseParallel(),
+    }
+    for block in model.blocks:
+        parallelize_module(block, mesh, plan)
+        block.attn.heads = HEADS // world  # the local heads of the column-parallel Q K V
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(i: int) -> None:
+        ids, target = _batch(i, 0)
+        with record_function("forward"):
+            loss = model(ids, target)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+class _First(nn.Module):
+    """Stage 0: embedding and the first block."""
+
+    def __init__(self, gpt: TinyGPT) -> None:
+        super().__init__()
+        self.embed, self.blocks = gpt.embed, gpt.blocks
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class _Last(nn.Module):
+    """Stage 1: the second block, final LayerNorm and LM head (the loss is the schedule's)."""
+
+    def __init__(self, gpt: TinyGPT) -> None:
+        super().__init__()
+        self.blocks, self.head = gpt.blocks, gpt.head
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head.lm_head(self.head.ln_f(x))
+
+
+def _loss(logits, target):
+    return F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
+
+
+def _pp_1f1b(rank: int, world: int):
+    """torch.distributed.pipelining, one block per stage, Schedule1F1B; the step function."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    torch.manual_seed(0)
+    half = LAYERS // world
+    first, last = rank == 0, rank == world - 1
+    gpt = TinyGPT(range(rank * half, rank * half + half), first=first, last=last)
+    module = _First(gpt) if first else _Last(gpt)
+    stage = PipelineStage(module, rank, world, torch.device("cpu"))
+    sched = Schedule1F1B(stage, n_microbatches=PP_MICRO, loss_fn=_loss)
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
+
+    def step(i: int) -> None:
+        batches = [_batch(i, 0, m) for m in range(PP_MICRO)]
+        ids = torch.cat([b[0] for b in batches])
+        target = torch.cat([b[1] for b in batches])
+        with record_function("forward_backward"):
+            if first:
+                sched.step(ids)
+            elif last:
+                sched.step(target=target)
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _ddp4(rank: int, world: int):
+    """DistributedDataParallel over every rank; the step function (no loss report)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(TinyGPT(range(LAYERS), first=True, last=True))
+    return _dp_step(model, rank, None)
+
+
+def _fsdp1(rank: int, world: int):
+    """FSDP1, one unit per block plus the root; the step function (no loss report)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(0)
+    model = TinyGPT(range(LAYERS), first=True, last=True)
+    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=torch.device("cpu"))
+    return _dp_step(model, rank, None)
+
+
+_BUILD = {"tp_dtensor": _tp_dtensor, "pp_1f1b": _pp_1f1b, "ddp4": _ddp4, "fsdp1": _fsdp1}
+
+
+def _worker(rank: int, run: str, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="4096")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    step = _BUILD[run](rank, world)
+    tmp = Path(out) / f"rank{rank}.pt.trace.json"
+
+    def ready(prof) -> None:
+        prof.export_chrome_trace(str(tmp))
+
+    with profile(
+        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True, with_modules=True,
+        schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready,
+    ) as prof:  # fmt: skip
+        for i in range(STEPS):
+            step(i)
+            prof.step()
+    dist.barrier()
+    fr = torch._C._distributed_c10d._dump_fr_trace_json()
+    _gzip_bytes(
+        fr if isinstance(fr, bytes) else fr.encode(),
+        Path(out) / f"rank{rank}.flight_recorder.json.gz",
+    )
+    _gzip_file(tmp)
+    dist.destroy_process_group()
+
+
+def job_yaml(run: str) -> str:
+    """The job description tokenwire's model reads for ``run``."""
+    par, accum = {
+        "tp_dtensor": ("tp: 2", 1),
+        "pp_1f1b": ("pp: 2", PP_MICRO),
+        "ddp4": ("dp: 4", 1),
+        "fsdp1": ("dp: 2, fsdp: true", 1),
+    }[run]
+    return (
+        f"# {run}: recorded by scripts/record_torch_runs.py ({RUNS[run]} ranks, gloo, CPU)\n"
+        f"model: {{layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, ffn_hidden: {FFN}, "
+        f"vocab: {VOCAB}, seq_len: {SEQ}}}\n"
+        f"parallel: {{{par}, world_size: {RUNS[run]}}}\n"
+        f"batch: {{micro_batch: {MICRO}, grad_accum: {accum}}}\n"
+        "dtypes: {params: fp32, activations: fp32, grad_reduce: fp32}\n"
+        "network: {gpus_per_node: 8}\n"
+        "conventions: {framework: torch}\n"
+    )
+
+
+def record(run: str, out: Path) -> Path:
+    """Record ``run`` into ``out/<run>`` (replacing what is there); returns the folder."""
+    dest = out / run
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(run, RUNS[run], _free_port(), tmp), nprocs=RUNS[run], join=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(tmp, dest)
+    (dest / "job.yaml").write_text(job_yaml(run))
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-o", "--out", type=Path, required=True)
+    ap.add_argument(
+        "--runs", default=",".join(RUNS), help="comma-separated, of: " + ", ".join(RUNS)
+    )
+    args = ap.parse_args()
+    for run in args.runs.split(","):
+        dest = record(run, args.out)
+        print(dest.name, sum(f.stat().st_size for f in dest.iterdir()), "bytes")
+
+
+if __name__ == "__main__":
+    main()
