@@ -13,6 +13,7 @@ the published source of each formula, is spelled out in ``docs/model.md``). Ever
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -601,8 +602,33 @@ def _as_job(config: Job | str | Path | Mapping[str, Any], world_size: int | None
 
 
 def predict_ranks(job: Job, ranks: Iterable[int]) -> list[Prediction]:
-    """:func:`predict` for each rank of ``ranks``."""
-    return [predict(job, r) for r in ranks]
+    """:func:`predict` for each rank of ``ranks``, worked out once per class of ranks.
+
+    A rank's rows depend on it only through its pipeline stage and the link class (one node
+    or several) of each communicator and pipeline peer pair it uses (:func:`_class_key`):
+    ranks of one class share the rows of the first one predicted.
+    """
+    seen: dict[tuple, Prediction] = {}
+    out = []
+    for r in ranks:
+        key = _class_key(job, r)
+        first = seen.get(key)
+        if first is None:
+            first = seen[key] = predict(job, r)
+            out.append(first)
+        else:
+            out.append(dataclasses.replace(first, rank=r, coords=coordinates(job, r)))
+    return out
+
+
+def _class_key(job: Job, rank: int) -> tuple:
+    """The pipeline stage and the link class of every group and peer pair ``rank`` may use."""
+    pp, p = coordinates(job, rank)["pp"], job.parallel.pp
+    spans = [span(job, rank, d) for d in (("tp",), ("cp",), ("dp", "cp"))]
+    spans += [span(job, rank, d, expert=True) for d in (("ep",), ("dp",))]
+    peers = [_peer(job, rank, x) for x in ((pp + 1) % p, (pp - 1) % p, 0, p - 1)]
+    pairs = [_pair(rank, peers[0]), _pair(rank, peers[1]), _pair(peers[2], peers[3])]
+    return (pp, *(_link(job, g) for g in spans + pairs))
 
 
 def predictions_table(

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from pipeline.model.config import MAX_RANKS, build_job
-from pipeline.model.predict import group, predict, span
+from pipeline.model.predict import group, predict, predict_ranks, span
 
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-pp-dp", "tp-dp-pp", "pp-dp-tp")
 DIMS = (("tp",), ("cp",), ("dp",), ("pp",), ("dp", "cp"))
@@ -45,3 +45,22 @@ def test_a_billion_ranks() -> None:
     assert dp and all(r.group_size == 2**23 and r.link == "inter" for r in dp)
     tp = [r for r in pred.rows if r.parallel_dim == "tp"]
     assert tp and all(r.group_size == 8 and r.link == "intra" for r in tp)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("gpus_per_node", [1, 3, 4, 16])
+def test_predictions_by_class_match_every_rank(order: str, gpus_per_node: int) -> None:
+    # the reference is predict() run for each rank on its own; predict_ranks shares the
+    # rows of ranks of one class (stage and link classes) and must give the same table
+    cp = 2 if "cp" in order else 1
+    job = build_job(None, {"model.preset": "mixtral-8x7b", "parallel.tp": 2, "parallel.pp": 2,
+                           "parallel.dp": 4, "parallel.cp": cp, "parallel.ep": 2,
+                           "parallel.order": order, "model.tied_embeddings": True,
+                           "network.gpus_per_node": gpus_per_node,
+                           "batch.global_batch": 16})  # fmt: skip
+    ranks = range(job.parallel.world_size)
+    each = [predict(job, r) for r in ranks]
+    shared = predict_ranks(job, ranks)
+    assert [(p.rank, p.coords, p.layers, p.rows) for p in shared] == [
+        (p.rank, p.coords, p.layers, p.rows) for p in each
+    ]
