@@ -14,6 +14,7 @@ from benchmarks import (
     bench_link,
     bench_nccl_log,
     bench_nsys,
+    bench_predict,
     bench_ranks,
 )
 
@@ -32,6 +33,7 @@ def main() -> None:
     bench_link.main()
     bench_ranks.main(["--quick"] if args.quick else [])
     bench_floor.main(["--copies", "4"] if args.quick else [])
+    bench_predict.main(["--list-max", "16384"] if args.quick else [])
 
 
 if __name__ == "__main__":

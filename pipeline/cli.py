@@ -364,7 +364,12 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
 @click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
-@click.option("--step-time", type=float, help="Step time in seconds: adds network requirements.")
+@click.option(
+    "--step-time", type=float, help="Step time in seconds: adds network requirements and MFU."
+)
+@click.option(
+    "--peak-tflops", type=float, help="Peak dense TFLOP/s of one GPU, for MFU with --step-time."
+)
 @click.option(
     "--comm-budget",
     type=float,
@@ -372,7 +377,7 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     show_default=True,
     help="Share of the step communication may take unhidden.",
 )
-def predict(config, preset, rank, fmt, step_time, comm_budget, **flags) -> None:  # noqa: ANN001
+def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **flags) -> None:  # noqa: ANN001
     """Predicted traffic of one rank per training step (analytic model).
 
     \b
@@ -382,6 +387,7 @@ def predict(config, preset, rank, fmt, step_time, comm_budget, **flags) -> None:
     import json
 
     from pipeline.model import network as net
+    from pipeline.model.compute import compute_summary, format_compute
     from pipeline.model.config import build_job
     from pipeline.model.predict import format_table
     from pipeline.model.predict import predict as predict_rank
@@ -405,10 +411,12 @@ def predict(config, preset, rank, fmt, step_time, comm_budget, **flags) -> None:
             if step_time is not None
             else None
         )
+        peak = None if peak_tflops is None else peak_tflops * 1e12
+        compute = compute_summary(job, pred.coords["pp"], step_time, peak)
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        doc = pred.to_dict()
+        doc = pred.to_dict() | {"compute": compute}
         if reqs is not None:
             doc["requirements"] = {
                 "step_time_s": step_time,
@@ -418,6 +426,7 @@ def predict(config, preset, rank, fmt, step_time, comm_budget, **flags) -> None:
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(format_table(pred))
+    click.echo(format_compute(compute))
     if reqs is not None:
         click.echo("")
         click.echo(net.format_requirements(reqs, step_time_s=step_time, comm_budget=comm_budget))

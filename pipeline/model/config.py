@@ -40,9 +40,9 @@ MAX_YAML_NODES = 10_000
 #: Deepest nesting of mappings and lists, aliases expanded: a job.yaml nests 4 deep
 #: (the document, ``model``, ``moe``, ``experts``); deeper only exhausts Python's stack.
 MAX_YAML_DEPTH = 32
-#: Most ranks (``tp·pp·dp·cp``, and any degree): ten times the largest jobs trained so far;
-#: the model lists the members of each communicator, up to the whole world.
-MAX_RANKS = 1 << 20
+#: Most ranks (``tp·pp·dp·cp``, and any degree): 2^30, a thousand times the largest jobs
+#: trained so far; ``predict`` works out a rank's communicators in closed form at any size.
+MAX_RANKS = 1 << 30
 #: Most transformer layers: the model works through each layer of a stage (real: up to ~130).
 MAX_LAYERS = 1 << 14
 #: Largest model dimension, MoE or MLA setting, or batch size (sequences): 16,777,216, a

@@ -135,13 +135,17 @@ def flops_per_token(model: Model) -> int:
     n_mm = active_params(model) - embedding_params(model) - position_params(model)
     if model.tied_embeddings:
         n_mm += embedding_params(model)
+    return 6 * n_mm + model.layers * attention_flops_per_token(model)
+
+
+def attention_flops_per_token(model: Model) -> int:
+    """Score and context matmuls (``QK^T``, ``AV``) of one layer per token, forward and
+    backward, halved for the causal mask: ``6·s·h`` (MLA ``3·s·a·(d_qk + d_v)``)."""
     if model.mla is not None:
         la = model.mla
         d_qk = la.qk_nope_dim + la.qk_rope_dim
-        attn = 3 * model.seq_len * model.heads * (d_qk + la.v_head_dim)
-    else:
-        attn = 6 * model.seq_len * model.heads * model.head_dim
-    return 6 * n_mm + model.layers * attn
+        return 3 * model.seq_len * model.heads * (d_qk + la.v_head_dim)
+    return 6 * model.seq_len * model.heads * model.head_dim
 
 
 def _whole(p: LayerParams) -> int:

@@ -13,10 +13,11 @@ the published source of each formula, is spelled out in ``docs/model.md``). Ever
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,18 +228,47 @@ def layout_groups(
     ]
 
 
+@dataclass(frozen=True)
+class _Span:
+    """A communicator as the rows need it: its size and its lowest and highest ranks."""
+
+    size: int
+    lo: int
+    hi: int
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def span(job: Job, rank: int, dims: tuple[str, ...], *, expert: bool = False) -> _Span:
+    """:func:`group`'s size and ends in closed form, without listing its members.
+
+    A rank is a mixed-radix number over ``order`` (:func:`_compose`), increasing in every
+    coordinate, so the group's lowest member has its ``dims`` coordinates at 0 and its
+    highest at their sizes minus 1: O(dimensions) at any scale.
+    """
+    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    base = _decompose(rank, order, sizes)
+    lo = _compose(base | {d: 0 for d in dims}, order, sizes)
+    hi = _compose(base | {d: sizes[d] - 1 for d in dims}, order, sizes)
+    return _Span(math.prod(sizes[d] for d in dims), lo, hi)
+
+
+def _pair(a: int, b: int) -> _Span:
+    return _Span(2, min(a, b), max(a, b))
+
+
 def _peer(job: Job, rank: int, pp_rank: int) -> int:
     sizes = _sizes(job, expert=False)
     coords = _decompose(rank, job.parallel.order, sizes)
     return _compose(coords | {"pp": pp_rank}, job.parallel.order, sizes)
 
 
-def _link(job: Job, ranks: Sequence[int]) -> str:
+def _link(job: Job, ranks: _Span) -> str:
     # a rank's node (rank // gpus_per_node) grows with the rank, so the group is on one node
-    # when its lowest and highest ranks are (no set of every member's node: 12 against 19 us
-    # for a group of 512)
+    # when its lowest and highest ranks are
     gpn = job.network.gpus_per_node
-    return "intra" if min(ranks) // gpn == max(ranks) // gpn else "inter"
+    return "intra" if ranks.lo // gpn == ranks.hi // gpn else "inter"
 
 
 # --------------------------------------------------------------------------- rows
@@ -260,7 +290,7 @@ class _Rows:
 
     def add(
         self, dim: str, op: str, phase: str, kind: str, calls: int, message: int,
-        ranks: list[int], purpose: str,
+        ranks: _Span, purpose: str,
     ) -> None:  # fmt: skip
         if calls <= 0 or message <= 0 or len(ranks) < 2:
             return
@@ -326,7 +356,7 @@ def _tensor_parallel(
     par, m = job.parallel, job.model
     if par.tp == 1:
         return
-    g = group(job, rank, ("tp",))
+    g = span(job, rank, ("tp",))
     mb = job.microbatches
     s_c = m.seq_len // par.cp
     msg = job.batch.micro_batch * s_c * m.hidden * job.dtypes.e_a
@@ -411,7 +441,7 @@ def _context_parallel(job: Job, rank: int, n_layers: int, acc: _Rows) -> None:
     ``docs/source/api-guide/context_parallel.rst``)."""
     if job.parallel.cp == 1:
         return
-    g = group(job, rank, ("cp",))
+    g = span(job, rank, ("cp",))
     msg = job.batch.micro_batch * job.model.seq_len * _kv_width(job) * job.dtypes.e_a
     calls = n_layers * job.microbatches
     acc.add("cp", "all_gather", "forward", "attention", calls, msg, g, "KV gather")
@@ -426,7 +456,7 @@ def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
     par, m = job.parallel, job.model
     if par.ep == 1 or n_moe == 0 or m.moe is None:
         return
-    g = group(job, rank, ("ep",), expert=True)
+    g = span(job, rank, ("ep",), expert=True)
     tokens = job.batch.micro_batch * m.seq_len // par.cp
     if par.sequence_parallel:
         tokens //= par.tp
@@ -456,16 +486,17 @@ def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) 
     nxt, prv = _peer(job, rank, (r + 1) % p), _peer(job, rank, (r - 1) % p)
     last, first = int(r == p - 1), int(r == 0)
     for op, phase, calls, pair, purpose in (
-        ("send", "forward", mb * (v - last), [rank, nxt], "activations to the next stage"),
-        ("recv", "forward", mb * (v - first), [prv, rank], "activations from the previous stage"),
-        ("send", "backward", mb * (v - first), [rank, prv],
+        ("send", "forward", mb * (v - last), _pair(rank, nxt), "activations to the next stage"),
+        ("recv", "forward", mb * (v - first), _pair(prv, rank),
+         "activations from the previous stage"),
+        ("send", "backward", mb * (v - first), _pair(rank, prv),
          "activation gradients to the previous stage"),
-        ("recv", "backward", mb * (v - last), [nxt, rank],
+        ("recv", "backward", mb * (v - last), _pair(nxt, rank),
          "activation gradients from the next stage"),
     ):  # fmt: skip
         acc.add("pp", op, phase, "boundary", calls, msg, pair, purpose)
     if m.tied_embeddings and (first or last):
-        pair = [_peer(job, rank, 0), _peer(job, rank, p - 1)]
+        pair = _pair(_peer(job, rank, 0), _peer(job, rank, p - 1))
         size = P.embedding_params(m, tp=P.vocab_tp(job)) * job.dtypes.e_g
         acc.add("pp", "all_reduce", "optimizer", "embedding", 1, size, pair,
                 "tied embedding gradients of the first and last stage")  # fmt: skip
@@ -486,8 +517,8 @@ def _data_parallel(
     FSDP) and the loss-reporting all-reduce."""
     par, dt = job.parallel, job.dtypes
     groups = {
-        "dense": group(job, rank, ("dp", "cp")),
-        "expert": group(job, rank, ("dp",), expert=True),
+        "dense": span(job, rank, ("dp", "cp")),
+        "expert": span(job, rank, ("dp",), expert=True),
     }
     scheme = par.dp_scheme
     if scheme in ("zero3", "fsdp_no_reshard"):
@@ -571,8 +602,33 @@ def _as_job(config: Job | str | Path | Mapping[str, Any], world_size: int | None
 
 
 def predict_ranks(job: Job, ranks: Iterable[int]) -> list[Prediction]:
-    """:func:`predict` for each rank of ``ranks``."""
-    return [predict(job, r) for r in ranks]
+    """:func:`predict` for each rank of ``ranks``, worked out once per class of ranks.
+
+    A rank's rows depend on it only through its pipeline stage and the link class (one node
+    or several) of each communicator and pipeline peer pair it uses (:func:`_class_key`):
+    ranks of one class share the rows of the first one predicted.
+    """
+    seen: dict[tuple, Prediction] = {}
+    out = []
+    for r in ranks:
+        key = _class_key(job, r)
+        first = seen.get(key)
+        if first is None:
+            first = seen[key] = predict(job, r)
+            out.append(first)
+        else:
+            out.append(dataclasses.replace(first, rank=r, coords=coordinates(job, r)))
+    return out
+
+
+def _class_key(job: Job, rank: int) -> tuple:
+    """The pipeline stage and the link class of every group and peer pair ``rank`` may use."""
+    pp, p = coordinates(job, rank)["pp"], job.parallel.pp
+    spans = [span(job, rank, d) for d in (("tp",), ("cp",), ("dp", "cp"))]
+    spans += [span(job, rank, d, expert=True) for d in (("ep",), ("dp",))]
+    peers = [_peer(job, rank, x) for x in ((pp + 1) % p, (pp - 1) % p, 0, p - 1)]
+    pairs = [_pair(rank, peers[0]), _pair(rank, peers[1]), _pair(peers[2], peers[3])]
+    return (pp, *(_link(job, g) for g in spans + pairs))
 
 
 def predictions_table(

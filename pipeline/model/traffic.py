@@ -60,3 +60,25 @@ def ep_a2a_message(*, k: int, tokens: int, h: int, e: int, capacity_factor: floa
         return k * tokens * h * e
     slots = math.ceil(capacity_factor * k * tokens / experts)
     return int(experts * slots * h * e)
+
+
+def node_limited_ep_bytes(
+    *, top_k: int, hidden: int, max_nodes: int, nodes: int,
+    dispatch_bytes: int = 1, combine_bytes: int = 2,
+) -> dict[str, int]:  # fmt: skip
+    """Upper bound on one token's expert-parallel bytes inside and across nodes under
+    DeepSeek-V3's node-limited routing (arXiv:2412.19437, sections 2.1.2, 3.2.2, 3.3.4).
+
+    A token's ``top_k`` routed experts lie on at most ``max_nodes`` nodes; it crosses the
+    scale-out network once per other node it goes to (at most ``min(max_nodes, nodes − 1)``
+    of the EP group's ``nodes``) and is forwarded over NVLink to each of its ``top_k``
+    experts. Dispatch sends ``hidden`` elements in FP8 (``dispatch_bytes``), combine returns
+    them in BF16 (``combine_bytes``).
+    """
+    cross = min(max_nodes, nodes - 1)
+    return {
+        "dispatch_inter": cross * hidden * dispatch_bytes,
+        "dispatch_intra": top_k * hidden * dispatch_bytes,
+        "combine_inter": cross * hidden * combine_bytes,
+        "combine_intra": top_k * hidden * combine_bytes,
+    }

@@ -114,7 +114,7 @@ CASES: list[tuple[str, Callable[[], bytes], str, str]] = [
      f"must be at most {MAX_RANKS:,}, got <an integer of about"),  # fmt: skip
     ("tp-10**30", _sample_with("  tp: 2", f"  tp: {10**30}"), "parallel.tp",
      f"must be at most {MAX_RANKS:,}"),  # fmt: skip
-    ("layout-past-max-ranks", _text("model: gpt2-small\nparallel: {dp: 1024, pp: 2048}\n"),
+    ("layout-past-max-ranks", _text("model: gpt2-small\nparallel: {dp: 32768, pp: 65536}\n"),
      "parallel", f"more than the {MAX_RANKS:,}"),  # fmt: skip
     ("layers-past-max", _sample_with("layers: 4", f"layers: {MAX_LAYERS + 1}"), "model.layers",
      f"must be at most {MAX_LAYERS:,}"),  # fmt: skip
