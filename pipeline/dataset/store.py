@@ -221,7 +221,9 @@ def _manifest_of(path: Path, doc: dict[str, Any]) -> Manifest:
     with gc_paused():
         files = {key: _file_entry(path, key, e) for key, e in files_doc.items()}
         rels = {rel for e in files.values() for ps in e.parts.values() for rel in ps}
-        _check_paths(path, "files", rels)
+        bad = next((rel for rel in rels if not _is_part_path(rel)), None)
+    if bad is not None:
+        _check_paths(path, _entry_holding(files, bad), [bad])
     derived = _table_parts(path, "derived", doc.get("derived", {}))
     return Manifest(files=files, derived=derived, version=doc.get("version", 1))
 
@@ -264,6 +266,20 @@ def _table_parts(path: Path, key: str, value: Any) -> dict[str, list[str]]:
             raise _bad(path, f"{key}.{shown(table, 40)}", "expected a list of parts")
         _check_paths(path, f"{key}.{shown(table, 40)}", rels)
     return value
+
+
+def _entry_holding(files: dict[str, FileEntry], rel: str) -> str:
+    """The place in ``files`` of the first entry listing part ``rel``, for its error line
+    (paths are checked once each, as a set, so the entry is found only on error)."""
+    for key, e in files.items():
+        for table, rels in e.parts.items():
+            if rel in rels:
+                return f"files.{shown(key, 40)}.parts.{shown(table, 40)}"
+    return "files"
+
+
+def _is_part_path(rel: object) -> bool:
+    return isinstance(rel, str) and PART_PATH.fullmatch(rel) is not None
 
 
 def _check_paths(path: Path, where: str, rels: Iterable[Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,8 @@ def test_a_manifest_path_out_of_the_dataset_is_refused(
     before, ds_before = digest(world["victim"]), digest(world["ds"])
     outcome = run_cli(*_args(command, world))
     assert_one_error(outcome, "manifest.json", "is not a part path")
+    # The entry is named: the file's key and table, or the index's table.
+    assert re.search(r"(files\.'[^']+'\.parts|tables)\.'ops': ", outcome.stderr), outcome.stderr
     assert digest(world["victim"]) == before
     assert digest(world["ds"]) == ds_before
 
