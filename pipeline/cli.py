@@ -574,6 +574,12 @@ def _without_jsonschema_format_checkers() -> None:
     "--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
     help="Write the diff as an offline HTML page here instead of printing it.",
 )  # fmt: skip
+@click.option(
+    "--sql", "query", metavar="QUERY",
+    help="Run QUERY ('-': from stdin) over the diff's views (diff_steps, diff_traffic, "
+    "diff_predicted, diff_layers, diff_ops) and each job's tables (a_<name>, b_<name>) "
+    "instead, and print its result.",
+)  # fmt: skip
 def diff(
     dataset: Path,
     job_a: str,
@@ -582,6 +588,7 @@ def diff(
     fmt: str,
     view: str | None,
     html_path: Path | None,
+    query: str | None,
 ) -> None:
     """Compare two linked jobs: what changed on the wire and in time (B - A).
 
@@ -590,6 +597,7 @@ def diff(
       tokenwire diff runs.tw ddp fsdp
       tokenwire diff run42.tw run42 run43 --other run43.tw --view traffic --format csv
       tokenwire diff runs.tw ddp fsdp --html diff.html
+      tokenwire diff runs.tw ddp fsdp --sql "SELECT * FROM diff_traffic WHERE phase='backward'"
 
     Per parallel dimension, op, phase and layer: calls, bytes, bytes per token, time,
     waiting and transferring, bus bandwidth; step time and its breakdown; the op and kernel
@@ -600,6 +608,11 @@ def diff(
     from pipeline.diff import VIEWS, diff_jobs, view_descriptions
     from pipeline.output import refuse_inside
 
+    if query is not None:
+        if view is not None or html_path is not None:
+            raise click.UsageError("--sql runs one query: give it without --view and --html")
+        _diff_query(dataset, job_a, job_b, other, query, fmt)
+        return
     if fmt == "csv" and view is None and html_path is None:
         raise click.UsageError("--format csv writes one part of the diff: choose it with --view")
     try:
@@ -625,6 +638,20 @@ def diff(
         if fmt == "table" and len(names) > 1:
             click.echo(f"{n}: {view_descriptions()[n]}")
         click.echo(_diff_text(result.views[n], fmt), nl=False)
+
+
+def _diff_query(
+    dataset: Path, job_a: str, job_b: str, other: Path | None, query: str, fmt: str
+) -> None:
+    """``tokenwire diff --sql``: the query's result on stdout."""
+    from pipeline.diff import query_diff
+
+    text = sys.stdin.read() if query == "-" else query
+    try:
+        frame = query_diff(dataset, job_a, job_b, text, other=other)
+    except TokenwireError as exc:
+        _fail(str(exc))
+    click.echo(format_frame(frame, fmt), nl=False)
 
 
 def _diff_text(frame, fmt: str) -> str:

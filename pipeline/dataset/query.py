@@ -61,20 +61,48 @@ def run_query(dataset: Path, text: str, *, allow_writes: bool = False) -> pl.Dat
 def _run(dataset: Path, text: str, *, allow_writes: bool) -> pl.DataFrame:
     con = connect(dataset, read_only=not allow_writes)
     try:
-        statements = con.extract_statements(text)
-        if not statements:
-            raise QueryError("no SQL statement found")
-        if not allow_writes:
-            for statement in statements:
-                _check_read_only(con, statement)
-        for statement in statements[:-1]:
-            con.execute(statement).fetchall()
-        relation = con.sql(statements[-1].query)
-        if relation is None:
-            return pl.DataFrame()
-        return _frame(_with_text_columns(relation))
+        return run_statements(con, text, allow_writes=allow_writes)
     finally:
         con.close()
+
+
+#: Why a statement that may write is refused, as ``tokenwire sql`` says it.
+SQL_READ_ONLY = (
+    "tokenwire sql opens the dataset read-only (run it with --allow-writes if you mean to write)"
+)
+
+
+def run_statements(
+    con: duckdb.DuckDBPyConnection,
+    text: str,
+    *,
+    allow_writes: bool = False,
+    refusal: str = SQL_READ_ONLY,
+) -> pl.DataFrame:
+    """Run the statements in ``text`` on ``con`` in order and return the last one's result
+    as a Polars frame (types Polars or CSV cannot hold as text). Unless ``allow_writes``,
+    every statement is checked to only read before any runs (``refusal``: why one that
+    may write is refused).
+
+    Raises
+    ------
+    QueryError
+        No statement, or one that may write.
+    duckdb.Error
+        DuckDB's own error (the caller words it).
+    """
+    statements = con.extract_statements(text)
+    if not statements:
+        raise QueryError("no SQL statement found")
+    if not allow_writes:
+        for statement in statements:
+            _check_read_only(con, statement, refusal)
+    for statement in statements[:-1]:
+        con.execute(statement).fetchall()
+    relation = con.sql(statements[-1].query)
+    if relation is None:
+        return pl.DataFrame()
+    return _frame(_with_text_columns(relation))
 
 
 #: DuckDB types that Polars cannot hold, or that CSV and JSON cannot write (binary, maps
@@ -110,7 +138,7 @@ def _frame(relation: duckdb.DuckDBPyRelation) -> pl.DataFrame:
         ) from exc
 
 
-def _check_read_only(con: duckdb.DuckDBPyConnection, statement) -> None:
+def _check_read_only(con: duckdb.DuckDBPyConnection, statement, refusal: str) -> None:
     """Refuse ``statement`` unless DuckDB's parser says it only reads.
 
     ``EXPLAIN ANALYZE`` runs the statement it explains, so that one is checked too.
@@ -122,15 +150,12 @@ def _check_read_only(con: duckdb.DuckDBPyConnection, statement) -> None:
     if kind == duckdb.StatementType.EXPLAIN:
         inner = con.extract_statements(_EXPLAIN.sub("", statement.query, count=1))
         if len(inner) == 1 and inner[0].type != duckdb.StatementType.EXPLAIN:
-            return _check_read_only(con, inner[0])
+            return _check_read_only(con, inner[0], refusal)
         kind = None
     if kind in READ_ONLY_TYPES:
         return None
     name = kind.name if kind is not None else _first_word(statement.query)
-    raise QueryError(
-        f"{name} statement refused: tokenwire sql opens the dataset read-only "
-        "(run it with --allow-writes if you mean to write)"
-    )
+    raise QueryError(f"{name} statement refused: {refusal}")
 
 
 def _first_word(query: str) -> str:

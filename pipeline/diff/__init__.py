@@ -4,6 +4,7 @@ Each job's side is aggregated in its own dataset, opened read-only (``side.sql``
 :mod:`pipeline.diff.sides`); the sides are kept as tables ``a_<name>`` and ``b_<name>`` of
 an in-memory DuckDB connection, and ``diff.sql`` makes the diff as views over both
 (``diff_steps``, ``diff_traffic``, ``diff_predicted``, ``diff_layers``, ``diff_ops``).
+:func:`query_diff` runs a user's SQL over them (``tokenwire diff --sql``).
 :mod:`pipeline.diff.page` draws them as an HTML page in the report's style.
 docs/diff.md describes every column.
 """
@@ -22,7 +23,7 @@ import polars as pl
 
 from pipeline.diff.sides import DiffError, Side, read_side
 
-__all__ = ["VIEWS", "DiffError", "RunDiff", "diff_jobs", "view_descriptions"]
+__all__ = ["VIEWS", "DiffError", "RunDiff", "diff_jobs", "query_diff", "view_descriptions"]
 
 #: The diff's views, in the order they are shown.
 VIEWS = ("diff_steps", "diff_traffic", "diff_predicted", "diff_layers", "diff_ops")
@@ -76,15 +77,8 @@ def diff_jobs(
     """
     a = read_side(dataset, job_a)
     b = read_side(other if other is not None else dataset, job_b)
-    con = duckdb.connect()
+    con = _diff_connection(a, b)
     try:
-        con.execute("SET enable_progress_bar = false")
-        for prefix, side in (("a", a), ("b", b)):
-            for name, table in side.tables.items():
-                con.register(f"_{prefix}_{name}", table)
-                con.execute(f"CREATE TABLE {prefix}_{name} AS SELECT * FROM _{prefix}_{name}")
-        con.execute("SET enable_external_access = false")
-        con.execute(diff_sql())
         views = {
             name: pl.from_arrow(con.sql(f"SELECT * FROM {name}{_ORDER[name]}").to_arrow_table())
             for name in VIEWS
@@ -92,6 +86,57 @@ def diff_jobs(
     finally:
         con.close()
     return RunDiff(a, b, views)
+
+
+def query_diff(
+    dataset: Path | str, job_a: str, job_b: str, text: str, *, other: Path | str | None = None
+) -> pl.DataFrame:
+    """Run the SQL ``text`` over the diff of ``job_a`` and ``job_b`` (as :func:`diff_jobs`
+    takes them): the views of :data:`VIEWS` and each side's tables ``a_<name>`` and
+    ``b_<name>``. Statements that could write are refused; no file can be read.
+
+    Raises
+    ------
+    DatasetError, DiffError
+        As :func:`diff_jobs`.
+    QueryError
+        SQL that DuckDB or the read-only check refused.
+    """
+    from pipeline.dataset.query import QueryError, run_statements
+
+    if not text.strip():
+        raise QueryError("no SQL given")
+    con = _diff_connection(
+        read_side(dataset, job_a), read_side(other if other is not None else dataset, job_b)
+    )
+    try:
+        return run_statements(
+            con, text, refusal="tokenwire diff --sql only reads (the diff is not stored)"
+        )
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).splitlines()[0]) from exc
+    finally:
+        con.close()
+
+
+def _diff_connection(a: Side, b: Side) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB database with both sides' tables and the diff's views; it can
+    reach no file and its settings are locked, so a user's query cannot leave it."""
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        for prefix, side in (("a", a), ("b", b)):
+            for name, table in side.tables.items():
+                con.register(f"_{prefix}_{name}", table)
+                con.execute(f"CREATE TABLE {prefix}_{name} AS SELECT * FROM _{prefix}_{name}")
+                con.unregister(f"_{prefix}_{name}")
+        con.execute("SET enable_external_access = false")
+        con.execute(diff_sql())
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 #: How each view's rows are listed: largest changes first, then by their key.

@@ -98,3 +98,56 @@ def test_job_not_linked(tmp_path: Path) -> None:
     ds = tmp_path / "raw"
     assert not ingest([DATA / "ddp"], ds, job="ddp", jobs=1).errors
     _one_error(_run(ds, "ddp", "ddp"), "not linked", "tokenwire link")
+
+
+def test_sql_over_the_diff_views(runs: dict[str, Path]) -> None:
+    """``--sql`` runs over the same views the tables print, and each job's side tables."""
+    args = (runs["ddp"], "ddp", "fsdp", "--other", runs["fsdp"])
+    query = (
+        "SELECT parallel_dim, op, phase, calls_a, calls_b, bytes_a, bytes_b FROM diff_traffic "
+        "ORDER BY ALL"
+    )
+    result = _run(*args, "--sql", query, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    view = json.loads(_run(*args, "--format", "json").stdout)["diff_traffic"]
+    keys = ("parallel_dim", "op", "phase", "calls_a", "calls_b", "bytes_a", "bytes_b")
+    expected = sorted(tuple(r[k] for k in keys) for r in view)
+    assert [tuple(r[k] for k in keys) for r in rows] == expected
+    # FSDP's all-gathers appear only in B.
+    gathers = [r for r in rows if r["op"] == "all_gather"]
+    assert gathers and all(r["bytes_a"] == 0 and r["bytes_b"] > 0 for r in gathers)
+    sides = _run(*args, "--sql", "SELECT (SELECT count(*) FROM a_facts) + "
+                 "(SELECT count(*) FROM b_facts) AS n", "--format", "csv")  # fmt: skip
+    assert sides.exit_code == 0, sides.stderr
+    assert sides.stdout.splitlines() == ["n", "2"]
+
+
+def test_sql_from_stdin(runs: dict[str, Path]) -> None:
+    result = CliRunner().invoke(
+        cli, ["diff", str(runs["ddp"]), "ddp", "ddp", "--sql", "-", "--format", "csv"],
+        input="SELECT count(*) AS n FROM diff_steps WHERE a IS DISTINCT FROM b",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == ["n", "0"]  # a job against itself changes nothing
+
+
+def test_sql_reads_nothing_else_and_writes_nothing(runs: dict[str, Path], tmp_path: Path) -> None:
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    args = (runs["ddp"], "ddp", "fsdp", "--other", runs["fsdp"], "--sql")
+    before = _state(runs["ddp"]), _state(runs["fsdp"])
+    _one_error(_run(*args, f"SELECT * FROM read_csv('{secret}')"), "Permission Error")
+    _one_error(_run(*args, "SET lock_configuration = false"), "locked")
+    _one_error(_run(*args, f"COPY a_facts TO '{tmp_path / 'x.csv'}'"), "refused")
+    _one_error(_run(*args, "CREATE TABLE t AS SELECT 1"), "CREATE statement refused", "diff")
+    _one_error(_run(*args, "SELECT * FROM no_such_view"), "no_such_view")
+    _one_error(_run(*args, " "), "no SQL given")
+    assert not (tmp_path / "x.csv").exists()
+    assert (_state(runs["ddp"]), _state(runs["fsdp"])) == before
+
+
+def test_sql_is_one_query(runs: dict[str, Path]) -> None:
+    result = _run(runs["ddp"], "ddp", "ddp", "--sql", "SELECT 1", "--view", "traffic")
+    assert result.exit_code == 2
+    assert "--sql" in result.stderr
