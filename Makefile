@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,tokens]'
+	# Holistic Trace Analysis's trace parser reads tokenwire's exported timeline in
+	# tests/export/test_parsers.py; the parser needs only pandas, psutil and pyyaml (in dev),
+	# not the notebook packages (jupyterlab, plotly) HTA itself asks for.
+	$(BIN)/python -m pip install --quiet --no-deps holistictraceanalysis==0.5.0
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,5 +1,5 @@
 """The exported timeline read by a parser tokenwire did not write: Holistic Trace Analysis's
-(the Kineto trace parser of the bench extra, ``pip install 'tokenwire[bench]'``)."""
+(its Kineto trace parser; `make venv` installs it)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pipeline.export import Scope, export_timeline
 def test_hta_reads_every_complete_event(linked: Path, tmp_path: Path, whole: dict, name: str):
     trace = pytest.importorskip(
         "hta.common.trace",
-        reason="Holistic Trace Analysis is not installed (pip install 'tokenwire[bench]')",
+        reason="Holistic Trace Analysis is not installed (make venv installs it)",
     )
     out = tmp_path / name
     export_timeline(linked, output=out, scope=Scope())
