@@ -118,6 +118,10 @@ def test_1189_world_comm_and_net_ib(real_traces):
     assert recv.select("channel", "peer", "transport", "detail").rows() == [
         (7, 0, "NET/IB", "NET/IB/3/GDRDMA [receive]")
     ]
+    # Rank 1's P2P lines follow its thread's Init COMPLETE (connections made at the first
+    # collective): they belong to that thread's communicator, as every other line does.
+    conns = topo.filter(pl.col("kind") == "connection")
+    assert conns.height == 14 and conns["comm"].to_list() == ["0xf021d9037f9243d8"] * 14
     trees = topo.filter(
         (pl.col("kind") == "tree") & (pl.col("rank") == 0) & (pl.col("channel") == 0)
     )
@@ -341,4 +345,30 @@ def test_unknown_ranks_are_warned_in_process_order(real_traces):
         "rank unknown for learnfair062:32625",
         "rank unknown for learnfair062:32629",
         "rank unknown for lines without a host:pid prefix",
+    ]
+
+
+def test_connections_after_init_complete_take_the_threads_communicator(tmp_path):
+    """Connection lines after a thread's last Init COMPLETE (NCCL connects a communicator's
+    peers at its first collective) belong to the communicator that thread last set up; a
+    line before an Init COMPLETE belongs to that one."""
+    lines = []
+    for rank, (tid, ptr) in enumerate([(11, "0xa0"), (22, "0xb0")]):
+        prefix = f"h:{100 + rank}:{tid} [{rank}] NCCL INFO"
+        peer = 1 - rank
+        lines += [
+            f"{prefix} Channel 00/0 : {rank}[{rank}] -> {peer}[{peer}] via P2P/IPC",
+            f"{prefix} comm {ptr} rank {rank} nranks 2 cudaDev {rank} busId {rank}000 "
+            "commId 0x77 - Init COMPLETE",
+            f"{prefix} Channel 01/0 : {rank}[{rank}] -> {peer}[{peer}] via P2P/CUMEM",
+        ]
+    path = tmp_path / "lazy.log"
+    path.write_text("\n".join(lines) + "\n")
+    conns = _parse(path)["topology"].filter(pl.col("kind") == "connection")
+    got = conns.select("rank", "channel", "peer", "transport", "comm").sort("rank", "channel")
+    assert got.rows() == [
+        (0, 0, 1, "P2P", "0x77"),
+        (0, 1, 1, "P2P", "0x77"),
+        (1, 0, 0, "P2P", "0x77"),
+        (1, 1, 0, "P2P", "0x77"),
     ]

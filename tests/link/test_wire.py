@@ -425,11 +425,12 @@ def test_real_log_topology_carries_the_calls_written_beside_it(
     for src_rank, dst_rank, src_host, dst_host, *_ in rows:
         assert (src_host, dst_host) == (host[src_rank], host[dst_rank])
     # rank 3's `Channel 01/0 : 3[1] -> 1[1] [send] via NET/IB/2/GDRDMA` and `Channel 00/0 :
-    # 1[1] -> 3[1] [receive] via NET/IB/2/GDRDMA` (the lines a communicator line of rank 3's
-    # thread places in the communicator; rank 1's P2P lines follow its Init COMPLETE with no
-    # such line, so the topology table holds them without one)
+    # 1[1] -> 3[1] [receive] via NET/IB/2/GDRDMA`, and rank 1's `Channel 01/0 : 1[1] -> 0[0]
+    # via P2P/CUMEM`, which follows its thread's Init COMPLETE (a connection made at the
+    # first collective)
     assert (3, 1, "H20-GPU-06", "H20-GPU-05", "NET/IB", "2", None) in rows
     assert (1, 3, "H20-GPU-05", "H20-GPU-06", "NET/IB", None, "2") in rows
+    assert (1, 0, "H20-GPU-05", "H20-GPU-05", "P2P", None, None) in rows
 
 
 def test_reduce_runs_up_the_ring_to_the_root(hand_job) -> None:

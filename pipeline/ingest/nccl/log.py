@@ -905,8 +905,10 @@ def _tree_rows(parts) -> list[pl.DataFrame]:
 
 def _topology_comm(topo: pl.DataFrame, inits: pl.DataFrame, comm_ids: pl.DataFrame) -> pl.DataFrame:
     """The comm a topology line belongs to: the next Init COMPLETE of its thread, else the
-    last Init START / ``comm .. nRanks`` line of its thread (topology is printed during init,
-    on the thread that runs it)."""
+    last init line of its thread (Init START, ``comm .. nRanks`` or Init COMPLETE). Topology
+    is printed during init, on the thread that runs it; connection lines after the thread's
+    last Init COMPLETE are the connections NCCL makes at a communicator's first collective
+    (runtime connect), on the thread of its last init."""
     ids = comm_ids.select("host", "pid", "comm_ptr", "comm")
     marks = inits.join(ids, on=["host", "pid", "comm_ptr"], how="left").select(
         "line_no",
@@ -914,7 +916,7 @@ def _topology_comm(topo: pl.DataFrame, inits: pl.DataFrame, comm_ids: pl.DataFra
         "pid",
         "tid",
         pl.when(pl.col("phase") == "Init COMPLETE").then("comm").alias("c_next"),
-        pl.when(pl.col("phase") != "Init COMPLETE").then("comm").alias("c_prev"),
+        pl.col("comm").alias("c_prev"),
     )
     both = pl.concat(
         [
