@@ -50,7 +50,7 @@ browser:
 
 # ARGS=--quick for smaller inputs; installs the bench extra (HTA) on first use
 bench: $(STAMP)
-	$(BIN)/python -c "import hta" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[bench]' \
+	$(BIN)/python -c "import hta.trace_analysis" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[bench]' \
 	  || echo "HTA could not be installed: the benchmark runs without it"
 	$(BIN)/python -m benchmarks.run $(ARGS)
 
