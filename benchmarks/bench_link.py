@@ -1,10 +1,12 @@
-"""``tokenwire link`` on a large job next to a plain DuckDB scan of the same Parquet.
+"""``tokenwire link`` and ``tokenwire report`` on a large job next to a plain DuckDB scan of
+the same Parquet.
 
 The job is made from the ingested sample job (8 ranks, 2 steps) by copying its Parquet rows:
 each of ``--ranks`` ranks takes the rows of sample rank ``r % 8`` and repeats its steps
 ``--repeat`` times, shifted in time, with ids kept unique, until the dataset holds at least
 ``--events`` events (ops + kernels + collectives). The baseline reads every column of
-every table of the same dataset (a hash of each column), in the same run.
+every table of the same dataset (a hash of each column), in the same run; the report is
+written from the linked dataset.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ import sys
 from pathlib import Path
 from pipeline.link.runner import link
 link(Path(sys.argv[1]))
+"""
+REPORT = """
+import sys
+from pipeline.cli import cli
+cli(["report", sys.argv[1], "-o", sys.argv[2]], standalone_mode=False)
 """
 SCAN = """
 import sys
@@ -88,9 +95,27 @@ def build_job(sample: Path, out: Path, *, ranks: int, repeat: int) -> int:
             entry.parts[table] = [rel]
             if table in ("ops", "kernels", "collectives"):
                 events += rows.height
+        _write_file_row(con, out, entry, src)
         manifest.files[file_id] = entry
     write_manifest(out, manifest)
     return events
+
+
+def _write_file_row(con, out: Path, entry: FileEntry, src: int) -> None:
+    """The ``files`` row of a copied rank: sample rank ``src``'s, renamed (the report lists
+    a dataset's jobs from this table)."""
+    rows = pl.from_arrow(
+        con.sql("SELECT * FROM files WHERE list_contains(ranks, ?)", params=[src]).to_arrow_table()
+    ).with_columns(
+        pl.lit(entry.file_id).alias("file_id"),
+        pl.lit(entry.sha256).alias("sha256"),
+        pl.lit(entry.path).alias("path"),
+        pl.lit("bench").alias("job"),
+        pl.lit([entry.ranks[0]], pl.List(pl.Int64)).alias("ranks"),
+    )
+    rel = part_path("files", "bench", entry.file_id)
+    write_part(out, rel, part_columns("files", conform("files", rows.to_arrow())))
+    entry.parts["files"] = [rel]
 
 
 def _shift(frame: pl.DataFrame, table: str, k: int, span: int) -> pl.DataFrame:
@@ -122,13 +147,16 @@ def main() -> None:
         events = build_job(REPO / "sample_traces", dataset, ranks=args.ranks, repeat=repeat)
         scan = measure("DuckDB scan of every column", SCAN, str(dataset))
         linked = measure("tokenwire link", LINK, str(dataset))
-    print(f"== link: {args.ranks} ranks, {events:,} events")
-    for m in (scan, linked):
+        page = Path(tmp) / "report.html"
+        report = measure("tokenwire report", REPORT, str(dataset), str(page))
+    print(f"== link and report: {args.ranks} ranks, {events:,} events")
+    for m in (scan, linked, report):
         print(f"  {m.label:<32} {m.seconds:8.2f} s  peak RSS {m.peak_rss_mb:8.0f} MB")
-    print(
-        f"  ratio link/scan: time x{linked.seconds / scan.seconds:.1f}, "
-        f"peak RSS x{linked.peak_rss_mb / scan.peak_rss_mb:.1f}"
-    )
+    for m, name in ((linked, "link"), (report, "report")):
+        print(
+            f"  ratio {name}/scan: time x{m.seconds / scan.seconds:.1f}, "
+            f"peak RSS x{m.peak_rss_mb / scan.peak_rss_mb:.1f}"
+        )
 
 
 if __name__ == "__main__":
