@@ -12,6 +12,7 @@ from benchmarks import (
     bench_floor,
     bench_kineto,
     bench_link,
+    bench_memory,
     bench_nccl_log,
     bench_nsys,
     bench_predict,
@@ -33,6 +34,7 @@ def main() -> None:
     bench_link.main()
     bench_ranks.main(["--quick"] if args.quick else [])
     bench_floor.main(["--copies", "4"] if args.quick else [])
+    bench_memory.main(["--file-mb", "10", "--counts", "2,8"] if args.quick else [])
     bench_predict.main(["--list-max", "16384"] if args.quick else [])
 
 

@@ -1,0 +1,72 @@
+"""Ingest's memory follows the largest file, not the job: peak RSS of ``ingest --jobs 1`` on
+jobs of more and more rank files of the same size, next to the JSON size of the largest file
+and a fixed base (the same command on one small file: the interpreter, its imports, the
+dataset's write).
+
+    python -m benchmarks.bench_memory [--trace FILE | --file-mb 40] [--counts 4,16,64]
+
+The rank files are copies of one trace (default: a generated one-rank GPT job of
+``--file-mb`` MB, ``pipeline.synth``), each under a rank of its own. A bound holds when
+``(peak - base) / the file's JSON`` stays the same as the job grows, and at most 1.5. The
+floor of benchmarks/bench_floor.py (orjson, pyarrow) runs on the smallest job beside it,
+its base measured the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import tempfile
+from pathlib import Path
+
+from benchmarks.bench_floor import FLOOR, INGEST, many_small
+from benchmarks.measure import REPO, measure
+
+
+def _generated_trace(out: Path, file_mb: int) -> Path:
+    from pipeline.synth.__main__ import main as synth
+
+    synth([str(out), "--tp", "1", "--pp", "1", "--dp", "1", "--target-mb", str(file_mb)])
+    return next(out.glob("*.json"))
+
+
+def _json_mb(path: Path) -> float:
+    raw = path.read_bytes()
+    return len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, help="the Kineto trace every rank file copies")
+    parser.add_argument("--file-mb", type=int, default=40, help="size of the generated trace")
+    parser.add_argument("--counts", default="4,16,64", help="rank files per job, comma-separated")
+    args = parser.parse_args(argv)
+    small = next(iter(sorted((REPO / "sample_traces").glob("rank0.*.json*"))))
+    with tempfile.TemporaryDirectory(prefix="tw-memory-") as tmp:
+        work = Path(tmp)
+        trace = args.trace or _generated_trace(work / "generated", args.file_mb)
+        file_mb = _json_mb(trace)
+        base_in = many_small([small], 1, work / "base")
+        base = measure("ingest of one small file", INGEST, str(base_in), str(work / "base-ds"))
+        print(f"== ingest --jobs 1 memory: copies of {trace.name} ({file_mb:.1f} MB of JSON)")
+        print(f"  base (one {_json_mb(small):.2f} MB file): peak RSS {base.peak_rss_mb:,.0f} MB")
+        floor_base = measure("floor, one small file", FLOOR, str(base_in), str(work / "fb"))
+        count0 = int(args.counts.split(",")[0])
+        first = many_small([trace], count0, work / "floor-job")
+        floor = measure("floor", FLOOR, str(first), str(work / "floor-out"))
+        print(
+            f"  the floor, {count0} files: (peak - its base) / largest file "
+            f"x{(floor.peak_rss_mb - floor_base.peak_rss_mb) / file_mb:.2f}"
+        )
+        for count in (int(c) for c in args.counts.split(",")):
+            folder = many_small([trace], count, work / f"job{count}")
+            m = measure(f"ingest of {count} files", INGEST, str(folder), str(work / f"ds{count}"))
+            over = (m.peak_rss_mb - base.peak_rss_mb) / file_mb
+            print(
+                f"  {count:5d} files ({count * file_mb:8,.1f} MB): peak RSS {m.peak_rss_mb:7,.0f} MB,"
+                f" (peak - base) / largest file x{over:.2f}, {m.seconds:6.1f} s"
+            )
+
+
+if __name__ == "__main__":
+    main()
