@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> None:
             m = measure(f"ingest of {count} files", INGEST, str(folder), str(work / f"ds{count}"))
             over = (m.peak_rss_mb - base.peak_rss_mb) / file_mb
             print(
-                f"  {count:5d} files ({count * file_mb:8,.1f} MB): peak RSS {m.peak_rss_mb:7,.0f} MB,"
-                f" (peak - base) / largest file x{over:.2f}, {m.seconds:6.1f} s"
+                f"  {count:5d} files ({count * file_mb:8,.1f} MB): "
+                f"peak RSS {m.peak_rss_mb:7,.0f} MB, (peak - base) / largest file x{over:.2f}, "
+                f"{m.seconds:6.1f} s"
             )
 
 
