@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import pipeline
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
 from pipeline.report import build_report
@@ -155,3 +156,42 @@ def test_big_charts_draw_on_a_canvas_and_small_ones_as_svg(browser, tmp_path):
     res = check_page(browser, out)
     drawn = {c["name"]: c["renderer"] for c in res.charts}
     assert drawn == {"small": "svg", "edge": "svg", "big": "canvas", "big_concatenated": "canvas"}
+
+
+_NCCL_TESTS_OUT = """\
+# nThread 1 nGpus 1 minBytes 1024 maxBytes 4194304 step: 4(factor) warmup iters: 5 iters: 20
+# Using devices
+#  Rank  0 Group  0 Pid  11 on h0 device  0 [0000:4c:00] GPU
+#  Rank  1 Group  0 Pid  12 on h0 device  1 [0000:4d:00] GPU
+#
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+        1024           256     float     sum      -1    10.00    0.10    0.10      0     9.50    0.11    0.11      0
+       65536         16384     float     sum      -1    14.00    4.68    4.68      0    13.80    4.75    4.75      0
+     4194304       1048576     float     sum      -1   160.00   26.21   26.21      0   158.00   26.55   26.55      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 10.5
+"""  # noqa: E501
+
+
+def test_nccl_logs_and_nccl_tests_only(browser, tmp_path):
+    """The sample job's NCCL logs alone (no profiler trace), and an nccl-tests output as a job
+    of its own: both reports open cleanly and say why time is missing (the tests' own data,
+    as test_real_nccl_logs_only does with the public logs)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for log in sorted(SAMPLE.glob("rank*.nccl.log")):
+        (logs / log.name).write_bytes(log.read_bytes())
+    bench = tmp_path / "bench" / "all_reduce_perf.txt"
+    bench.parent.mkdir()
+    bench.write_text(_NCCL_TESTS_OUT)
+    ds = tmp_path / "ds"
+    assert not ingest([logs], ds, job="logs", jobs=1).errors
+    assert not ingest([bench.parent], ds, job="bench", jobs=1).errors
+    link(ds)
+    tests_rows = pipeline.open(ds).sql("SELECT count(*) FROM bandwidth_tests WHERE job = 'bench'")
+    assert tests_rows.item() == 6  # three sizes, out of place and in place
+    for job in ("logs", "bench"):
+        out = tmp_path / f"{job}.html"
+        build_report(ds, output=out, job=job)
+        check_page(browser, out)
+        assert "carry no timings" in browser.text()
