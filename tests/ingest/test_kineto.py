@@ -495,3 +495,67 @@ def test_the_b200_trace_takes_steps_from_a_named_marker(real_traces: Path) -> No
         if e.get("cat") == "user_annotation" and e["name"].startswith("execute_context_")
     ]
     assert steps["dur_ns"].item() == round(marked["dur"] * 1000)
+
+
+def _launch(ts: int, corr: int, name: str, *, cat: str = "kernel") -> list[dict]:
+    """A runtime call on the host thread at ``ts`` and the GPU activity it launched."""
+    return [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": ts, "dur": 2, "args": {"correlation": corr}},
+        {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts + 10, "dur": 20,
+         "args": {"correlation": corr, "stream": 7, "device": 0}},
+    ]  # fmt: skip
+
+
+def test_an_unnamed_kernel_a_collective_op_launched_is_communication(tmp_path: Path) -> None:
+    """c10d::allreduce_ launches a kernel no name list knows (and a second one after it, and
+    a copy): the first is its all-reduce. The same kernel name outside a collective op, and
+    one beside an NCCL kernel in another collective op, stay compute."""
+
+    def op(name: str, ts: int, dur: int) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": dur, "args": {"Input Dims": [[1024]], "Input type": ["float"]}}  # fmt: skip
+
+    events = [
+        op("c10d::allreduce_", 100, 50),
+        *_launch(105, 1, "vendor_collective_kernel"),
+        *_launch(115, 2, "vendor_collective_kernel"),
+        *_launch(125, 3, "Memcpy DtoD", cat="gpu_memcpy"),
+        *_launch(200, 4, "vendor_collective_kernel"),
+        op("c10d::broadcast_", 300, 50),
+        *_launch(305, 5, "ncclDevKernel_Broadcast_RING_LL(...)"),
+        *_launch(315, 6, "vendor_collective_kernel"),
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    tables = kineto.parse(path).tables
+    kernels = pl.from_arrow(tables["kernels"]).sort("start_ns")
+    assert kernels["kind"].to_list() == ["comm", "other", "memcpy", "other", "comm", "other"]
+    calls = pl.from_arrow(tables["collectives"]).sort("start_ns")
+    assert calls.select("op", "start_ns", "count").rows() == [
+        ("all_reduce", 115_000, 1024),
+        ("broadcast", 315_000, 1024),
+    ]
+
+
+def test_dlrm_collectives_with_unnamed_kernels_are_found_from_their_ops(
+    real_traces: Path, tmp_path: Path
+) -> None:
+    # rank 0 of DLRM with its NCCL kernels renamed to a name no list knows: the nccl:
+    # annotations around their launches still make them the same 8 collectives, same bytes
+    src = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
+    doc = _raw(src)
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_"):
+            e["name"] = "vendor_collective_kernel"
+            renamed += 1
+    path = tmp_path / "worker0.json"
+    path.write_text(json.dumps(doc))
+
+    def calls(trace: Path) -> list:
+        frame = pl.from_arrow(kineto.parse(trace).tables["collectives"])
+        return frame.group_by("op").agg(pl.len(), pl.col("bytes").sum()).sort("op").rows()
+
+    assert renamed == 8
+    assert calls(path) == calls(src) == [("all_reduce", 3, 2_485_252), ("all_to_all", 5, 64_448)]

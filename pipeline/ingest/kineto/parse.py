@@ -29,6 +29,7 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest.derive.nesting import add_nesting, add_scope_path
 from pipeline.ingest.kineto.comms import (
     collectives_table,
+    comm_by_launch,
     communicators_table,
     json_value,
     process_groups,
@@ -228,7 +229,7 @@ def parse(
     steps = _steps(host, gpu, step_marker)
     ops = _ops(host, steps)
     del host
-    kernels = _kernels(gpu, ops, steps)
+    kernels = comm_by_launch(_kernels(gpu, ops, steps), ops)
     gpu = gpu.join(meta, on="event_id", how="left")
     groups = process_groups(trace)
     comms = collectives_table(trace, groups, gpu, ops, meta, kernels, warnings)
