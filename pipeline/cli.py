@@ -81,6 +81,23 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     raise SystemExit(code)
 
 
+def _step_marker(value: str | None) -> str | None:
+    """``--step-marker``: a pattern both Python's ``re`` (its groups) and Polars read."""
+    if value is None:
+        return None
+    import re
+
+    import polars as pl
+
+    try:
+        re.compile(value)
+        pl.Series([""]).str.contains(f"^(?:{value})$")
+    except (re.error, pl.exceptions.ComputeError) as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise click.BadParameter(f"not a regular expression: {first}") from None
+    return value
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, readable=False))
 @click.option(
@@ -104,12 +121,21 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     help="Hash and parse on a Dask cluster (e.g. tcp://host:8786) instead of local processes; "
     "workers must see the files and the dataset at the same paths (needs tokenwire[dask]).",
 )
+@click.option(
+    "--step-marker",
+    metavar="REGEX",
+    callback=lambda _ctx, _param, value: _step_marker(value),
+    help="In Kineto traces without ProfilerStep#N ranges: the user annotations whose whole "
+    "name matches REGEX (an exact name is one) are the steps, numbered by its first capture "
+    "group if it has one, else in order from 0.",
+)
 def ingest(
     paths: tuple[Path, ...],
     dataset: Path,
     job: str | None,
     workers: int | None,
     scheduler: str | None,
+    step_marker: str | None,
 ) -> None:
     """Parse trace files and folders of a job into a Parquet dataset.
 
@@ -131,6 +157,7 @@ def ingest(
                 job=job,
                 jobs=workers,
                 scheduler=scheduler,
+                step_marker=step_marker,
                 on_start=bar.start,
                 on_file=bar.advance,
             )

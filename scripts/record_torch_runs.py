@@ -19,12 +19,17 @@ pp_1f1b     2      ``torch.distributed.pipelining``: one block per stage (embedd
 ddp4        4      DistributedDataParallel over 4 ranks, one gradient bucket; no loss report
 fsdp1       2      FSDP1 ``FullyShardedDataParallel``, each block wrapped
                    (``ModuleWrapPolicy``), then the root (embedding and head); no loss report
+infer_cpu   1      inference, no process group: greedy decoding of 4 tokens after a prompt of
+                   2 x 16 under ``torch.no_grad``, each token in ``record_function("decode
+                   <i>")``; profiled whole, without a schedule (so no ``ProfilerStep#N``),
+                   one trace ``rank0.pt.trace.json.gz`` and no flight recorder or job.yaml
 ==========  =====  ==========================================================================
 
 Usage (needs ``torch`` with gloo; it is not a tokenwire dependency)::
 
     python scripts/record_torch_runs.py -o tests/data/cpu_gloo
     python scripts/record_torch_runs.py -o /tmp/runs --runs pp_1f1b
+    python scripts/record_torch_runs.py -o tests/data --runs infer_cpu
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from record_cpu_runs import (  # noqa: E402
     _gzip_file,
 )
 
-RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2}
+RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2, "infer_cpu": 1}
 PP_MICRO = 4  # micro-batches per step of pp_1f1b
 
 
@@ -234,9 +239,39 @@ def job_yaml(run: str) -> str:
     )
 
 
+INFER_PROMPT = (2, 16)  # sequences x tokens of infer_cpu's prompt
+INFER_TOKENS = 4  # tokens infer_cpu decodes
+
+
+def _record_inference(dest: Path) -> None:
+    """infer_cpu: greedy decoding with the tiny GPT on one CPU thread, profiled whole."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = TinyGPT(range(LAYERS), first=True, last=True).eval()
+    ids = torch.randint(0, VOCAB, INFER_PROMPT, generator=torch.Generator().manual_seed(7))
+    dest.mkdir(parents=True)
+    trace = dest / "rank0.pt.trace.json"
+    with torch.no_grad(), profile(
+        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True, with_modules=True
+    ) as prof:
+        for i in range(INFER_TOKENS):
+            with record_function(f"decode {i}"):
+                x = model.embed(ids)
+                for block in model.blocks:
+                    x = block(x)
+                logits = model.head.lm_head(model.head.ln_f(x[:, -1:]))
+                ids = torch.cat([ids, logits.argmax(-1)], dim=1)
+    prof.export_chrome_trace(str(trace))
+    _gzip_file(trace)
+
+
 def record(run: str, out: Path) -> Path:
     """Record ``run`` into ``out/<run>`` (replacing what is there); returns the folder."""
     dest = out / run
+    if run == "infer_cpu":
+        shutil.rmtree(dest, ignore_errors=True)
+        _record_inference(dest)
+        return dest
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_worker, args=(run, RUNS[run], _free_port(), tmp), nprocs=RUNS[run], join=True)
         shutil.rmtree(dest, ignore_errors=True)

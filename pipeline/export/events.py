@@ -210,7 +210,9 @@ def _flows(collectives: pl.DataFrame | None) -> pl.Series:
     if collectives is None:
         return pl.Series("line", [], pl.String)
     key = ["instance_comm", "instance_seq"]
-    calls = collectives.filter(pl.col("instance_comm").is_not_null())
+    # (instance_comm is NULL for a collective whose source names no communicator: the
+    # sequence number says whether a call is in an instance)
+    calls = collectives.filter(pl.col("instance_seq").is_not_null())
     # (of equal starts the lowest rank last: the one collective_instances names late_rank)
     calls = calls.sort([*key, "ts_ns", "rank"], descending=[False, False, False, True])
     calls = calls.select(*key, "name", "pid", "tid", "ts_ns")

@@ -186,6 +186,7 @@ def ingest(
     scheduler: str | None = None,
     on_start: Callable[[int], None] | None = None,
     on_file: Callable[[FileOutcome], None] | None = None,
+    step_marker: str | None = None,
 ) -> IngestSummary:
     """Parse ``paths`` into ``dataset``.
 
@@ -206,6 +207,10 @@ def ingest(
         Called once with the number of input files, for progress display.
     on_file
         Called after each file, for progress display.
+    step_marker
+        A regular expression matching the whole name of the user annotations that bound
+        steps in Kineto traces without ``ProfilerStep#N`` ranges (see
+        :func:`pipeline.ingest.kineto.parse.parse`).
 
     Returns
     -------
@@ -225,6 +230,7 @@ def ingest(
 
         finished = functools.partial(_finished, _SmallTables(txn.dataset), on_file)
         planned = _plan(inputs, sizes, txn, finished, outcomes, SMALL_PART_ROWS, cluster)
+        planned = ((i, (*a, step_marker)) for i, a in planned)
         results = _parse_all(planned, sizes, jobs, finished, cluster)
         accepted = _check_ranks(results, txn)
         _commit(txn, accepted)
@@ -362,10 +368,17 @@ def _worker_environment(jobs: int) -> Iterator[None]:
 
 
 def parse_file(
-    path: Path, job: str, explicit: bool, sha256: str, dataset: Path, small_rows: int = 0
+    path: Path,
+    job: str,
+    explicit: bool,
+    sha256: str,
+    dataset: Path,
+    small_rows: int = 0,
+    step_marker: str | None = None,
 ) -> FileOutcome:
     """Detect, parse and write the parts of one file (runs in a worker process); tables of
-    fewer than ``small_rows`` rows come back in the outcome instead.
+    fewer than ``small_rows`` rows come back in the outcome instead. ``step_marker``: see
+    :func:`ingest` (Kineto traces only).
 
     Never raises: bad input and internal errors come back as a failed outcome.
     """
@@ -377,7 +390,8 @@ def parse_file(
                 raise TraceFormatError(path, "not a trace format tokenwire reads")
             out.status = "unrecognised"
             return out
-        result = module_for(fmt).parse(path)
+        options = {"step_marker": step_marker} if step_marker and fmt == "kineto" else {}
+        result = module_for(fmt).parse(path, **options)
         out.format = fmt
         out.format_version = result.format_version
         out.rank_source = result.rank_source

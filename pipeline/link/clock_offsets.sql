@@ -7,16 +7,19 @@
 
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
+-- The key (instance_comm, instance_seq) is the communicator itself for a collective, NULL
+-- where the source names none (NULL-safe: every join on it uses IS NOT DISTINCT FROM), and
+-- `<comm> p2p <src>-><dst>` for a send/recv (`p2p <src>-><dst>` without a communicator).
 CREATE TEMP TABLE _instance_rows AS
-SELECT job, rank, source, file_id, collective_id, coalesce(comm, '(none)') AS instance_comm,
+SELECT job, rank, source, file_id, collective_id, comm AS instance_comm,
        seq AS instance_seq, op, bytes, group_size, start_ns, end_ns, dur_ns,
        step, phase, layer, layer_kind, parallel_dim
 FROM collective_links WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
 UNION ALL
 -- (numbered apart: a window over every call would sort them all)
 SELECT job, rank, source, file_id, collective_id,
-       coalesce(comm, '(none)') || ' p2p '
-           || CAST(CASE WHEN op = 'send' THEN rank ELSE peer END AS VARCHAR) || '->'
+       concat_ws(' ', comm, 'p2p')
+           || ' ' || CAST(CASE WHEN op = 'send' THEN rank ELSE peer END AS VARCHAR) || '->'
            || CAST(CASE WHEN op = 'send' THEN peer ELSE rank END AS VARCHAR),
        row_number() OVER (PARTITION BY job, source, rank, comm, op, peer
                           ORDER BY enqueue_ns, start_ns, seq, collective_id) - 1,
@@ -25,8 +28,8 @@ SELECT job, rank, source, file_id, collective_id,
 FROM collective_links WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
 
 -- Every per-rank row carries its instance key, so a call joins to its collective_instances
--- row directly (job, source, instance_comm, instance_seq); NULL where it is in no instance
--- (no sequence number, or a send/recv whose peer is unknown).
+-- row directly (job, source, instance_comm, instance_seq); instance_seq is NULL where it is
+-- in no instance (no sequence number, or a send/recv whose peer is unknown).
 ALTER TABLE collective_links ADD COLUMN instance_comm VARCHAR;
 ALTER TABLE collective_links ADD COLUMN instance_seq BIGINT;
 UPDATE collective_links l
@@ -69,7 +72,8 @@ SELECT e.job, e.host, CAST(round(median(e.end_ns - ref.end_ns)) AS BIGINT) AS of
        count(*) AS instances
 FROM _host_ends e
 JOIN ref ON ref.job = e.job AND ref.source = e.source
-    AND ref.instance_comm = e.instance_comm AND ref.instance_seq = e.instance_seq
+    AND ref.instance_comm IS NOT DISTINCT FROM e.instance_comm
+    AND ref.instance_seq = e.instance_seq
 WHERE e.host <> ref.host
 GROUP BY ALL;
 
@@ -89,7 +93,8 @@ FROM _aligned_ends a
 -- (an instance seen on one rank says nothing of the clocks)
 JOIN (SELECT job, source, instance_comm, instance_seq, median(end_ns) AS end_ns
       FROM _aligned_ends GROUP BY ALL HAVING count(*) > 1) c
-    USING (job, source, instance_comm, instance_seq)
+    ON c.job = a.job AND c.source = a.source AND c.instance_comm IS NOT DISTINCT FROM
+       a.instance_comm AND c.instance_seq = a.instance_seq
 GROUP BY ALL;
 
 CREATE TEMP TABLE clock_offsets AS

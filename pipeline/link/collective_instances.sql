@@ -47,17 +47,19 @@ usual AS (
                  count(*) AS n
           FROM _instance_rows r
           SEMI JOIN (SELECT * FROM g WHERE min_op <> max_op AND NOT p2p) d
-              ON d.job = r.job AND d.source = r.source AND d.comm = r.instance_comm
+              ON d.job = r.job AND d.source = r.source AND d.comm IS NOT DISTINCT FROM r.instance_comm
              AND d.seq = r.instance_seq
           GROUP BY ALL)
     GROUP BY ALL
 ),
 i AS (
-    SELECT g.*,
+    SELECT g.*, 
            CASE WHEN p2p AND min_op <> max_op THEN 'send_recv'
                 WHEN min_op = max_op THEN min_op ELSE u.usual_op END AS op,
            same_bytes AND (min_op = max_op OR p2p) AS consistent
-    FROM g LEFT JOIN usual u USING (job, source, comm, seq)
+    FROM g LEFT JOIN usual u
+      ON u.job = g.job AND u.source = g.source AND u.comm IS NOT DISTINCT FROM g.comm
+     AND u.seq = g.seq
 )
 SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,
        first_start_ns, last_start_ns, last_start_ns - first_start_ns AS skew_ns,

@@ -30,7 +30,7 @@ WITH calls AS (
     JOIN _wait_source s USING (job, source)
     JOIN clock_offsets o USING (job, rank)
     JOIN collective_instances i
-      ON i.job = r.job AND i.source = r.source AND i.comm = r.instance_comm
+      ON i.job = r.job AND i.source = r.source AND i.comm IS NOT DISTINCT FROM r.instance_comm
      AND i.seq = r.instance_seq
     WHERE i.ranks_seen > 1 AND r.start_ns IS NOT NULL AND r.dur_ns IS NOT NULL
 )

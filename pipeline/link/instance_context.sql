@@ -15,7 +15,7 @@ SELECT u.job, u.rank, u.source, u.file_id, u.collective_id, i.step, i.phase, i.l
 FROM _unplaced u
 JOIN _instance_rows r USING (job, rank, source, file_id, collective_id)
 JOIN collective_instances i
-  ON i.job = r.job AND i.source = r.source AND i.comm = r.instance_comm
+  ON i.job = r.job AND i.source = r.source AND i.comm IS NOT DISTINCT FROM r.instance_comm
  AND i.seq = r.instance_seq
 WHERE i.step IS NOT NULL;
 

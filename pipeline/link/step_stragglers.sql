@@ -55,7 +55,9 @@ WITH w AS (
            i.last_start_ns + o.offset_ns AS end_ns
     FROM _step_straggler s
     JOIN _caused c USING (job, step, rank)
-    JOIN collective_instances i USING (job, source, comm, seq)
+    JOIN collective_instances i
+      ON i.job = c.job AND i.source = c.source AND i.comm IS NOT DISTINCT FROM c.comm
+     AND i.seq = c.seq
     JOIN clock_offsets o USING (job, rank)
     WHERE i.last_start_ns > i.first_start_ns
 ),

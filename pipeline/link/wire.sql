@@ -166,15 +166,18 @@ WHERE o.source <> 'nccl_log' AND len(o.ranks) = o.nranks
 GROUP BY ALL HAVING count(DISTINCT k.comm) = 1;
 
 -- The instances, each with its members (sorted global ranks), model and evidence. A
--- send/recv instance's comm is `<comm> p2p <src>-><dst>` (clock_offsets.sql).
+-- send/recv instance's comm is `<comm> p2p <src>-><dst>`, or `p2p <src>-><dst>` where the
+-- source names no communicator (clock_offsets.sql); a collective's comm may be NULL.
 CREATE TEMP TABLE _wire_inst AS
 WITH base AS (
-    SELECT i.*, regexp_extract(i.comm, '^(.*) p2p (-?\d+)->(-?\d+)$', ['base', 'src', 'dst'])
-               AS p2p,
+    SELECT i.*, regexp_extract(coalesce(i.comm, ''), '^(?:.* )?p2p (-?\d+)->(-?\d+)$',
+                               ['src', 'dst']) AS p2p,
            e.algorithm AS logged, e.protocol, e.log_comm, e.root_rank
     FROM collective_instances i
     JOIN _wire_source USING (job, source)
-    LEFT JOIN _wire_evidence e USING (job, source, comm, seq)
+    LEFT JOIN _wire_evidence e
+      ON e.job = i.job AND e.source = i.source AND e.comm IS NOT DISTINCT FROM i.comm
+     AND e.seq = i.seq
     WHERE i.bytes > 0 AND i.op NOT IN ('barrier', 'unknown')
 ),
 -- a call nothing placed in a step when its instance was made may have one since
@@ -190,16 +193,18 @@ late_steps AS (
 ),
 shaped AS (
     SELECT b.*, coalesce(b.step, ls.step) AS step_any,
-           CASE WHEN b.p2p.base = '' THEN s.ranks END AS members,
+           CASE WHEN b.p2p.src = '' THEN s.ranks END AS members,
            coalesce(b.log_comm, c.log_comm) AS topo_comm,
-           CASE WHEN b.p2p.base <> '' THEN 'p2p'
+           CASE WHEN b.p2p.src <> '' THEN 'p2p'
                 WHEN b.op = 'all_reduce' AND b.logged = 'tree' THEN 'tree'
                 WHEN b.op IN ('all_reduce', 'all_gather', 'reduce_scatter') THEN 'ring'
                 WHEN b.op IN ('broadcast', 'reduce') THEN 'chain'
                 WHEN b.op IN ('all_to_all', 'gather', 'scatter') THEN b.op
            END AS model
     FROM base b
-    LEFT JOIN late_steps ls USING (job, source, comm, seq)
+    LEFT JOIN late_steps ls
+      ON ls.job = b.job AND ls.source = b.source AND ls.comm IS NOT DISTINCT FROM b.comm
+     AND ls.seq = b.seq
     LEFT JOIN _comm_sets s ON s.job = b.job AND s.source = b.source AND s.comm = b.comm
     LEFT JOIN _wire_log_comm_by_set c
       ON c.job = b.job AND c.source = b.source AND c.comm = b.comm
@@ -334,7 +339,8 @@ SELECT i.job, i.source, i.comm, i.seq, i.op, i.algorithm, i.protocol, e.path,
        t.transport, t.src_nic, t.dst_nic, e.channel, e.channels, e.bytes,
        i.start_ns, i.dur_ns, i.step, i.phase, i.layer, i.parallel_dim
 FROM _wire_edges e
-JOIN _wire_inst i USING (job, comm, seq)
+JOIN _wire_inst i
+  ON i.job = e.job AND i.comm IS NOT DISTINCT FROM e.comm AND i.seq = e.seq
 LEFT JOIN _rank_hosts hs ON hs.job = e.job AND hs.rank = e.src
 LEFT JOIN _rank_hosts hd ON hd.job = e.job AND hd.rank = e.dst
 LEFT JOIN _wire_transport t ON t.job = e.job AND t.src = e.src AND t.dst = e.dst

@@ -108,6 +108,15 @@ def section(ctx: Context) -> Section:
         )
     else:
         sec.add(Note("No warnings were raised while parsing.", "text"))
+    marked = ctx.row("quality_marked_steps")
+    if marked.get("ranks"):
+        sec.add(
+            Note(
+                f"{marked['ranks']:,} rank(s) recorded no ProfilerStep ranges: their steps are "
+                f"the ranges of the marker named at ingest ({marked['markers']}).",
+                "text",
+            )
+        )
     whole = ctx.row("quality_whole_trace_steps").get("ranks")
     if whole:
         sec.add(

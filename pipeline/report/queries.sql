@@ -297,6 +297,13 @@ GROUP BY ALL ORDER BY source, collectives DESC, step_from;
 SELECT count(DISTINCT rank) AS ranks FROM steps
 WHERE job = $job AND marker = 'whole_trace';
 
+-- name: quality_marked_steps
+-- Ranks whose steps are the ranges of a marker the user named (ingest --step-marker), and
+-- the markers.
+SELECT count(DISTINCT rank) AS ranks, string_agg(DISTINCT marker, ', ' ORDER BY marker) AS markers
+FROM steps
+WHERE job = $job AND marker NOT IN ('ProfilerStep', 'whole_trace');
+
 -- name: quality_matches
 -- After tokenwire link: how many calls of each other source (NCCL logs, Nsight, flight
 -- recorder) were paired with the profiler's, by which method, and whether sizes agreed.

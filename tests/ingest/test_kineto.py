@@ -402,3 +402,160 @@ def test_dlrm_without_cuda_activities_keeps_its_collectives(real_traces: Path, t
     assert host.height == full.height == 8
     assert sorted(host["op"]) == sorted(full["op"])
     assert host["bytes"].sum() == full["bytes"].sum()
+
+
+def _marked_trace(tmp_path: Path, *, profiler_step: bool = False) -> Path:
+    """A trace without ProfilerStep#N whose steps the user marked: ``batch 3`` and ``batch
+    4`` (the second holding a nested ``batch 9``), an all-reduce in each, and an unrelated
+    annotation ``batch 3 setup`` whose name only starts like a marker."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "batch 3", "pid": 7, "tid": 7, "ts": 100,
+         "dur": 50},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 110,
+         "dur": 20},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 7, "tid": 8,
+         "ts": 131, "dur": 10, "args": {"Input Dims": [[1024]], "Input type": ["float"]}},
+        {"ph": "X", "cat": "user_annotation", "name": "batch 3 setup", "pid": 7, "tid": 7,
+         "ts": 160, "dur": 5},
+        {"ph": "X", "cat": "user_annotation", "name": "batch 4", "pid": 7, "tid": 7, "ts": 200,
+         "dur": 60},
+        {"ph": "X", "cat": "user_annotation", "name": "batch 9", "pid": 7, "tid": 7, "ts": 210,
+         "dur": 10},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 7, "tid": 8,
+         "ts": 230, "dur": 10, "args": {"Input Dims": [[1024]], "Input type": ["float"]}},
+    ]  # fmt: skip
+    if profiler_step:
+        events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1",
+                       "pid": 7, "tid": 7, "ts": 90, "dur": 200})  # fmt: skip
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("marker", "steps", "calls"),
+    [
+        # the capture group numbers the steps; the nested batch 9 is part of step 4
+        (r"batch (\d+)", [(3, 100_000, 150_000), (4, 200_000, 260_000)], [3, 4]),
+        # no group: numbered in order from 0
+        (r"batch \d+", [(0, 100_000, 150_000), (1, 200_000, 260_000)], [0, 1]),
+        # an exact name is a pattern too; the first all-reduce is then in no step
+        ("batch 4", [(0, 200_000, 260_000)], [None, 0]),
+    ],
+)
+def test_steps_from_a_marker_the_user_names(
+    tmp_path: Path, marker: str, steps: list, calls: list
+) -> None:
+    tables = kineto.parse(_marked_trace(tmp_path), step_marker=marker).tables
+    got = pl.from_arrow(tables["steps"]).sort("start_ns")
+    assert got.select("step", "start_ns", "end_ns").rows() == steps
+    assert set(got["marker"]) == {marker}
+    assert pl.from_arrow(tables["collectives"]).sort("start_ns")["step"].to_list() == calls
+
+
+def test_a_step_marker_yields_to_profiler_steps_and_to_a_trace_without_it(
+    tmp_path: Path,
+) -> None:
+    with_steps = kineto.parse(_marked_trace(tmp_path, profiler_step=True), step_marker="batch 4")
+    got = pl.from_arrow(with_steps.tables["steps"]).select("step", "marker").rows()
+    assert got == [(1, "ProfilerStep")]
+    no_match = kineto.parse(_marked_trace(tmp_path), step_marker="epoch").tables["steps"]
+    assert pl.from_arrow(no_match).select("step", "marker").rows() == [(0, "whole_trace")]
+
+
+def test_ingest_step_marker_option(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    import pipeline
+    from pipeline.cli import cli
+
+    trace = _marked_trace(tmp_path)
+    dataset = tmp_path / "ds"
+    args = ["ingest", str(trace), "-o", str(dataset), "--job", "marked"]
+    result = CliRunner().invoke(cli, [*args, "--step-marker", r"batch (\d+)"])
+    assert result.exit_code == 0, result.output
+    steps = pipeline.open(dataset).sql("SELECT step, marker FROM steps ORDER BY step").rows()
+    assert steps == [(3, r"batch (\d+)"), (4, r"batch (\d+)")]
+    bad = CliRunner().invoke(cli, [*args, "--step-marker", "batch ("])
+    assert bad.exit_code == 2
+    assert "--step-marker" in bad.output and "not a regular expression" in bad.output
+
+
+def test_the_b200_trace_takes_steps_from_a_named_marker(real_traces: Path) -> None:
+    # its one vLLM execute_context range bounds the step instead of the whole trace
+    path = real_traces / "kineto/b200_rank0of8_eager.json.gz"
+    tables = kineto.parse(path, step_marker=r"execute_context_.*").tables
+    steps = pl.from_arrow(tables["steps"])
+    assert steps.select("step", "marker").rows() == [(0, "execute_context_.*")]
+    events = _raw(path)["traceEvents"]
+    # (the GPU's copy of the range, gpu_user_annotation, is no marker)
+    (marked,) = [
+        e
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("execute_context_")
+    ]
+    assert steps["dur_ns"].item() == round(marked["dur"] * 1000)
+
+
+def _launch(ts: int, corr: int, name: str, *, cat: str = "kernel") -> list[dict]:
+    """A runtime call on the host thread at ``ts`` and the GPU activity it launched."""
+    return [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": ts, "dur": 2, "args": {"correlation": corr}},
+        {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts + 10, "dur": 20,
+         "args": {"correlation": corr, "stream": 7, "device": 0}},
+    ]  # fmt: skip
+
+
+def test_an_unnamed_kernel_a_collective_op_launched_is_communication(tmp_path: Path) -> None:
+    """c10d::allreduce_ launches a kernel no name list knows (and a second one after it, and
+    a copy): the first is its all-reduce. The same kernel name outside a collective op, and
+    one beside an NCCL kernel in another collective op, stay compute."""
+
+    def op(name: str, ts: int, dur: int) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": dur, "args": {"Input Dims": [[1024]], "Input type": ["float"]}}  # fmt: skip
+
+    events = [
+        op("c10d::allreduce_", 100, 50),
+        *_launch(105, 1, "vendor_collective_kernel"),
+        *_launch(115, 2, "vendor_collective_kernel"),
+        *_launch(125, 3, "Memcpy DtoD", cat="gpu_memcpy"),
+        *_launch(200, 4, "vendor_collective_kernel"),
+        op("c10d::broadcast_", 300, 50),
+        *_launch(305, 5, "ncclDevKernel_Broadcast_RING_LL(...)"),
+        *_launch(315, 6, "vendor_collective_kernel"),
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    tables = kineto.parse(path).tables
+    kernels = pl.from_arrow(tables["kernels"]).sort("start_ns")
+    assert kernels["kind"].to_list() == ["comm", "other", "memcpy", "other", "comm", "other"]
+    calls = pl.from_arrow(tables["collectives"]).sort("start_ns")
+    assert calls.select("op", "start_ns", "count").rows() == [
+        ("all_reduce", 115_000, 1024),
+        ("broadcast", 315_000, 1024),
+    ]
+
+
+def test_dlrm_collectives_with_unnamed_kernels_are_found_from_their_ops(
+    real_traces: Path, tmp_path: Path
+) -> None:
+    # rank 0 of DLRM with its NCCL kernels renamed to a name no list knows: the nccl:
+    # annotations around their launches still make them the same 8 collectives, same bytes
+    src = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
+    doc = _raw(src)
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_"):
+            e["name"] = "vendor_collective_kernel"
+            renamed += 1
+    path = tmp_path / "worker0.json"
+    path.write_text(json.dumps(doc))
+
+    def calls(trace: Path) -> list:
+        frame = pl.from_arrow(kineto.parse(trace).tables["collectives"])
+        return frame.group_by("op").agg(pl.len(), pl.col("bytes").sum()).sort("op").rows()
+
+    assert renamed == 8
+    assert calls(path) == calls(src) == [("all_reduce", 3, 2_485_252), ("all_to_all", 5, 64_448)]

@@ -274,7 +274,8 @@ def test_pipeline_calls_carry_their_instance_key(datasets: dict[str, Dataset]) -
         .sql(
             "SELECT count(*), count(i.seq), count(DISTINCT (i.comm, i.seq)) "
             "FROM collectives_linked l LEFT JOIN collective_instances i "
-            "ON i.job = l.job AND i.source = l.source AND i.comm = l.instance_comm "
+            "ON i.job = l.job AND i.source = l.source "
+            "AND i.comm IS NOT DISTINCT FROM l.instance_comm "
             "AND i.seq = l.instance_seq WHERE l.source = 'kineto'"
         )
         .rows()

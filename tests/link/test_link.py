@@ -473,13 +473,58 @@ def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp
 
 
 def test_every_per_rank_call_carries_its_instance_key(real_traces: Path, tmp_path: Path):
-    # DLRM names no process group: comm is NULL on every per-rank row, the instance key
-    # spells that '(none)', and each of the 64 calls joins its instance
+    # DLRM names no process group: comm is NULL on every per-rank row and in the instance
+    # key alike, and each of the 64 calls joins its instance NULL-safe
     ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
     rows = ds.sql(
-        "SELECT count(*), count(l.comm), count(i.seq), count(DISTINCT (i.comm, i.seq)) "
+        "SELECT count(*), count(l.comm), count(l.instance_comm), count(i.seq), "
+        "count(i.comm), count(DISTINCT (i.comm, i.seq)) "
         "FROM collectives_linked l LEFT JOIN collective_instances i "
-        "ON i.job = l.job AND i.source = l.source AND i.comm = l.instance_comm "
-        "AND i.seq = l.instance_seq"
+        "ON i.job = l.job AND i.source = l.source AND i.comm IS NOT DISTINCT FROM "
+        "l.instance_comm AND i.seq = l.instance_seq"
     ).rows()
-    assert rows == [(64, 0, 64, 8)]
+    assert rows == [(64, 0, 0, 64, 0, 8)]
+    waits = ds.sql("SELECT count(*), count(comm) FROM collective_waits").rows()
+    assert waits == [(64, 0)]
+
+
+@pytest.mark.parametrize(
+    ("layout", "keys"),
+    [
+        # one data-parallel group's all-reduces: 4 instances of the two ranks
+        ({"dp": 2}, [(None, "all_reduce", 4, 8)]),
+        # a pipeline's sends and recvs: a key per direction, without a communicator
+        ({"pp": 2}, [("p2p 0->1", "send_recv", 4, 8), ("p2p 1->0", "send_recv", 4, 8)]),
+    ],
+)
+def test_calls_without_a_communicator_match_by_a_null_key(
+    tmp_path: Path, layout: dict, keys: list
+) -> None:
+    """A source that names no communicator (collectives.comm NULL): the instances keep comm
+    NULL (no sentinel string), every call joins its instance NULL-safe, and waits count
+    each call once."""
+    import polars as pl
+
+    from pipeline.synth.job import JobSpec, job_traces
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    spec = JobSpec(**{"tp": 1, "pp": 1, "dp": 1, **layout}, layers=2, global_batch=4)
+    for name, text in job_traces(spec).items():
+        (traces / name).write_text(text)
+    dataset = tmp_path / "ds"
+    assert not ingest([traces], dataset, job="nocomm", jobs=1).errors
+    no_comm = pl.lit(None, pl.String).alias("comm")
+    edit_parts(dataset, "collectives", lambda frame: frame.with_columns(no_comm))
+    link(dataset)
+    ds = pipeline.open(dataset)
+    got = ds.sql(
+        "SELECT i.comm, i.op, count(DISTINCT i.seq), count(*) FROM collectives_linked l "
+        "JOIN collective_instances i ON i.job = l.job AND i.source = l.source "
+        "AND i.comm IS NOT DISTINCT FROM l.instance_comm AND i.seq = l.instance_seq "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert got == keys
+    assert ds.sql("SELECT count(*) FROM collectives_linked WHERE comm IS NOT NULL").item() == 0
+    waits = ds.sql("SELECT count(*), min(transfer_ns) FROM collective_waits").row(0)
+    assert waits[0] == sum(k[3] for k in keys) and waits[1] >= 0

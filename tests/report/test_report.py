@@ -361,3 +361,27 @@ def test_a_trace_without_steps_is_reported_as_one_step(tmp_path):
     res = CliRunner().invoke(cli, ["report", str(ds), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "1 rank(s) recorded no ProfilerStep ranges" in out.read_text()
+
+
+def test_steps_from_a_named_marker_are_reported_with_it(tmp_path):
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"decode {k}", "pid": 7, "tid": 7,
+         "ts": 100 + 100 * k, "dur": 60}
+        for k in range(3)
+    ] + [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7,
+         "ts": 110 + 100 * k, "dur": 30}
+        for k in range(3)
+    ]  # fmt: skip
+    src = tmp_path / "infer"
+    src.mkdir()
+    (src / "rank0.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    ds = tmp_path / "ds"
+    assert not ingest([src], ds, job="infer", step_marker=r"decode (\d+)").errors
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["report", str(ds), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    assert "1 rank(s) recorded no ProfilerStep ranges: their steps are the ranges of" in page
+    assert r"(decode (\d+))" in page
+    assert "spanning the whole trace" not in page

@@ -202,6 +202,58 @@ def _enclosing(inner: pl.DataFrame, outer: pl.DataFrame, prefix: str) -> pl.Data
     )
 
 
+def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """``kernels`` with the kernel a collective op launched classed ``comm`` where its name
+    says nothing (kind ``other``): a custom all-reduce, a vendor's or a new library's kernel
+    that :data:`~pipeline.ingest.vocab.COMM_KERNEL` does not list yet.
+
+    The launching op is the ``c10d::`` / ``symm_mem::`` op
+    (:data:`~pipeline.ingest.vocab.COLLECTIVE_LAUNCH_OP`) or ``nccl:<op>`` annotation around
+    the runtime call that launched the kernel (same thread). Only an op that launched no
+    kernel named as communication counts, and of its unnamed kernels only the first (one
+    call, one collective); copies, memsets and kernels of a known kind stay what they are
+    (packing a buffer is not the transfer). Its collective then takes the op from the
+    launching op, as any kernel without metadata does (:func:`_nccl_kernel_collectives`).
+    """
+    named = pl.col("name").str.contains(COLLECTIVE_LAUNCH_OP) & ~pl.col("name").str.contains("wait")
+    annotated = (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(
+        r"^(nccl|rccl):"
+    )
+    launchers = ops.filter(named | annotated).select(
+        "pid", "tid", "start_ns", "end_ns", pl.col("op_id").alias("launcher_id")
+    )
+    candidates = kernels.filter(pl.col("kind").is_in(["comm", "other"]))
+    if launchers.is_empty() or candidates.filter(pl.col("kind") == "other").is_empty():
+        return kernels
+    calls = (
+        ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
+        .select("correlation", "pid", "tid", "start_ns", "end_ns")
+        .drop_nulls("correlation")
+        .unique("correlation", keep="first")
+    )
+    launched = candidates.select("kernel_id", "kind", "correlation", "start_ns").join(
+        calls.rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"}), on="correlation"
+    )
+    host = launched.select(
+        "kernel_id", "pid", "tid", pl.col("call_start_ns").alias("start_ns"),
+        pl.col("call_end_ns").alias("end_ns"),
+    )  # fmt: skip
+    around = _enclosing(host, launchers, "l_").select("kernel_id", "l_launcher_id")
+    by_op = launched.join(around, on="kernel_id").drop_nulls("l_launcher_id")
+    unnamed = by_op.filter(
+        (pl.col("kind") == "other") & ~(pl.col("kind") == "comm").any().over("l_launcher_id")
+    )
+    first = unnamed.sort("start_ns", "kernel_id").unique(
+        "l_launcher_id", keep="first", maintain_order=True
+    )
+    return kernels.with_columns(
+        pl.when(pl.col("kernel_id").is_in(first["kernel_id"].implode()))
+        .then(pl.lit("comm"))
+        .otherwise(pl.col("kind"))
+        .alias("kind")
+    )
+
+
 def _nccl_kernel_collectives(
     events: pl.DataFrame, ops: pl.DataFrame, meta: pl.DataFrame, kernels: pl.DataFrame
 ) -> pl.DataFrame:

@@ -29,6 +29,7 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest.derive.nesting import add_nesting, add_scope_path
 from pipeline.ingest.kineto.comms import (
     collectives_table,
+    comm_by_launch,
     communicators_table,
     json_value,
     process_groups,
@@ -198,11 +199,15 @@ def sniff(path: Path, head: bytes) -> bool:
     return text.startswith(b"{") and any(key in text for key in keys)
 
 
-def parse(path: Path, *, batch_bytes: int = BATCH_BYTES) -> ParseResult:
+def parse(
+    path: Path, *, batch_bytes: int = BATCH_BYTES, step_marker: str | None = None
+) -> ParseResult:
     """Parse one Kineto trace into the dataset's tables.
 
     ``batch_bytes`` is how much JSON is decoded into Python objects at a time; it bounds the
     parser's memory beyond the columnar result and does not change the tables.
+    ``step_marker``: a regular expression matching the whole name of the user annotations
+    that bound steps where the trace has no ``ProfilerStep#N`` (see :func:`_marked_steps`).
 
     Raises
     ------
@@ -221,10 +226,10 @@ def parse(path: Path, *, batch_bytes: int = BATCH_BYTES) -> ParseResult:
         raise TraceFormatError(path, f"$.baseTimeNanoseconds: {base} is out of range")
     rank, rank_source = _rank(path, trace, warnings)
     host, gpu, meta = batches.frames(trace.baseTimeNanoseconds or 0)
-    steps = _steps(host, gpu)
+    steps = _steps(host, gpu, step_marker)
     ops = _ops(host, steps)
     del host
-    kernels = _kernels(gpu, ops, steps)
+    kernels = comm_by_launch(_kernels(gpu, ops, steps), ops)
     gpu = gpu.join(meta, on="event_id", how="left")
     groups = process_groups(trace)
     comms = collectives_table(trace, groups, gpu, ops, meta, kernels, warnings)
@@ -504,12 +509,14 @@ def us_text_to_ns(text: pl.Expr) -> pl.Expr:
     return text.cast(pl.Decimal(38, 3), strict=False).to_physical().cast(pl.Int64, strict=False)
 
 
-def _steps(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _steps(events: pl.DataFrame, gpu: pl.DataFrame, step_marker: str | None = None) -> pl.DataFrame:
     """``ProfilerStep#N`` ranges on the host: step number, start, end, marker.
 
-    A trace without them (inference, a profiler run with no schedule) is one step, 0,
-    spanning every host and GPU event (``marker`` ``whole_trace``), so that it still gets a
-    time breakdown and its collectives a step.
+    A trace without them takes the ranges of the user's ``step_marker``
+    (:func:`_marked_steps`) where it names one and the trace has some; else (inference, a
+    profiler run with no schedule) it is one step, 0, spanning every host and GPU event
+    (``marker`` ``whole_trace``), so that it still gets a time breakdown and its collectives
+    a step.
     """
     steps = (
         events.filter(
@@ -527,6 +534,10 @@ def _steps(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     )
     if not steps.is_empty():
         return steps
+    if step_marker is not None:
+        marked = _marked_steps(events, step_marker).cast(steps.schema)
+        if not marked.is_empty():
+            return marked
     spans = pl.concat(
         [f.select("start_ns", "end_ns") for f in (events, gpu) if not f.is_empty()]
         or [steps.select("start_ns", "end_ns")]
@@ -537,6 +548,34 @@ def _steps(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(
         {"step": [0], "start_ns": [start], "end_ns": [end], "marker": ["whole_trace"]},
         schema=steps.schema,
+    )
+
+
+def _marked_steps(events: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    """Steps from the user annotations (``record_function`` ranges) whose whole name matches
+    ``pattern``, a regular expression (an exact name is one): ``marker`` is the pattern.
+
+    The step number is the pattern's first capture group where it has one (``step (\\d+)``),
+    else the range's place in the trace from 0. A range inside an earlier one (a marker
+    nested in a marker) is part of that step, not a step of its own; a range whose group
+    holds no number is left out.
+    """
+    anchored = f"^(?:{pattern})$"
+    marked = events.filter(
+        (pl.col("cat") == "user_annotation") & pl.col("name").str.contains(anchored)
+    ).sort("start_ns", "end_ns")
+    ends_before = pl.col("end_ns").cum_max().shift(1)
+    marked = marked.filter(ends_before.is_null() | (pl.col("start_ns") >= ends_before))
+    if re.compile(pattern).groups:
+        number = pl.col("name").str.extract(anchored, 1).cast(pl.Int64, strict=False)
+    else:
+        number = pl.int_range(pl.len(), dtype=pl.Int64)
+    return (
+        marked.select(
+            number.alias("step"), "start_ns", "end_ns", pl.lit(pattern, pl.String).alias("marker")
+        )
+        .drop_nulls("step")
+        .unique("step", keep="first", maintain_order=True)
     )
 
 
