@@ -53,7 +53,7 @@ def test_local_cluster_writes_the_same_dataset(real_traces: Path, tmp_path: Path
     local = ingest(folders, tmp_path / "local", jobs=1)
     assert not local.errors
     with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
     ) as c:
         remote = ingest(folders, tmp_path / "dask", scheduler=c.scheduler_address)
     assert not remote.errors
@@ -99,7 +99,7 @@ def test_the_client_reads_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(run, "_sha256", no_reading)
     with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
     ) as c:
         remote = ingest([sample], tmp_path / "dask", scheduler=c.scheduler_address)
         again = ingest([sample], tmp_path / "dask", scheduler=c.scheduler_address)
