@@ -323,10 +323,12 @@ def test_json_shape():
     assert doc["model"]["params"] == 7_386_624 and doc["model"]["flops_per_token"] > 0
     assert doc["tokens_per_step"] == 2048 and doc["rank"] == 3
     assert set(doc["rows"][0]) == {"parallel_dim", "op", "phase", "layer_kind", "purpose",
-                                   "calls", "bytes", "wire_bytes", "est_time_s"}  # fmt: skip
+                                   "calls", "bytes", "wire_bytes", "intra_node_bytes",
+                                   "inter_node_bytes", "est_time_s"}  # fmt: skip
     t = doc["totals"]
-    assert set(t) == {"bytes", "wire_bytes", "bytes_per_token", "by_dim"}
+    split = {"wire_bytes", "intra_node_bytes", "inter_node_bytes"}
+    assert set(t) == {"bytes", "bytes_per_token", "by_dim"} | split
     assert t["bytes"] == sum(r["bytes"] for r in doc["rows"])
     assert t["bytes_per_token"] == t["bytes"] / 2048
     assert set(t["by_dim"]) == {"tp", "pp", "dp"}
-    assert set(t["by_dim"]["tp"]) == {"bytes", "wire_bytes"}
+    assert set(t["by_dim"]["tp"]) == {"bytes"} | split
