@@ -62,6 +62,7 @@ _MODEL_KEYS = (
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
 _MOE_KEYS = (
     "experts", "top_k", "every", "first_dense", "ffn_hidden", "shared_experts", "capacity_factor",
+    "max_nodes", "dispatch_dtype", "combine_dtype",
 )  # fmt: skip
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim")
 _PARALLEL_KEYS = (
@@ -94,6 +95,11 @@ class MoE:
     ffn_hidden: int = 0
     shared_experts: int = 0
     capacity_factor: float | None = None
+    #: node-limited routing (DeepSeek-V3): a token's experts lie on at most this many nodes
+    max_nodes: int | None = None
+    #: element types of the dispatch and combine all-to-alls (None: ``dtypes.activations``)
+    dispatch_dtype: str | None = None
+    combine_dtype: str | None = None
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether 0-based layer ``index`` is an MoE layer (DeepSeek/HF rule)."""
@@ -460,7 +466,7 @@ def build_job(
 ) -> Job:
     """A job from a ``job.yaml`` and/or ``section.key`` overrides (command-line flags).
 
-    ``overrides`` maps dotted keys (``parallel.tp``, ``model.preset``, ``recompute``) to
+    ``overrides`` maps dotted keys (``parallel.tp``, ``model.moe.max_nodes``, ``recompute``) to
     values; ``None`` values are skipped. A ``model.preset`` override replaces the file's
     whole ``model`` section. Errors name the file (when there is one) and the key.
     """
@@ -476,11 +482,14 @@ def build_job(
         if dotted == "model.preset":
             doc["model"] = {"preset": value}
             continue
-        sec = doc.get(section)
-        if not isinstance(sec, dict):
-            sec = {}
-        sec[key] = value
-        doc[section] = sec
+        # (nested keys, model.moe.max_nodes, go one mapping deeper per dot)
+        node = doc
+        *parents, last = dotted.split(".")
+        for part in parents:
+            sub = node.get(part)
+            node[part] = sub = dict(sub) if isinstance(sub, Mapping) else {}
+            node = sub
+        node[last] = value
     try:
         job = job_from_dict(doc, world_size=world_size)
     except ConfigError as exc:
@@ -624,7 +633,19 @@ def _moe(raw: Any, ffn: int, layers: int) -> MoE:
     cf = raw.get("capacity_factor")
     if cf is not None:
         cf = _pos_num(cf, "model.moe.capacity_factor")
-    return MoE(experts, top_k, every, first_dense, eff, shared, cf)
+    max_nodes = raw.get("max_nodes")
+    if max_nodes is not None:
+        max_nodes = _pos_int(max_nodes, "model.moe.max_nodes", MAX_RANKS)
+        if cf is not None:
+            raise ConfigError(
+                "model.moe.max_nodes: node-limited routing is modelled dropless; leave "
+                "model.moe.capacity_factor null"
+            )
+    dtypes = {
+        k: None if raw.get(k) is None else _choice(raw[k], tuple(DTYPE_BYTES), f"model.moe.{k}")
+        for k in ("dispatch_dtype", "combine_dtype")
+    }
+    return MoE(experts, top_k, every, first_dense, eff, shared, cf, max_nodes, **dtypes)
 
 
 def _mla(raw: Any) -> MLA:

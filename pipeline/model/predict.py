@@ -28,7 +28,7 @@ from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import ConfigError
 from pipeline.gcpause import gc_paused
 from pipeline.model import params as P
-from pipeline.model.config import MAX_INT64, Job, job_from_dict, load_job
+from pipeline.model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
 from pipeline.model.traffic import ep_a2a_message, node_split, wire_bytes
 
 #: Display and sort order of parallel dimensions and phases.
@@ -343,24 +343,33 @@ class _Rows:
 
     def add(
         self, dim: str, op: str, phase: str, kind: str, calls: int, message: int,
-        ranks: _Span, purpose: str,
+        ranks: _Span, purpose: str, *, limit: tuple[int, int] | None = None,
     ) -> None:  # fmt: skip
+        """``limit``: ``(k, x)`` for an expert all-to-all under node-limited routing, each
+        token sent across to ``x`` other nodes and forwarded inside them to its ``k``
+        experts."""
         if calls <= 0 or message <= 0 or len(ranks) < 2:
             return
         key = (dim, op, phase, kind, purpose, int(message), len(ranks), ranks.local,
-               _link(self.job, ranks))  # fmt: skip
+               _link(self.job, ranks), limit)  # fmt: skip
         self.rows.setdefault(key, [0])[0] += calls
 
     def build(self) -> tuple[Row, ...]:
         net = self.job.network
         out = []
-        for (dim, op, phase, kind, purpose, msg, n, local, link), (calls,) in self.rows.items():
+        for key, (calls,) in self.rows.items():
+            dim, op, phase, kind, purpose, msg, n, local, link, limit = key
             if calls * msg > MAX_INT64:
                 raise _beyond_int64(self.job, dim, op, calls * msg)
             bw = (net.intra_node_GBps if link == "intra" else net.inter_node_GBps) * 1e9
             w = wire_bytes(op, msg, n, net.algorithm, intra=link == "intra")
-            moved = msg if op == "recv" else w
             intra, inter = node_split(op, w, msg, n, local, crosses=link == "inter")
+            if limit is not None:
+                # message = k·T·h·e: T·x·h·e across nodes, T·k·h·e forwarded inside them
+                k, x = limit
+                intra, inter = float(msg), msg * x / k
+                w = intra + inter
+            moved = msg if op == "recv" else w
             out.append(
                 Row(dim, op, phase, kind, purpose, calls, calls * msg, calls * w, calls * intra,
                     calls * inter, calls * moved / bw, msg, n, link)
@@ -507,25 +516,51 @@ def _context_parallel(job: Job, rank: int, n_layers: int, acc: _Rows) -> None:
 
 
 def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
-    """EP all-to-alls: dispatch + combine forward, their transposes backward."""
+    """EP all-to-alls: dispatch + combine forward, their transposes backward; with
+    ``model.moe.dispatch_dtype``/``combine_dtype`` or ``max_nodes`` (DeepSeek-V3) dispatch
+    and combine are items of their own."""
     par, m = job.parallel, job.model
-    if par.ep == 1 or n_moe == 0 or m.moe is None:
+    moe = m.moe
+    if par.ep == 1 or n_moe == 0 or moe is None:
         return
     g = span(job, rank, ("ep",), expert=True)
     tokens = job.batch.micro_batch * m.seq_len // par.cp
     if par.sequence_parallel:
         tokens //= par.tp
-    msg = ep_a2a_message(
-        k=m.moe.top_k, tokens=tokens, h=m.hidden, e=job.dtypes.e_a,
-        capacity_factor=m.moe.capacity_factor, experts=m.moe.experts,
-    )  # fmt: skip
-    calls = 2 * n_moe * job.microbatches
-    acc.add("ep", "all_to_all", "forward", "moe", calls, msg, g, "expert dispatch and combine")
-    acc.add("ep", "all_to_all", "backward", "moe", calls, msg, g, "dispatch and combine gradients")
-    if job.recompute == "full":
-        acc.add(
-            "ep", "all_to_all", "backward", "moe", calls, msg, g, "recomputed dispatch and combine"
-        )
+    calls = n_moe * job.microbatches
+    full = job.recompute == "full"
+    if moe.max_nodes is None and moe.dispatch_dtype is None and moe.combine_dtype is None:
+        msg = ep_a2a_message(
+            k=moe.top_k, tokens=tokens, h=m.hidden, e=job.dtypes.e_a,
+            capacity_factor=moe.capacity_factor, experts=moe.experts,
+        )  # fmt: skip
+        for phase, purpose in (
+            ("forward", "expert dispatch and combine"),
+            ("backward", "dispatch and combine gradients"),
+            *((("backward", "recomputed dispatch and combine"),) if full else ()),
+        ):
+            acc.add("ep", "all_to_all", phase, "moe", 2 * calls, msg, g, purpose)
+        return
+    e_d = DTYPE_BYTES[moe.dispatch_dtype or job.dtypes.activations]
+    e_c = DTYPE_BYTES[moe.combine_dtype or job.dtypes.activations]
+    limit = None
+    if moe.max_nodes is not None and _link(job, g) == "inter":
+        limit = (moe.top_k, min(moe.max_nodes, -(-len(g) // g.local) - 1))
+    # (DeepSeek-V3 section 3.3.4: what flows towards the experts, forward dispatch and the
+    # backward of combine, in the dispatch type; what flows back in the combine type)
+    for phase, e, purpose in (
+        ("forward", e_d, "expert dispatch"),
+        ("forward", e_c, "expert combine"),
+        ("backward", e_d, "combine gradients (towards the experts)"),
+        ("backward", e_c, "dispatch gradients (back from the experts)"),
+        *((("backward", e_d, "recomputed dispatch"), ("backward", e_c, "recomputed combine"))
+          if full else ()),
+    ):  # fmt: skip
+        msg = ep_a2a_message(
+            k=moe.top_k, tokens=tokens, h=m.hidden, e=e,
+            capacity_factor=moe.capacity_factor, experts=moe.experts,
+        )  # fmt: skip
+        acc.add("ep", "all_to_all", phase, "moe", calls, msg, g, purpose, limit=limit)
 
 
 def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) -> None:
