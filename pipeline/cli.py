@@ -377,16 +377,27 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     show_default=True,
     help="Share of the step communication may take unhidden.",
 )
-def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **flags) -> None:  # noqa: ANN001
+@click.option(
+    "--nccl-tests",
+    "nccl_tests",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="nccl-tests output: fit alpha and bus bandwidth per collective for est_time_s.",
+)
+def predict(
+    config, preset, rank, fmt, step_time, peak_tflops, comm_budget, nccl_tests, **flags
+) -> None:  # noqa: ANN001, E501
     """Predicted traffic of one rank per training step (analytic model).
 
     \b
     tokenwire predict --config sample_traces/job.yaml --rank 3
     tokenwire predict --model llama3-70b --tp 8 --pp 4 --dp 16 --sequence-parallel --format json
+    tokenwire predict --config job.yaml --nccl-tests all_reduce_perf.txt
     """
     import json
 
     from pipeline.model import network as net
+    from pipeline.model import timing
     from pipeline.model.compute import compute_summary, format_compute
     from pipeline.model.config import build_job
     from pipeline.model.predict import format_table
@@ -404,7 +415,7 @@ def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **fl
     overrides = {"model.preset": preset}
     overrides |= {keys.get(k, f"parallel.{k}"): v for k, v in flags.items()}
     try:
-        job = build_job(config, overrides)
+        job = timing.with_fits(build_job(config, overrides), nccl_tests)
         pred = predict_rank(job, rank)
         reqs = (
             net.requirements(pred, step_time_s=step_time, comm_budget=comm_budget)
@@ -416,7 +427,7 @@ def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **fl
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        doc = pred.to_dict() | {"compute": compute}
+        doc = pred.to_dict() | {"compute": compute, "timing": timing.summary(job)}
         if reqs is not None:
             doc["requirements"] = {
                 "step_time_s": step_time,
@@ -426,6 +437,7 @@ def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **fl
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(format_table(pred))
+    click.echo(timing.format_summary(job))
     click.echo(format_compute(compute))
     if reqs is not None:
         click.echo("")

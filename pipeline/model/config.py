@@ -71,7 +71,10 @@ _PARALLEL_KEYS = (
 )  # fmt: skip
 _BATCH_KEYS = ("micro_batch", "global_batch", "grad_accum")
 _DTYPE_KEYS = ("params", "activations", "grad_reduce")
-_NETWORK_KEYS = ("gpus_per_node", "intra_node_GBps", "inter_node_GBps", "algorithm")
+_NETWORK_KEYS = (
+    "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "algorithm", "efficiency",
+    "base_latency_us", "intra_node_latency_us", "inter_node_latency_us",
+)  # fmt: skip
 _CONVENTION_KEYS = (
     "framework", "vocab_parallel", "loss_all_reduce", "ddp_first_bucket_mb", "ddp_bucket_mb",
 )  # fmt: skip
@@ -220,12 +223,24 @@ class Dtypes:
 
 @dataclass(frozen=True)
 class Network:
-    """Per-GPU link bandwidths (GB/s, one direction) and the collective algorithm."""
+    """Per-GPU link bandwidths (GB/s, one direction), the collective algorithm and the
+    alpha-beta time model's figures (``pipeline.model.timing``).
+
+    ``efficiency``: the share of the line rate collectives reach (measured bus bandwidth
+    tops out near 80% of NVLink's). Latencies: NCCL's Simple-protocol ring figures
+    (``baseLat`` and ``hwLat`` in ``src/graph/tuning.cc``, NCCL 2.18 to 2.21). ``fitted``:
+    alpha and bus bandwidth per collective fitted to nccl-tests tables, used in their place.
+    """
 
     gpus_per_node: int = 8
     intra_node_GBps: float = 450.0
     inter_node_GBps: float = 50.0
     algorithm: str = "ring"
+    efficiency: float = 0.8
+    base_latency_us: float = 8.4
+    intra_node_latency_us: float = 3.4
+    inter_node_latency_us: float = 14.0
+    fitted: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -792,6 +807,15 @@ def _network(raw: Any) -> Network:
         intra_node_GBps=_pos_num(_opt(raw, "intra_node_GBps", 450.0), "network.intra_node_GBps"),
         inter_node_GBps=_pos_num(_opt(raw, "inter_node_GBps", 50.0), "network.inter_node_GBps"),
         algorithm=_choice(_opt(raw, "algorithm", "ring"), _ALGORITHMS, "network.algorithm"),
+        efficiency=_share(_opt(raw, "efficiency", 0.8), "network.efficiency"),
+        **{
+            k: _nonneg_num(_opt(raw, k, default), f"network.{k}")
+            for k, default in (
+                ("base_latency_us", 8.4),
+                ("intra_node_latency_us", 3.4),
+                ("inter_node_latency_us", 14.0),
+            )
+        },  # fmt: skip
     )
 
 
@@ -944,6 +968,21 @@ def _pos_num(value: Any, key: str) -> float:
     if (isinstance(value, int) and value.bit_length() > 1000) or not math.isfinite(value):
         raise ConfigError(f"{key}: must be a finite number, got {shown(value)}")
     return float(value)
+
+
+def _nonneg_num(value: Any, key: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        if value == 0:
+            return 0.0
+        raise ConfigError(f"{key}: must be a non-negative number, got {shown(value)}")
+    return _pos_num(value, key)
+
+
+def _share(value: Any, key: str) -> float:
+    share = _pos_num(value, key)
+    if share > 1:
+        raise ConfigError(f"{key}: must be in (0, 1], got {shown(value)}")
+    return share
 
 
 def _bool(value: Any, key: str) -> bool:

@@ -29,6 +29,7 @@ from pipeline.errors import ConfigError
 from pipeline.gcpause import gc_paused
 from pipeline.model import params as P
 from pipeline.model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
+from pipeline.model.timing import call_time
 from pipeline.model.traffic import ep_a2a_message, node_split, wire_bytes
 
 #: Display and sort order of parallel dimensions and phases.
@@ -56,8 +57,9 @@ class Row:
     (0 for recv), split into ``intra_node_bytes`` and ``inter_node_bytes`` (over links inside
     the node and across nodes, :func:`~pipeline.model.traffic.node_split`), ``est_time_s`` =
     transfer time at the link's bandwidth (recv: the time of the transfer it waits for).
-    ``message``, ``group_size`` and ``link`` (``intra``/``inter`` node) are kept for the
-    requirements and the docs but are not output columns.
+    ``message``, ``group_size``, ``link`` (``intra``/``inter`` node) and ``timing`` (``model``
+    or ``fit``: which figures gave ``est_time_s``) are kept for the requirements and the
+    docs but are not output columns.
     """
 
     parallel_dim: str
@@ -74,6 +76,7 @@ class Row:
     message: int
     group_size: int
     link: str
+    timing: str = "model"
 
     def public(self) -> dict[str, Any]:
         """The row as the ``predictions`` table and the JSON output carry it."""
@@ -361,7 +364,6 @@ class _Rows:
             dim, op, phase, kind, purpose, msg, n, local, link, limit = key
             if calls * msg > MAX_INT64:
                 raise _beyond_int64(self.job, dim, op, calls * msg)
-            bw = (net.intra_node_GBps if link == "intra" else net.inter_node_GBps) * 1e9
             w = wire_bytes(op, msg, n, net.algorithm, intra=link == "intra")
             intra, inter = node_split(op, w, msg, n, local, crosses=link == "inter")
             if limit is not None:
@@ -369,10 +371,14 @@ class _Rows:
                 k, x = limit
                 intra, inter = float(msg), msg * x / k
                 w = intra + inter
-            moved = msg if op == "recv" else w
+            # (a recv takes as long as the send it waits for)
+            waits = (float(msg), 0.0) if link == "intra" else (0.0, float(msg))
+            t_in, t_out = waits if op == "recv" else (intra, inter)
+            t, how = call_time(net, op, n, local, wire=t_in + t_out, intra=t_in, inter=t_out,
+                               message=msg)  # fmt: skip
             out.append(
                 Row(dim, op, phase, kind, purpose, calls, calls * msg, calls * w, calls * intra,
-                    calls * inter, calls * moved / bw, msg, n, link)
+                    calls * inter, calls * t, msg, n, link, how)
             )  # fmt: skip
         return tuple(sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase))))
 
