@@ -449,7 +449,8 @@ def predict(
 @click.option(
     "--tokenizer",
     type=click.Path(exists=True, dir_okay=False),
-    help="Local tokenizer.json; without it a BPE is trained on the text itself.",
+    help="Local tokenizer.json, .tiktoken ranks file or SentencePiece .model; without it a "
+    "BPE is trained on the text itself.",
 )
 @click.option(
     "--train-vocab",
