@@ -384,15 +384,30 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="nccl-tests output: fit alpha and bus bandwidth per collective for est_time_s.",
 )
-def predict(
-    config, preset, rank, fmt, step_time, peak_tflops, comm_budget, nccl_tests, **flags
-) -> None:  # noqa: ANN001, E501
+@click.option(
+    "--from",
+    "from_dataset",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="What-if: a linked dataset of the run --config describes; projects the layout the "
+    "flags or --target give (or every tp x pp x dp of its world) from its measured step.",
+)
+@click.option("--job", "job_name", help="With --from: the dataset's job (when it holds several).")
+@click.option(
+    "--target",
+    type=click.Path(exists=True, dir_okay=False),
+    help="With --from: a second job.yaml, the layout to project.",
+)
+def predict(  # noqa: ANN201
+    config, preset, rank, fmt, step_time, peak_tflops, comm_budget, nccl_tests,  # noqa: ANN001
+    from_dataset, job_name, target, **flags,  # noqa: ANN001
+):  # fmt: skip
     """Predicted traffic of one rank per training step (analytic model).
 
     \b
     tokenwire predict --config sample_traces/job.yaml --rank 3
     tokenwire predict --model llama3-70b --tp 8 --pp 4 --dp 16 --sequence-parallel --format json
     tokenwire predict --config job.yaml --nccl-tests all_reduce_perf.txt
+    tokenwire predict --config job.yaml --from dataset/ --tp 4 --pp 2
     """
     import json
 
@@ -414,6 +429,9 @@ def predict(
     }
     overrides = {"model.preset": preset}
     overrides |= {keys.get(k, f"parallel.{k}"): v for k, v in flags.items()}
+    if from_dataset is not None:
+        _what_if(config, from_dataset, job_name, target, overrides, nccl_tests, fmt)
+        return
     try:
         job = timing.with_fits(build_job(config, overrides), nccl_tests)
         pred = predict_rank(job, rank)
@@ -442,6 +460,35 @@ def predict(
     if reqs is not None:
         click.echo("")
         click.echo(net.format_requirements(reqs, step_time_s=step_time, comm_budget=comm_budget))
+
+
+def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt) -> None:  # noqa: ANN001
+    """``predict --from``: the observed layout and the targets, ranked by projected step."""
+    import dataclasses
+    import json
+
+    from pipeline.model import timing, whatif
+    from pipeline.model.config import build_job
+
+    if config is None:
+        raise click.UsageError("--from needs --config: the job.yaml of the observed run")
+    try:
+        base = timing.with_fits(build_job(config, {}), nccl_tests)
+        obs = whatif.observed(dataset, job_name)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if given or target is not None:
+            targets = [whatif.target(config, given, target)]
+        else:
+            targets = whatif.layouts(config, base.parallel.world_size, {})
+            targets = [t for t in targets if t.parallel != base.parallel]
+        targets = [dataclasses.replace(t, network=base.network) for t in targets]
+        rows = whatif.project(base, obs, targets)
+    except TokenwireError as exc:
+        _fail(str(exc))
+    if fmt == "json":
+        click.echo(json.dumps(whatif.as_dict(obs, rows), indent=2))
+    else:
+        click.echo(whatif.format_projections(obs, rows))
 
 
 @cli.command()
