@@ -430,7 +430,8 @@ def predict(  # noqa: ANN201
     overrides = {"model.preset": preset}
     overrides |= {keys.get(k, f"parallel.{k}"): v for k, v in flags.items()}
     if from_dataset is not None:
-        _what_if(config, from_dataset, job_name, target, overrides, nccl_tests, fmt)
+        peak = None if peak_tflops is None else peak_tflops * 1e12
+        _what_if(config, from_dataset, job_name, target, overrides, nccl_tests, fmt, peak)
         return
     try:
         job = timing.with_fits(build_job(config, overrides), nccl_tests)
@@ -462,12 +463,14 @@ def predict(  # noqa: ANN201
         click.echo(net.format_requirements(reqs, step_time_s=step_time, comm_budget=comm_budget))
 
 
-def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt) -> None:  # noqa: ANN001
-    """``predict --from``: the observed layout and the targets, ranked by projected step."""
+def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak) -> None:  # noqa: ANN001
+    """``predict --from``: the observed layout and the targets, ranked by projected step; the
+    measured step's MFU with ``peak`` (FLOP/s per GPU)."""
     import dataclasses
     import json
 
     from pipeline.model import timing, whatif
+    from pipeline.model.compute import mfu
     from pipeline.model.config import build_job
 
     if config is None:
@@ -483,12 +486,15 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt) -> N
             targets = [t for t in targets if t.parallel != base.parallel]
         targets = [dataclasses.replace(t, network=base.network) for t in targets]
         rows = whatif.project(base, obs, targets)
+        measured_mfu = None if peak is None else mfu(base, obs.step_s, peak)
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        click.echo(json.dumps(whatif.as_dict(obs, rows), indent=2))
-    else:
-        click.echo(whatif.format_projections(obs, rows))
+        click.echo(json.dumps(whatif.as_dict(obs, rows) | {"mfu": measured_mfu}, indent=2))
+        return
+    click.echo(whatif.format_projections(obs, rows))
+    if measured_mfu is not None:
+        click.echo(f"MFU of the measured step: {measured_mfu:.1%}")
 
 
 @cli.command()

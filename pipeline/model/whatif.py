@@ -70,9 +70,16 @@ def observed(dataset: str | Path, job: str | None = None) -> Observed:
 
     con = connect(dataset, read_only=True)
     try:
-        rows = con.execute(_SQL.read_text()).fetchall()
+        return observed_in(con, job, str(dataset))
     finally:
         con.close()
+
+
+def observed_in(con: Any, job: str | None, where: str) -> Observed:
+    """:func:`observed` over an open DuckDB connection to the dataset (``where`` names it in
+    errors)."""
+    dataset = where
+    rows = con.execute(_SQL.read_text()).fetchall()
     jobs = {r[0]: r for r in rows}
     if job is None and len(jobs) > 1:
         raise DatasetError(f"{dataset}: {len(jobs)} jobs with step timings; name one with --job")

@@ -76,3 +76,34 @@ def test_dataset_without_timings(tmp_path: Path) -> None:
     assert not ingest([DATA / "tp"], ds, job="tp", jobs=1).errors
     with pytest.raises(DatasetError, match="no step timings"):
         whatif.observed(ds, "other")
+
+
+def test_mfu_of_the_measured_step(linked: dict[str, Path]) -> None:
+    # model FLOPs per step / (measured step x ranks x peak), PaLM's definition (compute.mfu);
+    # a peak of 1 TFLOP/s per rank keeps the figure visible for this tiny CPU run
+    from pipeline.model.compute import step_flops
+
+    obs = whatif.observed(linked["tp"])
+    flops = step_flops(load_job(DATA / "tp" / "job.yaml"))["model_flops"]
+    args = ["predict", "--config", str(DATA / "tp" / "job.yaml"), "--from", str(linked["tp"]),
+            "--tp", "2", "--peak-tflops", "1", "--format", "json"]  # fmt: skip
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["mfu"] == pytest.approx(flops / (obs.step_s * 2 * 1e12))
+
+
+def test_report_compute_section(linked: dict[str, Path], tmp_path: Path) -> None:
+    from pipeline.model.compute import step_flops
+    from pipeline.report import build_report
+
+    job = load_job(DATA / "tp" / "job.yaml")
+    result = build_report(linked["tp"], config=DATA / "tp" / "job.yaml", output=tmp_path / "r.html")
+    assert "compute" in result.sections
+    page = (tmp_path / "r.html").read_text()
+    obs = whatif.observed(linked["tp"])
+    per_rank = step_flops(job)["model_flops"] / (obs.step_s * 2) / 1e12
+    assert "achieved model TFLOP/s per rank" in page and f"{per_rank:.4g}" in page
+    # without a job.yaml the section says what it needs
+    bare = build_report(linked["tp"], output=tmp_path / "b.html")
+    assert "compute" in bare.sections
+    assert "No compute model: it needs the job" in (tmp_path / "b.html").read_text()
