@@ -1,19 +1,26 @@
 """Report section: compute next to communication, the model's FLOPs and memory for the job's
-layout beside the step time measured in its traces (achieved FLOP/s per rank)."""
+layout beside the step time measured in its traces (achieved FLOP/s per rank), and the what-if
+table: every tp x pp x dp of the run's world projected from that measured step
+(:mod:`pipeline.model.whatif`), fastest first."""
 
 from __future__ import annotations
 
 from pipeline.errors import DatasetError
+from pipeline.model import whatif
 from pipeline.model.compute import compute_summary
-from pipeline.model.whatif import observed_in
+from pipeline.model.whatif import Observed, observed_in
 from pipeline.report import fmt
 from pipeline.report.context import Context
-from pipeline.report.page import Facts, Note, Section
+from pipeline.report.page import Facts, Note, Section, Table
+
+#: Layouts projected in the report at most: each costs a prediction of every pipeline stage,
+#: and a world with more tp x pp x dp factorings than this is left to ``predict --from``.
+MAX_WHATIF_LAYOUTS = 64
 
 
 def section(ctx: Context) -> Section:
     """FLOPs per step, memory per rank of the first stage and achieved TFLOP/s per rank."""
-    sec = Section("compute", "Compute")
+    sec = Section("compute", "Compute and what-if")
     job = ctx.config
     if job is None:
         return sec.add(
@@ -43,9 +50,47 @@ def section(ctx: Context) -> Section:
         ("achieved model TFLOP/s per rank", f"{per_rank / 1e12:.4g}"),
     ]
     sec.add(Facts(pairs))
-    return sec.add(
+    sec.add(
         Note(
             "MFU is the achieved model FLOP/s per rank over the GPU's peak: "
             "tokenwire predict --config job.yaml --from DATASET --peak-tflops P prints it."
         )
+    )
+    return sec.add(_what_if(ctx, obs))
+
+
+def _what_if(ctx: Context, obs: Observed) -> Table | Note:
+    """Every tp x pp x dp of the run's world, projected from the measured step."""
+    if ctx.config_path is None:
+        return Note("No what-if table: it needs the job.yaml's path (report --config).", "missing")
+    job = ctx.config
+    assert job is not None  # (section() returned before without one)
+    targets = whatif.layouts(ctx.config_path, job.parallel.world_size, {})
+    if len(targets) > MAX_WHATIF_LAYOUTS:
+        return Note(
+            f"No what-if table: {len(targets)} layouts of {job.parallel.world_size} ranks; "
+            "tokenwire predict --config job.yaml --from DATASET --tp T --pp P projects one.",
+            "missing",
+        )
+    rows = whatif.project(job, obs, targets)
+    return Table(
+        ["layout", "compute", "communication", "step", "bytes per token", ""],
+        [
+            [
+                p.layout,
+                fmt.duration(p.compute_s * 1e9),
+                fmt.duration(p.comm_s * 1e9),
+                fmt.duration(p.step_s * 1e9),
+                f"{p.bytes_per_token:.4g}",
+                "observed" if p.observed else "",
+            ]
+            for p in rows
+        ],  # fmt: skip
+        caption=(
+            "What-if: the step of every tp x pp x dp of this world, fastest first. Compute is "
+            "the measured compute scaled by the hardware FLOPs per rank; communication the "
+            "model's alpha-beta time of the busiest stage, calibrated on the measured step "
+            "(tokenwire predict --from prints the same table)."
+        ),
+        numeric=[False, True, True, True, True, False],
     )

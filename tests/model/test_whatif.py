@@ -15,6 +15,7 @@ from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
 from pipeline.model import whatif
 from pipeline.model.config import load_job
+from pipeline.report import fmt
 from tests.cpu_gloo import DATA
 
 
@@ -103,7 +104,27 @@ def test_report_compute_section(linked: dict[str, Path], tmp_path: Path) -> None
     obs = whatif.observed(linked["tp"])
     per_rank = step_flops(job)["model_flops"] / (obs.step_s * 2) / 1e12
     assert "achieved model TFLOP/s per rank" in page and f"{per_rank:.4g}" in page
+    # the what-if table: the DP 2 layout's projected step (the test above checks it against
+    # the DDP run) and the observed layout's, which projects onto its measured step
+    rows = whatif.project(job, obs, whatif.layouts(DATA / "tp" / "job.yaml", 2, {}))
+    dp2 = next(p for p in rows if p.layout.startswith("tp=1 pp=1 dp=2"))
+    assert f"<td>{fmt.duration(dp2.step_s * 1e9)}</td>" in page.replace(' class="num"', "")
+    assert fmt.duration(obs.step_s * 1e9) in page and "What-if: the step of every" in page
     # without a job.yaml the section says what it needs
     bare = build_report(linked["tp"], output=tmp_path / "b.html")
     assert "compute" in bare.sections
     assert "No compute model: it needs the job" in (tmp_path / "b.html").read_text()
+
+
+def test_report_what_if_too_many_layouts(
+    linked: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.report import build_report
+    from pipeline.report import compute as section
+
+    monkeypatch.setattr(section, "MAX_WHATIF_LAYOUTS", 1)
+    build_report(linked["tp"], config=DATA / "tp" / "job.yaml", output=tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    # (2 ranks: tp 2, pp 2 (one layer a stage) or dp 2)
+    assert "No what-if table: 3 layouts of 2 ranks" in page
+    assert "What-if: the step of every" not in page
