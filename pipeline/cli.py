@@ -404,16 +404,42 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     show_default=True,
     help="Share of the step communication may take unhidden.",
 )
-def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **flags) -> None:  # noqa: ANN001
+@click.option(
+    "--nccl-tests",
+    "nccl_tests",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="nccl-tests output: fit alpha and bus bandwidth per collective for est_time_s.",
+)
+@click.option(
+    "--from",
+    "from_dataset",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="What-if: a linked dataset of the run --config describes; projects the layout the "
+    "flags or --target give (or every tp x pp x dp of its world) from its measured step.",
+)
+@click.option("--job", "job_name", help="With --from: the dataset's job (when it holds several).")
+@click.option(
+    "--target",
+    type=click.Path(exists=True, dir_okay=False),
+    help="With --from: a second job.yaml, the layout to project.",
+)
+def predict(  # noqa: ANN201
+    config, preset, rank, fmt, step_time, peak_tflops, comm_budget, nccl_tests,  # noqa: ANN001
+    from_dataset, job_name, target, **flags,  # noqa: ANN001
+):  # fmt: skip
     """Predicted traffic of one rank per training step (analytic model).
 
     \b
     tokenwire predict --config sample_traces/job.yaml --rank 3
     tokenwire predict --model llama3-70b --tp 8 --pp 4 --dp 16 --sequence-parallel --format json
+    tokenwire predict --config job.yaml --nccl-tests all_reduce_perf.txt
+    tokenwire predict --config job.yaml --from dataset/ --tp 4 --pp 2
     """
     import json
 
     from pipeline.model import network as net
+    from pipeline.model import timing
     from pipeline.model.compute import compute_summary, format_compute
     from pipeline.model.config import build_job
     from pipeline.model.predict import format_table
@@ -430,8 +456,12 @@ def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **fl
     }
     overrides = {"model.preset": preset}
     overrides |= {keys.get(k, f"parallel.{k}"): v for k, v in flags.items()}
+    if from_dataset is not None:
+        peak = None if peak_tflops is None else peak_tflops * 1e12
+        _what_if(config, from_dataset, job_name, target, overrides, nccl_tests, fmt, peak)
+        return
     try:
-        job = build_job(config, overrides)
+        job = timing.with_fits(build_job(config, overrides), nccl_tests)
         pred = predict_rank(job, rank)
         reqs = (
             net.requirements(pred, step_time_s=step_time, comm_budget=comm_budget)
@@ -443,7 +473,7 @@ def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **fl
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        doc = pred.to_dict() | {"compute": compute}
+        doc = pred.to_dict() | {"compute": compute, "timing": timing.summary(job)}
         if reqs is not None:
             doc["requirements"] = {
                 "step_time_s": step_time,
@@ -453,10 +483,45 @@ def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **fl
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(format_table(pred))
+    click.echo(timing.format_summary(job))
     click.echo(format_compute(compute))
     if reqs is not None:
         click.echo("")
         click.echo(net.format_requirements(reqs, step_time_s=step_time, comm_budget=comm_budget))
+
+
+def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak) -> None:  # noqa: ANN001
+    """``predict --from``: the observed layout and the targets, ranked by projected step; the
+    measured step's MFU with ``peak`` (FLOP/s per GPU)."""
+    import dataclasses
+    import json
+
+    from pipeline.model import timing, whatif
+    from pipeline.model.compute import mfu
+    from pipeline.model.config import build_job
+
+    if config is None:
+        raise click.UsageError("--from needs --config: the job.yaml of the observed run")
+    try:
+        base = timing.with_fits(build_job(config, {}), nccl_tests)
+        obs = whatif.observed(dataset, job_name)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if given or target is not None:
+            targets = [whatif.target(config, given, target)]
+        else:
+            targets = whatif.layouts(config, base.parallel.world_size, {})
+            targets = [t for t in targets if t.parallel != base.parallel]
+        targets = [dataclasses.replace(t, network=base.network) for t in targets]
+        rows = whatif.project(base, obs, targets)
+        measured_mfu = None if peak is None else mfu(base, obs.step_s, peak)
+    except TokenwireError as exc:
+        _fail(str(exc))
+    if fmt == "json":
+        click.echo(json.dumps(whatif.as_dict(obs, rows) | {"mfu": measured_mfu}, indent=2))
+        return
+    click.echo(whatif.format_projections(obs, rows))
+    if measured_mfu is not None:
+        click.echo(f"MFU of the measured step: {measured_mfu:.1%}")
 
 
 @cli.command()
@@ -464,7 +529,8 @@ def predict(config, preset, rank, fmt, step_time, peak_tflops, comm_budget, **fl
 @click.option(
     "--tokenizer",
     type=click.Path(exists=True, dir_okay=False),
-    help="Local tokenizer.json; without it a BPE is trained on the text itself.",
+    help="Local tokenizer.json, .tiktoken ranks file or SentencePiece .model; without it a "
+    "BPE is trained on the text itself.",
 )
 @click.option(
     "--train-vocab",

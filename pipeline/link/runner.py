@@ -178,26 +178,33 @@ def _comm_dims_from_layout(
     set that is the group of several dimensions (with dp = ep, one group is both the data-
     and the expert-parallel group) gets them all, ``|``-separated: its collectives then
     choose by their own evidence (communicator_dims.sql)."""
-    from pipeline.model.predict import layout_groups
+    from pipeline.model.predict import group, span
 
-    # every group of the layout, listed once (the first dimension listed wins a group that is
-    # over two, as dp over dp x cp when cp = 1), and each communicator's ranks looked up: at
-    # 16,384 ranks 0.45 to 0.63 s, against 0.92 to 0.98 s working out the groups of each
-    # communicator's first rank, one dimension after another
-    dim_of: dict[tuple[int, ...], list[str]] = {}
-    for name, dims, expert in (
+    candidates = (
         ("tp", ("tp",), False),
         ("cp", ("cp",), False),
         ("dp", ("dp",), False),
         ("pp", ("pp",), False),
         ("ep", ("ep",), True),
         ("dp", ("dp", "cp"), False),
-    ):
-        for members in layout_groups(job_spec, dims, expert=expert):
-            names = dim_of.setdefault(members, [])
-            # (a group of one rank is one of every dimension of degree 1: the first names it)
-            if not names or len(members) > 1 and name not in names and dims != ("dp", "cp"):
+    )
+
+    def dims_of(members: tuple[int, ...]) -> list[str]:
+        # each dimension's group of the first member, by its size and ends in closed form
+        # (predict.span) and only then listed, so the cost is that of the communicators, not
+        # of every group of the layout; the first dimension listed wins a group that is over
+        # two (dp over dp x cp when cp = 1), and groups of one rank are nobody's
+        names: list[str] = []
+        for name, dims, expert in candidates:
+            s = span(job_spec, members[0], dims, expert=expert)
+            if s.size < 2 or (s.size, s.lo, s.hi) != (len(members), members[0], members[-1]):
+                continue
+            if tuple(group(job_spec, members[0], dims, expert=expert)) != members:
+                continue
+            if not names or name not in names and dims != ("dp", "cp"):
                 names.append(name)
+        return names
+
     world = job_spec.parallel.world_size
     # a profiler lists a group's ranks; an NCCL log knows only its own rank in each
     # communicator, so there the set is assembled from the rows of every rank
@@ -211,7 +218,7 @@ def _comm_dims_from_layout(
     for comm, members in comms:
         if not members:
             continue
-        dim = "|".join(dim_of.get(tuple(members), ["unknown"]))
+        dim = "|".join(dims_of(tuple(members)) or ["unknown"])
         if dim == "unknown" and len(members) == world:
             dim = "world"
         out.append((comm, dim))

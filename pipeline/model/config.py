@@ -62,6 +62,7 @@ _MODEL_KEYS = (
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
 _MOE_KEYS = (
     "experts", "top_k", "every", "first_dense", "ffn_hidden", "shared_experts", "capacity_factor",
+    "max_nodes", "dispatch_dtype", "combine_dtype",
 )  # fmt: skip
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim")
 _PARALLEL_KEYS = (
@@ -70,7 +71,10 @@ _PARALLEL_KEYS = (
 )  # fmt: skip
 _BATCH_KEYS = ("micro_batch", "global_batch", "grad_accum")
 _DTYPE_KEYS = ("params", "activations", "grad_reduce")
-_NETWORK_KEYS = ("gpus_per_node", "intra_node_GBps", "inter_node_GBps", "algorithm")
+_NETWORK_KEYS = (
+    "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "algorithm", "efficiency",
+    "base_latency_us", "intra_node_latency_us", "inter_node_latency_us",
+)  # fmt: skip
 _CONVENTION_KEYS = (
     "framework", "vocab_parallel", "loss_all_reduce", "ddp_first_bucket_mb", "ddp_bucket_mb",
 )  # fmt: skip
@@ -94,6 +98,11 @@ class MoE:
     ffn_hidden: int = 0
     shared_experts: int = 0
     capacity_factor: float | None = None
+    #: node-limited routing (DeepSeek-V3): a token's experts lie on at most this many nodes
+    max_nodes: int | None = None
+    #: element types of the dispatch and combine all-to-alls (None: ``dtypes.activations``)
+    dispatch_dtype: str | None = None
+    combine_dtype: str | None = None
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether 0-based layer ``index`` is an MoE layer (DeepSeek/HF rule)."""
@@ -214,12 +223,24 @@ class Dtypes:
 
 @dataclass(frozen=True)
 class Network:
-    """Per-GPU link bandwidths (GB/s, one direction) and the collective algorithm."""
+    """Per-GPU link bandwidths (GB/s, one direction), the collective algorithm and the
+    alpha-beta time model's figures (``pipeline.model.timing``).
+
+    ``efficiency``: the share of the line rate collectives reach (measured bus bandwidth
+    tops out near 80% of NVLink's). Latencies: NCCL's Simple-protocol ring figures
+    (``baseLat`` and ``hwLat`` in ``src/graph/tuning.cc``, NCCL 2.18 to 2.21). ``fitted``:
+    alpha and bus bandwidth per collective fitted to nccl-tests tables, used in their place.
+    """
 
     gpus_per_node: int = 8
     intra_node_GBps: float = 450.0
     inter_node_GBps: float = 50.0
     algorithm: str = "ring"
+    efficiency: float = 0.8
+    base_latency_us: float = 8.4
+    intra_node_latency_us: float = 3.4
+    inter_node_latency_us: float = 14.0
+    fitted: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -460,7 +481,7 @@ def build_job(
 ) -> Job:
     """A job from a ``job.yaml`` and/or ``section.key`` overrides (command-line flags).
 
-    ``overrides`` maps dotted keys (``parallel.tp``, ``model.preset``, ``recompute``) to
+    ``overrides`` maps dotted keys (``parallel.tp``, ``model.moe.max_nodes``, ``recompute``) to
     values; ``None`` values are skipped. A ``model.preset`` override replaces the file's
     whole ``model`` section. Errors name the file (when there is one) and the key.
     """
@@ -476,11 +497,14 @@ def build_job(
         if dotted == "model.preset":
             doc["model"] = {"preset": value}
             continue
-        sec = doc.get(section)
-        if not isinstance(sec, dict):
-            sec = {}
-        sec[key] = value
-        doc[section] = sec
+        # (nested keys, model.moe.max_nodes, go one mapping deeper per dot)
+        node = doc
+        *parents, last = dotted.split(".")
+        for part in parents:
+            sub = node.get(part)
+            node[part] = sub = dict(sub) if isinstance(sub, Mapping) else {}
+            node = sub
+        node[last] = value
     try:
         job = job_from_dict(doc, world_size=world_size)
     except ConfigError as exc:
@@ -624,7 +648,19 @@ def _moe(raw: Any, ffn: int, layers: int) -> MoE:
     cf = raw.get("capacity_factor")
     if cf is not None:
         cf = _pos_num(cf, "model.moe.capacity_factor")
-    return MoE(experts, top_k, every, first_dense, eff, shared, cf)
+    max_nodes = raw.get("max_nodes")
+    if max_nodes is not None:
+        max_nodes = _pos_int(max_nodes, "model.moe.max_nodes", MAX_RANKS)
+        if cf is not None:
+            raise ConfigError(
+                "model.moe.max_nodes: node-limited routing is modelled dropless; leave "
+                "model.moe.capacity_factor null"
+            )
+    dtypes = {
+        k: None if raw.get(k) is None else _choice(raw[k], tuple(DTYPE_BYTES), f"model.moe.{k}")
+        for k in ("dispatch_dtype", "combine_dtype")
+    }
+    return MoE(experts, top_k, every, first_dense, eff, shared, cf, max_nodes, **dtypes)
 
 
 def _mla(raw: Any) -> MLA:
@@ -771,6 +807,15 @@ def _network(raw: Any) -> Network:
         intra_node_GBps=_pos_num(_opt(raw, "intra_node_GBps", 450.0), "network.intra_node_GBps"),
         inter_node_GBps=_pos_num(_opt(raw, "inter_node_GBps", 50.0), "network.inter_node_GBps"),
         algorithm=_choice(_opt(raw, "algorithm", "ring"), _ALGORITHMS, "network.algorithm"),
+        efficiency=_share(_opt(raw, "efficiency", 0.8), "network.efficiency"),
+        **{
+            k: _nonneg_num(_opt(raw, k, default), f"network.{k}")
+            for k, default in (
+                ("base_latency_us", 8.4),
+                ("intra_node_latency_us", 3.4),
+                ("inter_node_latency_us", 14.0),
+            )
+        },  # fmt: skip
     )
 
 
@@ -923,6 +968,21 @@ def _pos_num(value: Any, key: str) -> float:
     if (isinstance(value, int) and value.bit_length() > 1000) or not math.isfinite(value):
         raise ConfigError(f"{key}: must be a finite number, got {shown(value)}")
     return float(value)
+
+
+def _nonneg_num(value: Any, key: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        if value == 0:
+            return 0.0
+        raise ConfigError(f"{key}: must be a non-negative number, got {shown(value)}")
+    return _pos_num(value, key)
+
+
+def _share(value: Any, key: str) -> float:
+    share = _pos_num(value, key)
+    if share > 1:
+        raise ConfigError(f"{key}: must be in (0, 1], got {shown(value)}")
+    return share
 
 
 def _bool(value: Any, key: str) -> bool:

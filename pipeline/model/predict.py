@@ -28,8 +28,9 @@ from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import ConfigError
 from pipeline.gcpause import gc_paused
 from pipeline.model import params as P
-from pipeline.model.config import MAX_INT64, Job, job_from_dict, load_job
-from pipeline.model.traffic import ep_a2a_message, wire_bytes
+from pipeline.model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
+from pipeline.model.timing import call_time
+from pipeline.model.traffic import ep_a2a_message, node_split, wire_bytes
 
 #: Display and sort order of parallel dimensions and phases.
 DIMS = ("tp", "cp", "ep", "pp", "dp")
@@ -43,7 +44,7 @@ CE_BYTES = 4
 
 _ROW_COLUMNS = (
     "parallel_dim", "op", "phase", "layer_kind", "purpose", "calls", "bytes", "wire_bytes",
-    "est_time_s",
+    "intra_node_bytes", "inter_node_bytes", "est_time_s",
 )  # fmt: skip
 
 
@@ -53,9 +54,12 @@ class Row:
     step: one item of the prediction, which link's ledger matches to observed calls.
 
     ``bytes = calls · message`` (payload), ``wire_bytes`` = bytes this rank sends for them
-    (0 for recv), ``est_time_s`` = transfer time at the link's bandwidth (recv: the time of
-    the transfer it waits for). ``message``, ``group_size`` and ``link`` (``intra``/``inter``
-    node) are kept for the requirements and the docs but are not output columns.
+    (0 for recv), split into ``intra_node_bytes`` and ``inter_node_bytes`` (over links inside
+    the node and across nodes, :func:`~pipeline.model.traffic.node_split`), ``est_time_s`` =
+    transfer time at the link's bandwidth (recv: the time of the transfer it waits for).
+    ``message``, ``group_size``, ``link`` (``intra``/``inter`` node) and ``timing`` (``model``
+    or ``fit``: which figures gave ``est_time_s``) are kept for the requirements and the
+    docs but are not output columns.
     """
 
     parallel_dim: str
@@ -66,10 +70,13 @@ class Row:
     calls: int
     bytes: int
     wire_bytes: float
+    intra_node_bytes: float
+    inter_node_bytes: float
     est_time_s: float
     message: int
     group_size: int
     link: str
+    timing: str = "model"
 
     def public(self) -> dict[str, Any]:
         """The row as the ``predictions`` table and the JSON output carry it."""
@@ -88,16 +95,19 @@ class Prediction:
 
     @property
     def totals(self) -> dict[str, Any]:
-        """Bytes and wire bytes of the rank, overall, per token and per parallel dimension."""
+        """Bytes, wire bytes and their split inside and across nodes, overall, per token and
+        per parallel dimension."""
+        sums = ("wire_bytes", "intra_node_bytes", "inter_node_bytes")
         by_dim: dict[str, dict[str, float]] = {}
         for r in self.rows:
-            d = by_dim.setdefault(r.parallel_dim, {"bytes": 0, "wire_bytes": 0.0})
+            d = by_dim.setdefault(r.parallel_dim, {"bytes": 0} | dict.fromkeys(sums, 0.0))
             d["bytes"] += r.bytes
-            d["wire_bytes"] += r.wire_bytes
+            for k in sums:
+                d[k] += getattr(r, k)
         total = sum(r.bytes for r in self.rows)
         return {
             "bytes": total,
-            "wire_bytes": sum(r.wire_bytes for r in self.rows),
+            **{k: sum(getattr(r, k) for r in self.rows) for k in sums},
             "bytes_per_token": total / self.job.tokens_per_step,
             "by_dim": by_dim,
         }
@@ -230,32 +240,78 @@ def layout_groups(
 
 @dataclass(frozen=True)
 class _Span:
-    """A communicator as the rows need it: its size and its lowest and highest ranks."""
+    """A communicator as the rows need it: its size, its lowest and highest ranks and how
+    many of its ranks share the predicted rank's node (``local``, that rank included)."""
 
     size: int
     lo: int
     hi: int
+    local: int
 
     def __len__(self) -> int:
         return self.size
 
 
 def span(job: Job, rank: int, dims: tuple[str, ...], *, expert: bool = False) -> _Span:
-    """:func:`group`'s size and ends in closed form, without listing its members.
+    """:func:`group`'s size, ends and members on ``rank``'s node in closed form, without
+    listing its members.
 
     A rank is a mixed-radix number over ``order`` (:func:`_compose`), increasing in every
     coordinate, so the group's lowest member has its ``dims`` coordinates at 0 and its
-    highest at their sizes minus 1: O(dimensions) at any scale.
+    highest at their sizes minus 1: O(dimensions) at any scale. Members on the node are
+    counted as members below the node's two ends (:func:`_count_below`).
     """
     order, sizes = job.parallel.order, _sizes(job, expert=expert)
     base = _decompose(rank, order, sizes)
     lo = _compose(base | {d: 0 for d in dims}, order, sizes)
     hi = _compose(base | {d: sizes[d] - 1 for d in dims}, order, sizes)
-    return _Span(math.prod(sizes[d] for d in dims), lo, hi)
+    gpn = job.network.gpus_per_node
+    if lo // gpn == hi // gpn:
+        local = math.prod(sizes[d] for d in dims)
+    else:
+        digits = _digits(order, sizes, dims)
+        start = rank // gpn * gpn
+        local = _count_below(digits, start + gpn - lo) - _count_below(digits, start - lo)
+    return _Span(math.prod(sizes[d] for d in dims), lo, hi, local)
 
 
-def _pair(a: int, b: int) -> _Span:
-    return _Span(2, min(a, b), max(a, b))
+def _digits(
+    order: str, sizes: Mapping[str, int], dims: tuple[str, ...]
+) -> list[tuple[int, int, int]]:
+    """(stride, size, members per step) of each of ``dims``, largest stride first: a member's
+    offset from the group's lowest rank is ``Σ c_d·stride_d``."""
+    out, stride = [], 1
+    for d in order.split("-"):
+        if d in dims:
+            out.append((stride, sizes[d]))
+        stride *= sizes[d]
+    digits, below = [], 1
+    for stride, size in out:
+        digits.append((stride, size, below))
+        below *= size
+    return digits[::-1]
+
+
+def _count_below(digits: list[tuple[int, int, int]], y: int) -> int:
+    """Members whose offset from the group's lowest rank is below ``y``. Each stride is a
+    multiple of the span of the digits below it (``stride_d ≥ Σ (size_i−1)·stride_i`` over
+    the faster dimensions), so the count is read off digit by digit, largest first, as one
+    counts the numbers below ``y`` in a mixed radix."""
+    if y <= 0:
+        return 0
+    count = 0
+    for stride, size, below in digits:
+        q = y // stride
+        if q >= size:
+            return count + size * below
+        count += q * below
+        y -= q * stride
+    return count + (1 if y > 0 else 0)
+
+
+def _pair(job: Job, a: int, b: int) -> _Span:
+    gpn = job.network.gpus_per_node
+    return _Span(2, min(a, b), max(a, b), 2 if a // gpn == b // gpn else 1)
 
 
 def _peer(job: Job, rank: int, pp_rank: int) -> int:
@@ -290,25 +346,39 @@ class _Rows:
 
     def add(
         self, dim: str, op: str, phase: str, kind: str, calls: int, message: int,
-        ranks: _Span, purpose: str,
+        ranks: _Span, purpose: str, *, limit: tuple[int, int] | None = None,
     ) -> None:  # fmt: skip
+        """``limit``: ``(k, x)`` for an expert all-to-all under node-limited routing, each
+        token sent across to ``x`` other nodes and forwarded inside them to its ``k``
+        experts."""
         if calls <= 0 or message <= 0 or len(ranks) < 2:
             return
-        key = (dim, op, phase, kind, purpose, int(message), len(ranks), _link(self.job, ranks))
+        key = (dim, op, phase, kind, purpose, int(message), len(ranks), ranks.local,
+               _link(self.job, ranks), limit)  # fmt: skip
         self.rows.setdefault(key, [0])[0] += calls
 
     def build(self) -> tuple[Row, ...]:
         net = self.job.network
         out = []
-        for (dim, op, phase, kind, purpose, msg, n, link), (calls,) in self.rows.items():
+        for key, (calls,) in self.rows.items():
+            dim, op, phase, kind, purpose, msg, n, local, link, limit = key
             if calls * msg > MAX_INT64:
                 raise _beyond_int64(self.job, dim, op, calls * msg)
-            bw = (net.intra_node_GBps if link == "intra" else net.inter_node_GBps) * 1e9
             w = wire_bytes(op, msg, n, net.algorithm, intra=link == "intra")
-            moved = msg if op == "recv" else w
+            intra, inter = node_split(op, w, msg, n, local, crosses=link == "inter")
+            if limit is not None:
+                # message = k·T·h·e: T·x·h·e across nodes, T·k·h·e forwarded inside them
+                k, x = limit
+                intra, inter = float(msg), msg * x / k
+                w = intra + inter
+            # (a recv takes as long as the send it waits for)
+            waits = (float(msg), 0.0) if link == "intra" else (0.0, float(msg))
+            t_in, t_out = waits if op == "recv" else (intra, inter)
+            t, how = call_time(net, op, n, local, wire=t_in + t_out, intra=t_in, inter=t_out,
+                               message=msg)  # fmt: skip
             out.append(
-                Row(dim, op, phase, kind, purpose, calls, calls * msg, calls * w,
-                    calls * moved / bw, msg, n, link)
+                Row(dim, op, phase, kind, purpose, calls, calls * msg, calls * w, calls * intra,
+                    calls * inter, calls * t, msg, n, link, how)
             )  # fmt: skip
         return tuple(sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase))))
 
@@ -452,25 +522,51 @@ def _context_parallel(job: Job, rank: int, n_layers: int, acc: _Rows) -> None:
 
 
 def _expert_parallel(job: Job, rank: int, n_moe: int, acc: _Rows) -> None:
-    """EP all-to-alls: dispatch + combine forward, their transposes backward."""
+    """EP all-to-alls: dispatch + combine forward, their transposes backward; with
+    ``model.moe.dispatch_dtype``/``combine_dtype`` or ``max_nodes`` (DeepSeek-V3) dispatch
+    and combine are items of their own."""
     par, m = job.parallel, job.model
-    if par.ep == 1 or n_moe == 0 or m.moe is None:
+    moe = m.moe
+    if par.ep == 1 or n_moe == 0 or moe is None:
         return
     g = span(job, rank, ("ep",), expert=True)
     tokens = job.batch.micro_batch * m.seq_len // par.cp
     if par.sequence_parallel:
         tokens //= par.tp
-    msg = ep_a2a_message(
-        k=m.moe.top_k, tokens=tokens, h=m.hidden, e=job.dtypes.e_a,
-        capacity_factor=m.moe.capacity_factor, experts=m.moe.experts,
-    )  # fmt: skip
-    calls = 2 * n_moe * job.microbatches
-    acc.add("ep", "all_to_all", "forward", "moe", calls, msg, g, "expert dispatch and combine")
-    acc.add("ep", "all_to_all", "backward", "moe", calls, msg, g, "dispatch and combine gradients")
-    if job.recompute == "full":
-        acc.add(
-            "ep", "all_to_all", "backward", "moe", calls, msg, g, "recomputed dispatch and combine"
-        )
+    calls = n_moe * job.microbatches
+    full = job.recompute == "full"
+    if moe.max_nodes is None and moe.dispatch_dtype is None and moe.combine_dtype is None:
+        msg = ep_a2a_message(
+            k=moe.top_k, tokens=tokens, h=m.hidden, e=job.dtypes.e_a,
+            capacity_factor=moe.capacity_factor, experts=moe.experts,
+        )  # fmt: skip
+        for phase, purpose in (
+            ("forward", "expert dispatch and combine"),
+            ("backward", "dispatch and combine gradients"),
+            *((("backward", "recomputed dispatch and combine"),) if full else ()),
+        ):
+            acc.add("ep", "all_to_all", phase, "moe", 2 * calls, msg, g, purpose)
+        return
+    e_d = DTYPE_BYTES[moe.dispatch_dtype or job.dtypes.activations]
+    e_c = DTYPE_BYTES[moe.combine_dtype or job.dtypes.activations]
+    limit = None
+    if moe.max_nodes is not None and _link(job, g) == "inter":
+        limit = (moe.top_k, min(moe.max_nodes, -(-len(g) // g.local) - 1))
+    # (DeepSeek-V3 section 3.3.4: what flows towards the experts, forward dispatch and the
+    # backward of combine, in the dispatch type; what flows back in the combine type)
+    for phase, e, purpose in (
+        ("forward", e_d, "expert dispatch"),
+        ("forward", e_c, "expert combine"),
+        ("backward", e_d, "combine gradients (towards the experts)"),
+        ("backward", e_c, "dispatch gradients (back from the experts)"),
+        *((("backward", e_d, "recomputed dispatch"), ("backward", e_c, "recomputed combine"))
+          if full else ()),
+    ):  # fmt: skip
+        msg = ep_a2a_message(
+            k=moe.top_k, tokens=tokens, h=m.hidden, e=e,
+            capacity_factor=moe.capacity_factor, experts=moe.experts,
+        )  # fmt: skip
+        acc.add("ep", "all_to_all", phase, "moe", calls, msg, g, purpose, limit=limit)
 
 
 def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) -> None:
@@ -486,17 +582,18 @@ def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) 
     nxt, prv = _peer(job, rank, (r + 1) % p), _peer(job, rank, (r - 1) % p)
     last, first = int(r == p - 1), int(r == 0)
     for op, phase, calls, pair, purpose in (
-        ("send", "forward", mb * (v - last), _pair(rank, nxt), "activations to the next stage"),
-        ("recv", "forward", mb * (v - first), _pair(prv, rank),
+        ("send", "forward", mb * (v - last), _pair(job, rank, nxt),
+         "activations to the next stage"),
+        ("recv", "forward", mb * (v - first), _pair(job, prv, rank),
          "activations from the previous stage"),
-        ("send", "backward", mb * (v - first), _pair(rank, prv),
+        ("send", "backward", mb * (v - first), _pair(job, rank, prv),
          "activation gradients to the previous stage"),
-        ("recv", "backward", mb * (v - last), _pair(nxt, rank),
+        ("recv", "backward", mb * (v - last), _pair(job, nxt, rank),
          "activation gradients from the next stage"),
     ):  # fmt: skip
         acc.add("pp", op, phase, "boundary", calls, msg, pair, purpose)
     if m.tied_embeddings and (first or last):
-        pair = _pair(_peer(job, rank, 0), _peer(job, rank, p - 1))
+        pair = _pair(job, _peer(job, rank, 0), _peer(job, rank, p - 1))
         size = P.embedding_params(m, tp=P.vocab_tp(job)) * job.dtypes.e_g
         acc.add("pp", "all_reduce", "optimizer", "embedding", 1, size, pair,
                 "tied embedding gradients of the first and last stage")  # fmt: skip
@@ -622,13 +719,14 @@ def predict_ranks(job: Job, ranks: Iterable[int]) -> list[Prediction]:
 
 
 def _class_key(job: Job, rank: int) -> tuple:
-    """The pipeline stage and the link class of every group and peer pair ``rank`` may use."""
+    """The pipeline stage and the link class and members on the rank's node of every group and
+    peer pair ``rank`` may use."""
     pp, p = coordinates(job, rank)["pp"], job.parallel.pp
     spans = [span(job, rank, d) for d in (("tp",), ("cp",), ("dp", "cp"))]
     spans += [span(job, rank, d, expert=True) for d in (("ep",), ("dp",))]
     peers = [_peer(job, rank, x) for x in ((pp + 1) % p, (pp - 1) % p, 0, p - 1)]
-    pairs = [_pair(rank, peers[0]), _pair(rank, peers[1]), _pair(peers[2], peers[3])]
-    return (pp, *(_link(job, g) for g in spans + pairs))
+    pairs = [_pair(job, rank, peers[0]), _pair(job, rank, peers[1]), _pair(job, peers[2], peers[3])]
+    return (pp, *((_link(job, g), g.local) for g in spans + pairs))
 
 
 def predictions_table(
@@ -678,7 +776,8 @@ def predictions_table(
                 for c in _ROW_COLUMNS:
                     cols[c].append(getattr(row, c))
     types = {"rank": pa.int64(), "calls": pa.int64(), "bytes": pa.int64(),
-             "wire_bytes": pa.float64(), "est_time_s": pa.float64()}  # fmt: skip
+             "wire_bytes": pa.float64(), "intra_node_bytes": pa.float64(),
+             "inter_node_bytes": pa.float64(), "est_time_s": pa.float64()}  # fmt: skip
     return table_from_lists(cols, pa.schema([(c, types.get(c, pa.string())) for c in cols]))
 
 
@@ -701,26 +800,32 @@ def format_table(pred: Prediction) -> str:
         "",
     ]
     head = ("dim", "op", "phase", "layer_kind", "calls", "message_B", "n", "link",
-            "bytes", "wire_bytes", "est_time_s", "purpose")  # fmt: skip
+            "bytes", "wire_bytes", "intra_node_B", "inter_node_B", "est_time_s",
+            "purpose")  # fmt: skip
     body = [
         (r.parallel_dim, r.op, r.phase, r.layer_kind, f"{r.calls:,}", f"{r.message:,}",
-         str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}", f"{r.est_time_s:.6f}",
+         str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}",
+         f"{r.intra_node_bytes:,.0f}", f"{r.inter_node_bytes:,.0f}", f"{r.est_time_s:.6f}",
          r.purpose)
         for r in pred.rows
     ]  # fmt: skip
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
-    right = {4, 5, 6, 8, 9, 10}
+    right = {4, 5, 6, 8, 9, 10, 11, 12}
     for rec in [head, *body]:
         cells = [x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in
                  enumerate(zip(rec, widths, strict=True))]  # fmt: skip
         lines.append("  ".join(cells).rstrip())
     lines.append("")
     lines.append(
-        f"total: {t['bytes']:,} bytes, {t['wire_bytes']:,.0f} wire bytes per step; "
-        f"{t['bytes_per_token']:.4g} bytes per token"
+        f"total: {t['bytes']:,} bytes, {t['wire_bytes']:,.0f} wire bytes per step "
+        f"({t['intra_node_bytes']:,.0f} inside the node, {t['inter_node_bytes']:,.0f} across "
+        f"nodes); {t['bytes_per_token']:.4g} bytes per token"
     )
     for dim, d in t["by_dim"].items():
-        lines.append(f"  {dim}: {d['bytes']:,} bytes, {d['wire_bytes']:,.0f} wire bytes")
+        lines.append(
+            f"  {dim}: {d['bytes']:,} bytes, {d['wire_bytes']:,.0f} wire bytes "
+            f"({d['intra_node_bytes']:,.0f} inside, {d['inter_node_bytes']:,.0f} across)"
+        )
     return "\n".join(lines)
 
 

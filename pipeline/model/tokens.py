@@ -1,7 +1,8 @@
 """Words to wire: count a text's words and tokens, and what training on it would move.
 
-Tokens are counted with the HuggingFace ``tokenizers`` library from a local
-``tokenizer.json`` (nothing is downloaded). Without one, a byte-level BPE tokenizer is
+Tokens are counted from a local tokenizer file (nothing is downloaded): a HuggingFace
+``tokenizer.json`` (``tokenizers``), a tiktoken ranks file (``tiktoken``: GPT, Llama 3) or a
+SentencePiece model (``sentencepiece``: Llama 2). Without one, a byte-level BPE tokenizer is
 trained on the text itself and the result is labelled as such: its counts are lower than a
 general-purpose tokenizer's on the same text (in-domain vocabulary).
 With a job, the token count becomes embedding bytes (``T·h·e_a``) and the bytes each
@@ -10,7 +11,7 @@ parallel dimension puts on the wire, over all ranks, to train one epoch over the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,13 +103,109 @@ def train_bpe(text: str, *, vocab_size: int = 8192, min_frequency: int = 2) -> A
     return bpe
 
 
-def load_tokenizer(path: str | Path) -> Any:
-    """``tokenizers.Tokenizer.from_file``; a file it cannot read is a :class:`ConfigError`."""
+#: The pre-tokenizer pattern of Llama 3's tiktoken tokenizer (Meta ``llama3/tokenizer.py``
+#: ``pat_str``), the one cl100k_base (GPT-4) splits with (tiktoken
+#: ``tiktoken_ext/openai_public.py`` spells it with possessive quantifiers).
+CL100K_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """A loaded tokenizer of any of the three kinds, as :func:`count_tokens` uses it:
+    ``count(texts)`` is the number of tokens of the texts (no special tokens added)."""
+
+    kind: str
+    vocab_size: int
+    count: Callable[[list[str]], int]
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A local tokenizer file: HuggingFace ``tokenizer.json``, a tiktoken ranks file
+    (``.tiktoken``: one base64 token and its rank per line, split with the cl100k / Llama 3
+    pattern) or a SentencePiece model (``.model``, Llama 2). Nothing is downloaded.
+
+    Raises
+    ------
+    ConfigError
+        A file the library cannot load, or the library missing.
+    """
+    suffix = Path(path).suffix
+    if suffix == ".tiktoken":
+        return _tiktoken(Path(path))
+    if suffix == ".model":
+        return _sentencepiece(Path(path))
     tk = _tokenizers()
     try:
-        return tk.Tokenizer.from_file(str(path))
+        tok = tk.Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises plain Exception subclasses
         raise ConfigError(f"{path}: not a tokenizer.json the tokenizers library can load") from exc
+    return _hf("tokenizer.json", tok)
+
+
+def _hf(kind: str, tok: Any) -> Tokenizer:
+    def count(texts: list[str]) -> int:
+        return sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
+
+    return Tokenizer(kind, tok.get_vocab_size(), count)
+
+
+def _import(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"tokens: the '{module}' package is needed for this tokenizer; "
+            "pip install 'tokenwire[tokens]'"
+        ) from exc
+
+
+def _tiktoken(path: Path) -> Tokenizer:
+    import base64
+    import binascii
+
+    tiktoken = _import("tiktoken")
+    ranks: dict[bytes, int] = {}
+    for no, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            ranks[base64.b64decode(parts[0], validate=True)] = int(parts[1])
+        except (ValueError, binascii.Error):
+            raise ConfigError(
+                f"{path}: line {no}: not a tiktoken ranks line (base64 token, space, rank)"
+            ) from None
+    try:
+        enc = tiktoken.Encoding(
+            path.stem, pat_str=CL100K_PATTERN, mergeable_ranks=ranks, special_tokens={}
+        )
+    except Exception as exc:  # tiktoken's Rust core raises plain exceptions
+        raise ConfigError(f"{path}: tiktoken cannot build an encoding from it: {exc}") from exc
+
+    def count(texts: list[str]) -> int:
+        return sum(len(ids) for ids in enc.encode_ordinary_batch(texts))
+
+    return Tokenizer("tiktoken", enc.n_vocab, count)
+
+
+def _sentencepiece(path: Path) -> Tokenizer:
+    spm = _import("sentencepiece")
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"{path}: not a SentencePiece model: {exc}") from exc
+
+    def count(texts: list[str]) -> int:
+        return sum(len(ids) for ids in sp.encode(texts))
+
+    return Tokenizer("sentencepiece", sp.get_piece_size(), count)
 
 
 def count_tokens(
@@ -121,32 +218,30 @@ def count_tokens(
     path
         The text.
     tokenizer
-        A local ``tokenizer.json``. ``None``: train a byte-level BPE of ``train_vocab``
-        tokens on the text and count with it (``trained_on_text`` is then true).
+        A local ``tokenizer.json``, ``.tiktoken`` ranks file or SentencePiece ``.model``
+        (:func:`load_tokenizer`). ``None``: train a byte-level BPE of ``train_vocab`` tokens
+        on the text and count with it (``trained_on_text`` is then true).
     train_vocab
         Vocabulary size of the trained tokenizer.
     """
     text = read_text(path)
     if tokenizer is None:
-        tok = train_bpe(text, vocab_size=train_vocab)
-        label = f"byte-level BPE trained on this text (vocab {tok.get_vocab_size()})"
+        tok = _hf("trained", train_bpe(text, vocab_size=train_vocab))
+        label = f"byte-level BPE trained on this text (vocab {tok.vocab_size})"
         trained = True
     else:
         tok = load_tokenizer(tokenizer)
-        label = str(tokenizer)
+        label = f"{tokenizer} ({tok.kind})"
         trained = False
-    n = 0
     chunks = list(_chunks(text))
-    for i in range(0, len(chunks), 16):
-        for enc in tok.encode_batch(chunks[i : i + 16], add_special_tokens=False):
-            n += len(enc.ids)
+    n = sum(tok.count(chunks[i : i + 16]) for i in range(0, len(chunks), 16))
     return TokenCount(
         path=str(path),
         chars=len(text),
         words=len(text.split()),
         tokens=n,
         tokenizer=label,
-        vocab_size=tok.get_vocab_size(),
+        vocab_size=tok.vocab_size,
         trained_on_text=trained,
     )
 

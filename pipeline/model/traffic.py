@@ -50,6 +50,31 @@ def wire_bytes(
     raise ValueError(f"unknown op {op!r}")
 
 
+def node_split(
+    op: str, wire: float, message: float, n: int, local: int, *, crosses: bool
+) -> tuple[float, float]:
+    """``wire`` (what one rank sends for one collective over ``n`` ranks) split into bytes
+    over links inside the node and bytes across nodes: ``(intra, inter)``.
+
+    ``local`` is how many of the ``n`` ranks share this rank's node (itself included) and
+    ``crosses`` whether the group spans more than one node. All-to-all (pairwise: ``M/n``
+    to each peer) sends ``(local−1)/n·M`` inside and ``(n−local)/n·M`` across. A send
+    goes all one way (its pair is on one node or not). Ring and tree collectives: NCCL lays
+    its rings out node by node (``src/graph/rings.cc``, NCCL 2.21), so a ring over ``g``
+    nodes has ``g`` of its ``n`` links between nodes and each link carries ``wire``; per rank
+    on average ``g/n·wire`` crosses, ``wire/local`` with ``g = n/local`` (exact when every
+    node holds the same number of the group's ranks). Trees are counted the same way.
+    """
+    if not crosses or wire == 0:
+        return float(wire), 0.0
+    if op in ("send", "recv", "broadcast"):
+        return 0.0, float(wire)
+    if op == "all_to_all":
+        return (local - 1) / n * message, (n - local) / n * message
+    inter = wire / local
+    return wire - inter, inter
+
+
 def ep_a2a_message(*, k: int, tokens: int, h: int, e: int, capacity_factor: float | None = None,
                    experts: int = 1) -> int:  # fmt: skip
     """All-to-all message ``M = k·T·h·e``; with a capacity factor ``C`` (Switch Transformers,

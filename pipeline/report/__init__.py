@@ -18,7 +18,17 @@ from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.snapshot import read_snapshot
 from pipeline.model.config import Job, load_job
-from pipeline.report import glance, ledger, quality, timing, topology, traffic, waits, wire
+from pipeline.report import (
+    compute,
+    glance,
+    ledger,
+    quality,
+    timing,
+    topology,
+    traffic,
+    waits,
+    wire,
+)
 from pipeline.report.context import Context, open_context
 from pipeline.report.page import Section, atomic_write_text, render, write_images
 
@@ -113,6 +123,7 @@ def _sections(ctx: Context) -> list[Section]:
         timing.bandwidth_section(ctx, no_timing),
         timing.skew_section(ctx, no_timing),
         waits.section(ctx, no_timing),
+        compute.section(ctx),
         topology.section(ctx),
         wire.section(ctx),
     ]

@@ -86,7 +86,10 @@ def test_sample_job_first_stage_rank():
     for r in pred.rows:
         assert r.wire_bytes == (0 if r.op == "recv" else r.bytes)
         assert r.link == "intra" and r.group_size == 2
-        assert r.est_time_s == pytest.approx(r.calls * (r.bytes // r.calls) / 450e9)
+        # alpha-beta with the network defaults: 8.4 µs + 3.4 µs per step inside the node
+        # (ring all-reduce of 2 ranks: 2 steps; send/recv: 1), M at 80% of 450 GB/s
+        lat = 8.4e-6 + (2 if r.op == "all_reduce" else 1) * 3.4e-6
+        assert r.est_time_s == pytest.approx(r.calls * (lat + r.bytes // r.calls / 360e9))
 
 
 def test_sample_job_last_stage_rank():
@@ -175,7 +178,10 @@ def test_custom_order_changes_groups_and_links():
     dp = [r for r in pred.rows if r.parallel_dim == "dp"]
     assert {r.link for r in tp} == {"inter"} and {r.link for r in dp} == {"intra"}
     for r in tp:
-        assert r.est_time_s == pytest.approx(r.wire_bytes / 50e9)
+        # TP pair on 2 nodes: ring steps 2(n−1) = 2, both between nodes (2(g−1) = 2), 14 µs
+        # each; the transfer at 80% of 50 GB/s
+        lat = 8.4e-6 + 2 * 14e-6
+        assert r.est_time_s == pytest.approx(r.calls * lat + r.wire_bytes / 40e9)
 
 
 def test_rank_out_of_range():
@@ -323,10 +329,12 @@ def test_json_shape():
     assert doc["model"]["params"] == 7_386_624 and doc["model"]["flops_per_token"] > 0
     assert doc["tokens_per_step"] == 2048 and doc["rank"] == 3
     assert set(doc["rows"][0]) == {"parallel_dim", "op", "phase", "layer_kind", "purpose",
-                                   "calls", "bytes", "wire_bytes", "est_time_s"}  # fmt: skip
+                                   "calls", "bytes", "wire_bytes", "intra_node_bytes",
+                                   "inter_node_bytes", "est_time_s"}  # fmt: skip
     t = doc["totals"]
-    assert set(t) == {"bytes", "wire_bytes", "bytes_per_token", "by_dim"}
+    split = {"wire_bytes", "intra_node_bytes", "inter_node_bytes"}
+    assert set(t) == {"bytes", "bytes_per_token", "by_dim"} | split
     assert t["bytes"] == sum(r["bytes"] for r in doc["rows"])
     assert t["bytes_per_token"] == t["bytes"] / 2048
     assert set(t["by_dim"]) == {"tp", "pp", "dp"}
-    assert set(t["by_dim"]["tp"]) == {"bytes", "wire_bytes"}
+    assert set(t["by_dim"]["tp"]) == {"bytes"} | split

@@ -81,7 +81,7 @@ def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
     page = out.read_text()
     assert result.sections == [
         "glance", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
-        "topology", "wire", "quality",
+        "compute", "topology", "wire", "quality",
     ]  # fmt: skip
     for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
                  "busbw_vs_size", "late_ranks", "top_kernels", "wait_transfer",

@@ -1,0 +1,96 @@
+"""Report section: compute next to communication, the model's FLOPs and memory for the job's
+layout beside the step time measured in its traces (achieved FLOP/s per rank), and the what-if
+table: every tp x pp x dp of the run's world projected from that measured step
+(:mod:`pipeline.model.whatif`), fastest first."""
+
+from __future__ import annotations
+
+from pipeline.errors import DatasetError
+from pipeline.model import whatif
+from pipeline.model.compute import compute_summary
+from pipeline.model.whatif import Observed, observed_in
+from pipeline.report import fmt
+from pipeline.report.context import Context
+from pipeline.report.page import Facts, Note, Section, Table
+
+#: Layouts projected in the report at most: each costs a prediction of every pipeline stage,
+#: and a world with more tp x pp x dp factorings than this is left to ``predict --from``.
+MAX_WHATIF_LAYOUTS = 64
+
+
+def section(ctx: Context) -> Section:
+    """FLOPs per step, memory per rank of the first stage and achieved TFLOP/s per rank."""
+    sec = Section("compute", "Compute and what-if")
+    job = ctx.config
+    if job is None:
+        return sec.add(
+            Note("No compute model: it needs the job's job.yaml (report --config).", "missing")
+        )
+    summary = compute_summary(job, 0)
+    mem = summary["memory_bytes"]
+    pairs = [
+        ("model FLOPs per step", f"{summary['model_flops']:.4g}"),
+        ("hardware FLOPs per step (with recomputation)", f"{summary['hardware_flops']:.4g}"),
+        ("memory of a first-stage rank", fmt.nbytes(mem["total"])),
+        ("  parameters, gradients, optimizer",
+         " / ".join(fmt.nbytes(mem[k]) for k in ("params", "grads", "optimizer"))),
+        ("  activations", fmt.nbytes(mem["activations"])),
+    ]  # fmt: skip
+    try:
+        obs = observed_in(ctx.con, ctx.job, str(ctx.dataset))
+    except DatasetError:
+        sec.add(Facts(pairs))
+        return sec.add(
+            Note("No measured step: time_breakdown has no profiled step of this job.", "missing")
+        )
+    per_rank = summary["model_flops"] / (obs.step_s * job.parallel.world_size)
+    pairs += [
+        ("measured step (median over ranks and steps)", fmt.duration(obs.step_s * 1e9)),
+        ("measured compute in it", fmt.duration(obs.compute_s * 1e9)),
+        ("achieved model TFLOP/s per rank", f"{per_rank / 1e12:.4g}"),
+    ]
+    sec.add(Facts(pairs))
+    sec.add(
+        Note(
+            "MFU is the achieved model FLOP/s per rank over the GPU's peak: "
+            "tokenwire predict --config job.yaml --from DATASET --peak-tflops P prints it."
+        )
+    )
+    return sec.add(_what_if(ctx, obs))
+
+
+def _what_if(ctx: Context, obs: Observed) -> Table | Note:
+    """Every tp x pp x dp of the run's world, projected from the measured step."""
+    if ctx.config_path is None:
+        return Note("No what-if table: it needs the job.yaml's path (report --config).", "missing")
+    job = ctx.config
+    assert job is not None  # (section() returned before without one)
+    targets = whatif.layouts(ctx.config_path, job.parallel.world_size, {})
+    if len(targets) > MAX_WHATIF_LAYOUTS:
+        return Note(
+            f"No what-if table: {len(targets)} layouts of {job.parallel.world_size} ranks; "
+            "tokenwire predict --config job.yaml --from DATASET --tp T --pp P projects one.",
+            "missing",
+        )
+    rows = whatif.project(job, obs, targets)
+    return Table(
+        ["layout", "compute", "communication", "step", "bytes per token", ""],
+        [
+            [
+                p.layout,
+                fmt.duration(p.compute_s * 1e9),
+                fmt.duration(p.comm_s * 1e9),
+                fmt.duration(p.step_s * 1e9),
+                f"{p.bytes_per_token:.4g}",
+                "observed" if p.observed else "",
+            ]
+            for p in rows
+        ],  # fmt: skip
+        caption=(
+            "What-if: the step of every tp x pp x dp of this world, fastest first. Compute is "
+            "the measured compute scaled by the hardware FLOPs per rank; communication the "
+            "model's alpha-beta time of the busiest stage, calibrated on the measured step "
+            "(tokenwire predict --from prints the same table)."
+        ),
+        numeric=[False, True, True, True, True, False],
+    )
