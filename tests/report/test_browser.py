@@ -133,7 +133,7 @@ def test_real_nsight_only(browser, real, tmp_path):
         check_page(browser, out)
 
 
-def test_thousand_ranks_small_page_that_opens_fast(browser, tmp_path):
+def test_thousand_ranks_small_page_that_draws(browser, tmp_path):
     ds = tmp_path / "big"
     large_job(ds, ranks=1000)
     out = tmp_path / "big.html"
@@ -146,7 +146,8 @@ def test_thousand_ranks_small_page_that_opens_fast(browser, tmp_path):
         f"1,000 ranks: page {result.size_bytes / 1e6:.2f} MB, built in {build_s:.1f} s, "
         f"rendered in {res.load_s:.2f} s"
     )
-    assert res.load_s < 5.0  # about 1 s here; the bound leaves room for a loaded machine
+    # (the load time is printed, not asserted: tests never assert on wall time; the page's
+    # size and its drawing every chart are what keep it quick to open)
     assert "time_per_rank" in result.charts and "late_ranks" in result.charts
 
 
