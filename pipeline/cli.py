@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from pipeline import __version__
+from pipeline.cli_options import DATASET, JOB_NAME, job_choice, job_config, output_format
 from pipeline.errors import TokenwireError, one_line
 
 
@@ -108,7 +109,7 @@ def _step_marker(value: str | None) -> str | None:
     type=click.Path(path_type=Path),
     help="Dataset folder (created when missing).",
 )
-@click.option("--job", help="Job name for every file (default: the folder's name).")
+@JOB_NAME
 @click.option(
     "--jobs",
     "workers",
@@ -230,7 +231,7 @@ def _print_summary(summary) -> None:
 
 
 @cli.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@DATASET
 def tables(dataset: Path) -> None:
     """List the dataset's tables: columns with types and units, and row counts."""
     from pipeline.dataset.catalog import describe
@@ -246,16 +247,9 @@ def tables(dataset: Path) -> None:
 
 
 @cli.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@DATASET
 @click.argument("query", required=False)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json", "parquet"]),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
+@output_format(["table", "csv", "json", "parquet"], "table")
 @click.option(
     "-o",
     "--output",
@@ -316,15 +310,8 @@ def format_frame(frame, fmt: str) -> str:
 @click.argument(
     "paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH..."
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Plain-text report or JSON.",
-)
-@click.option("--job", help="With a dataset: the job to check (when it holds several).")
+@output_format(["text", "json"], "text", "Plain-text report or JSON.")
+@job_choice("With a dataset: the job to check (when it holds several).")
 def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     """Where a hung job's ranks stopped agreeing, from PyTorch flight recorder dumps.
 
@@ -352,12 +339,7 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
 
 
 @cli.command()
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(exists=True, dir_okay=False),
-    help="job.yaml describing model, layout, batch, dtypes and network.",
-)
+@job_config("job.yaml describing model, layout, batch, dtypes and network.")
 @click.option("--model", "preset", help="Model preset (gpt2-small, llama3-70b, ...).")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
 @click.option("--pp", type=int, help="Pipeline-parallel degree.")
@@ -388,9 +370,7 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     help="Gradient reduction dtype (Megatron default fp32).",
 )
 @click.option("--rank", default=0, show_default=True, help="Global rank to predict.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@output_format(["table", "json"], "table", None)
 @click.option(
     "--step-time", type=float, help="Step time in seconds: adds network requirements and MFU."
 )
@@ -538,14 +518,8 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
     show_default=True,
     help="Vocabulary of the BPE trained on the text when no --tokenizer is given.",
 )
-@click.option(
-    "--config",
-    type=click.Path(exists=True, dir_okay=False),
-    help="job.yaml: adds embedding bytes and wire bytes for one epoch.",
-)
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@job_config("job.yaml: adds embedding bytes and wire bytes for one epoch.")
+@output_format(["table", "json"], "table", None)
 def tokens(text_file, tokenizer, train_vocab, config, fmt) -> None:  # noqa: ANN001
     """Words -> tokens -> bytes on the wire for a text corpus.
 
@@ -568,12 +542,8 @@ def tokens(text_file, tokenizer, train_vocab, config, fmt) -> None:  # noqa: ANN
 
 
 @cli.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
-@click.option(
-    "--config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The job's job.yaml: exact parallel dimensions, tokens per step and predictions.",
-)
+@DATASET
+@job_config("The job's job.yaml: exact parallel dimensions, tokens per step and predictions.")
 def link(dataset: Path, config: Path | None) -> None:
     """Build the derived tables: collectives linked to steps, phases, layers and parallel
     dimensions; collectives matched across ranks; time per rank; bytes per token.
@@ -593,12 +563,8 @@ def link(dataset: Path, config: Path | None) -> None:
 
 
 @cli.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
-@click.option(
-    "--config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The job's job.yaml: adds the prediction, the model and the network peaks.",
-)
+@DATASET
+@job_config("The job's job.yaml: adds the prediction, the model and the network peaks.")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
     help="HTML file to write.",
@@ -608,7 +574,7 @@ def link(dataset: Path, config: Path | None) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Also write every chart as PNG and SVG into this folder.",
 )
-@click.option("--job", help="Job to report on (needed when the dataset holds several).")
+@job_choice("Job to report on (needed when the dataset holds several).")
 def report(
     dataset: Path, config: Path | None, output: Path, png_dir: Path | None, job: str | None
 ) -> None:
@@ -648,16 +614,13 @@ def _without_jsonschema_format_checkers() -> None:
 
 
 @cli.command("diff")
-@click.argument("dataset", type=click.Path(path_type=Path))
+@DATASET
 @click.argument("job_a")
 @click.argument("job_b")
 @click.option(
     "--other", type=click.Path(path_type=Path), help="The dataset of JOB_B (default: DATASET)."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-    show_default=True, help="Output format (csv writes one --view).",
-)  # fmt: skip
+@output_format(["table", "csv", "json"], "table", "Output format (csv writes one --view).")
 @click.option(
     "--view",
     type=click.Choice(["steps", "traffic", "predicted", "layers", "ops"]),
@@ -763,12 +726,12 @@ def _diff_text(frame, fmt: str) -> str:
 
 
 @cli.command("export")
-@click.argument("dataset", type=click.Path(path_type=Path))
+@DATASET
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
     help="Trace file to write: .json, or .json.gz (gzipped).",
 )  # fmt: skip
-@click.option("--job", help="Job to export (needed when the dataset holds several).")
+@job_choice("Job to export (needed when the dataset holds several).")
 @click.option("--step", "steps", metavar="N|N-M", help="Only this step, or these steps.")
 @click.option("--ranks", metavar="LIST", help="Only these ranks, e.g. 0-7,12.")
 @click.option(

@@ -29,3 +29,26 @@ def test_internal_errors_are_one_line(tmp_path, monkeypatch) -> None:
     result = CliRunner().invoke(cli, ["tables", str(tmp_path)])
     assert result.exit_code == 3
     assert result.stderr == "Error: internal error: ZeroDivisionError: simulated bug\n"
+
+
+def test_shared_options_mean_one_thing() -> None:
+    """``--config`` is an existing job.yaml file and ``--format`` fills ``fmt`` in every
+    command; ``--job`` names the job written in ingest and picks a stored job elsewhere
+    (pipeline/cli_options.py)."""
+    import click
+
+    seen = set()
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if "--config" in param.opts:
+                assert isinstance(param.type, click.Path), name
+                assert param.type.exists and not param.type.dir_okay, name
+                seen.add("config")
+            if "--format" in param.opts:
+                assert param.name == "fmt" and param.show_default, name
+                seen.add("format")
+            if "--job" in param.opts:
+                named = "Job name for every file" in (param.help or "")
+                assert named == (name == "ingest"), name
+                seen.add("job")
+    assert seen == {"config", "format", "job"}

@@ -31,26 +31,57 @@ _OP_PATTERNS: list[tuple[str, str]] = [
     ("combine", "all_to_all"),
 ]
 
+#: Bytes per element of every dtype name the dataset holds: the one table of element sizes
+#: (the parsers map their spellings to these names; sizes are looked up here).
+DTYPE_SIZES: dict[str, int] = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float64": 8,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "bool": 1,
+    "float8_e4m3": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e8m0fnu": 1,
+    "float4_e2m1fn_x2": 1,
+    "complex32": 4,
+    "complex64": 8,
+    "complex128": 16,
+    "qint8": 1,
+    "quint8": 1,
+    "qint32": 4,
+}
+
 #: Spelling of an element type (lower-cased) -> (dataset name, bytes per element).
 DTYPES: dict[str, tuple[str, int]] = {}
-for _names, _canon, _size in [
-    (("float", "float32", "c10::float", "fp32"), "float32", 4),
-    (("bfloat16", "c10::bfloat16", "bf16"), "bfloat16", 2),
-    (("half", "float16", "c10::half", "fp16"), "float16", 2),
-    (("double", "float64", "fp64"), "float64", 8),
-    (("long", "long int", "int64", "long long", "int64_t"), "int64", 8),
-    (("int", "int32", "int32_t"), "int32", 4),
-    (("short", "short int", "int16"), "int16", 2),
-    (("char", "signed char", "int8", "int8_t"), "int8", 1),
-    (("byte", "unsigned char", "uint8", "uint8_t"), "uint8", 1),
-    (("bool",), "bool", 1),
-    (("float8_e4m3fn", "float8_e4m3fnuz", "float8e4m3", "fp8_e4m3"), "float8_e4m3", 1),
-    (("float8_e5m2", "float8_e5m2fnuz", "float8e5m2", "fp8_e5m2"), "float8_e5m2", 1),
-    (("complexfloat", "complex64"), "complex64", 8),
-    (("complexdouble", "complex128"), "complex128", 16),
+for _names, _canon in [
+    (("float", "float32", "c10::float", "fp32"), "float32"),
+    (("bfloat16", "c10::bfloat16", "bf16"), "bfloat16"),
+    (("half", "float16", "c10::half", "fp16"), "float16"),
+    (("double", "float64", "fp64"), "float64"),
+    (("long", "long int", "int64", "long long", "int64_t"), "int64"),
+    (("int", "int32", "int32_t"), "int32"),
+    (("short", "short int", "int16"), "int16"),
+    (("char", "signed char", "int8", "int8_t"), "int8"),
+    (("byte", "unsigned char", "uint8", "uint8_t"), "uint8"),
+    (("bool",), "bool"),
+    (("float8_e4m3fn", "float8_e4m3fnuz", "float8e4m3", "fp8_e4m3"), "float8_e4m3"),
+    (("float8_e5m2", "float8_e5m2fnuz", "float8e5m2", "fp8_e5m2"), "float8_e5m2"),
+    (("complexfloat", "complex64"), "complex64"),
+    (("complexdouble", "complex128"), "complex128"),
 ]:
     for _n in _names:
-        DTYPES[_n] = (_canon, _size)
+        DTYPES[_n] = (_canon, DTYPE_SIZES[_canon])
 
 
 def op_expr(name: pl.Expr) -> pl.Expr:

@@ -4,6 +4,10 @@
 -- offset is the median gap between its end times and the reference host's (that of the
 -- lowest rank) over the collectives they share. A job on one host (or with no hosts
 -- recorded) has every offset 0; the residual is reported either way.
+--
+-- reads: _links_dimmed, ranks
+-- creates: _instance_rows, _links_keyed, _rank_hosts, clock_offsets
+-- takes: _links_dimmed
 
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
@@ -14,7 +18,7 @@ CREATE TEMP TABLE _instance_rows AS
 SELECT job, rank, source, file_id, collective_id, comm AS instance_comm,
        seq AS instance_seq, op, bytes, group_size, start_ns, end_ns, dur_ns,
        step, phase, layer, layer_kind, parallel_dim
-FROM collective_links WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
+FROM _links_dimmed WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
 UNION ALL
 -- (numbered apart: a window over every call would sort them all)
 SELECT job, rank, source, file_id, collective_id,
@@ -25,14 +29,15 @@ SELECT job, rank, source, file_id, collective_id,
                           ORDER BY enqueue_ns, start_ns, seq, collective_id) - 1,
        op, bytes, group_size, start_ns, end_ns, dur_ns,
        step, phase, layer, layer_kind, parallel_dim
-FROM collective_links WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
+FROM _links_dimmed WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
 
 -- Every per-rank row carries its instance key, so a call joins to its collective_instances
 -- row directly (job, source, instance_comm, instance_seq); instance_seq is NULL where it is
 -- in no instance (no sequence number, or a send/recv whose peer is unknown).
-ALTER TABLE collective_links ADD COLUMN instance_comm VARCHAR;
-ALTER TABLE collective_links ADD COLUMN instance_seq BIGINT;
-UPDATE collective_links l
+ALTER TABLE _links_dimmed RENAME TO _links_keyed;
+ALTER TABLE _links_keyed ADD COLUMN instance_comm VARCHAR;
+ALTER TABLE _links_keyed ADD COLUMN instance_seq BIGINT;
+UPDATE _links_keyed l
 SET instance_comm = r.instance_comm, instance_seq = r.instance_seq
 FROM _instance_rows r
 WHERE r.job = l.job AND r.rank = l.rank AND r.source = l.source AND r.file_id = l.file_id

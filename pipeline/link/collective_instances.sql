@@ -4,6 +4,9 @@
 -- busbw uses nccl-tests' factors (nccl-tests doc/PERFORMANCE.md; bus_factor, defined by
 -- every connection in dataset/sources.sql): all_reduce 2(n-1)/n; all_gather,
 -- reduce_scatter, all_to_all (n-1)/n; others 1.
+--
+-- reads: _instance_rows, bus_factor, clock_offsets
+-- creates: collective_instances
 
 CREATE VIEW _instance_aligned AS
 SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns,

@@ -9,6 +9,14 @@
 -- collectives row, so linking never reads the ops. Here: the peers' global ranks, the
 -- phase of send/recv outside any range (by direction), the layer kind and index, and the
 -- profiler's context for calls another source matched to it.
+--
+-- Built here as _links_attributed and completed in place by the files that take it in
+-- turn: communicator_dims.sql sets parallel_dim (_links_dimmed), clock_offsets.sql adds
+-- the instance key (_links_keyed), instance_context.sql fills calls across ranks and
+-- names the result collective_links.
+--
+-- reads: _adopted_groups, _filled_sizes, collective_matches, collectives, communicators
+-- creates: _layer_index, _links_attributed
 
 -- The global rank of each send/recv peer. NCCL's own records (the log's COLL line, the
 -- NVTX payload in Nsight) give the peer's rank in the communicator; the job's communicator
@@ -115,7 +123,7 @@ CREATE MACRO _dim_evidence(op, layer, layer_kind, backward_op) AS CASE
 
 -- A matched call takes the profiler's context. parallel_dim starts as the call's own
 -- evidence; communicator_dims.sql puts the communicator's dimension in its place.
-CREATE TEMP TABLE collective_links AS
+CREATE TEMP TABLE _links_attributed AS
 WITH linked AS (
     SELECT o.* REPLACE (
                coalesce(o.step, p.step) AS step,
@@ -134,12 +142,3 @@ WITH linked AS (
 SELECT *, _dim_evidence(op, layer, layer_kind, backward_op) AS evidence,
        _dim_evidence(op, layer, layer_kind, backward_op) AS parallel_dim
 FROM linked;
-
--- Working tables no later step reads: freed here, so that the next steps' tables do not
--- sit beside them (link's peak memory on a big job).
-DROP VIEW _own_links;
-DROP TABLE _matched_context;
-DROP TABLE _collective_peers;
-DROP TABLE _filled_sizes;
-DROP TABLE _adopted_groups;
-DROP TABLE _layer_names;

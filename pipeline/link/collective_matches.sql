@@ -15,6 +15,9 @@
 --   profiler's window), then the most sequence numbers (PyTorch's per-group seq against
 --   NCCL's opCount: the only evidence left when the trace has no sizes); an offset tied
 --   with another on both is ambiguous and matches nothing.
+--
+-- reads: _communicators_stored, collectives, member_ranks
+-- creates: _comm_sets, _comm_map, _adopted_groups, collective_matches, _filled_sizes
 
 -- A communicator's rank set, assembled across its rows (member_ranks, sources.sql): an NCCL
 -- log knows only its own global rank in each communicator, the job's logs together know all.
@@ -252,13 +255,3 @@ SELECT m.job, m.rank, 'kineto' AS source, m.primary_file_id AS file_id,
 FROM collective_matches m
 WHERE m.bytes IS NOT NULL
 GROUP BY ALL;
-
--- Working tables no later step reads: freed here, so that the next steps' tables do not
--- sit beside them (link's peak memory on a big job).
-DROP TABLE _primary_calls;
-DROP TABLE _secondary_calls;
-DROP TABLE _time_matches;
-DROP TABLE _commless_matches;
-DROP TABLE _seq_offsets;
-DROP TABLE _order_offsets;
-DROP TABLE _order_matches;

@@ -5,6 +5,10 @@
 -- communicator with no collectives from its rank set (a contiguous block is tp, a strided
 -- set dp). A communicator that spans every rank and carries several kinds of traffic is
 -- 'world': its collectives then keep their own evidence.
+--
+-- reads: _comm_map, _comm_sets, _job_layout, _links_attributed, collectives, ranks
+-- creates: communicator_dims, _links_dimmed
+-- takes: _links_attributed
 
 -- Members: the rank sets of every source (_comm_sets, collective_matches.sql) and the ranks
 -- that ran a collective on the communicator.
@@ -26,7 +30,7 @@ SELECT job, comm,
        bool_and(evidence IN ('a2a', 'unknown')) AS only_a2a,
        bool_or(evidence = 'tp') AS any_tp
 FROM (SELECT job, comm, evidence, count(*) AS n
-      FROM collective_links WHERE comm IS NOT NULL GROUP BY ALL)
+      FROM _links_attributed WHERE comm IS NOT NULL GROUP BY ALL)
 GROUP BY ALL;
 
 CREATE VIEW _world AS
@@ -84,7 +88,8 @@ LEFT JOIN _world w USING (job);
 -- it keeps its own evidence (collective_links.sql), and on one that job.yaml makes the group
 -- of several dimensions ('dp|ep': with dp = ep one group serves both) it keeps its evidence
 -- when that is one of them, else takes the first.
-UPDATE collective_links l
+ALTER TABLE _links_attributed RENAME TO _links_dimmed;
+UPDATE _links_dimmed l
 SET parallel_dim = CASE WHEN list_contains(string_split(d.parallel_dim, '|'), l.evidence)
                         THEN l.evidence ELSE string_split(d.parallel_dim, '|')[1] END
 FROM communicator_dims d

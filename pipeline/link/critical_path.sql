@@ -14,7 +14,7 @@
 -- arrival), so it is found once for every call by one as-of join, and the walk only
 -- follows those links: one hash lookup per hop instead of a search of every call.
 --
--- reads: collective_waits, clock_offsets, steps
+-- reads: clock_offsets, collective_waits, steps
 -- creates: critical_path
 
 -- Calls with a step, on the aligned clock: when each one's data began to move and ended,

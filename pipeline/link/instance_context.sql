@@ -3,9 +3,16 @@
 -- takes the step, phase and layer of the same collective on the ranks that were
 -- (collective_instances), and says so (attributed_by 'instance'). Jobs where only some
 -- ranks ran the profiler then count every rank's calls in the right step.
+-- (The table built since collective_links.sql, taken under its final name.)
+--
+-- reads: _instance_rows, _layer_index, _links_keyed, collective_instances
+-- creates: collective_links
+-- takes: _links_keyed
 
 -- The calls nothing placed yet (in a fully profiled job, few or none: every statement
 -- below then has next to nothing to do).
+ALTER TABLE _links_keyed RENAME TO collective_links;
+
 CREATE TEMP TABLE _unplaced AS
 SELECT job, rank, source, file_id, collective_id FROM collective_links WHERE step IS NULL;
 
@@ -89,12 +96,3 @@ SET step = o.step, step_from = 'log_order'
 FROM _order_steps o
 WHERE l.job = o.job AND l.rank = o.rank AND l.source = o.source AND l.file_id = o.file_id
   AND l.collective_id = o.collective_id;
-
--- Working tables no later step reads: freed here, so that the next steps' tables do not
--- sit beside them (link's peak memory on a big job).
-DROP VIEW _instance_aligned;
-DROP VIEW _aligned_ends;
-DROP VIEW _rank_residuals;
-DROP TABLE _unplaced;
-DROP TABLE _instance_fill;
-DROP TABLE _order_steps;

@@ -12,7 +12,7 @@
 -- predicted size (a dtype).
 -- Jobs linked without a job.yaml have no predictions and no ledger.
 --
--- reads: collective_links, primary_sources, predictions
+-- reads: collective_links, predictions, primary_sources
 -- creates: ledger
 
 -- Observed calls of traced steps, one source per rank (primary_sources: a rank's profiler

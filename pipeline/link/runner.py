@@ -1,5 +1,8 @@
 """Run the link SQL over a dataset and materialize the derived tables.
 
+The files run in the order their headers give (``plan.py``); the tables they create whose
+names do not start with ``_`` are published.
+
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
 tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
@@ -9,8 +12,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -21,36 +24,10 @@ from pipeline.dataset.schema import conform, table_schema
 from pipeline.dataset.store import part_columns, part_path
 from pipeline.dataset.views import connect, empty_select, require_readable
 from pipeline.errors import ConfigError, DatasetError
+from pipeline.link.plan import plan
 
-#: The link questions, in the order they build on each other.
-SQL_FILES = (
-    "collective_matches.sql",
-    "collective_links.sql",
-    "communicator_dims.sql",
-    "clock_offsets.sql",
-    "collective_instances.sql",
-    "collective_waits.sql",
-    "step_stragglers.sql",
-    "critical_path.sql",
-    "instance_context.sql",
-    "token_wire.sql",
-    "ledger.sql",
-    "wire.sql",
-)
-DERIVED = (
-    "collective_matches",
-    "collective_links",
-    "communicator_dims",
-    "clock_offsets",
-    "collective_instances",
-    "collective_waits",
-    "step_stragglers",
-    "straggler_ops",
-    "critical_path",
-    "token_wire",
-    "ledger",
-    "wire",
-)
+if TYPE_CHECKING:  # (the model's module is imported only by a link with a job.yaml)
+    from pipeline.model.config import Job
 
 
 @dataclass
@@ -61,12 +38,7 @@ class LinkSummary:
     config: str | None
 
 
-def sql_text(name: str) -> str:
-    """The text of one link SQL file."""
-    return resources.files("pipeline.link").joinpath(name).read_text()
-
-
-def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
+def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
     """Build every derived table of ``dataset`` (replacing those of an earlier link).
 
     Parameters
@@ -74,7 +46,8 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
     dataset
         A tokenwire dataset.
     config
-        The job's ``job.yaml``: exact parallel dimensions, tokens per step and predictions.
+        The job's ``job.yaml`` (a path, or one loaded): exact parallel dimensions, tokens per
+        step and predictions.
         A dataset of several jobs takes one job.yaml for all of them only when they share it.
     """
     dataset = Path(dataset)
@@ -90,16 +63,21 @@ def link(dataset: Path, *, config: Path | None = None) -> LinkSummary:
         if not jobs:
             raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
         _register_job_inputs(con, jobs, config)
-        for name in SQL_FILES:
+        steps = plan()
+        for sql in steps.files:
             try:
-                con.execute(sql_text(name))
+                con.execute(sql.text)
             except duckdb.Error as exc:  # a damaged part (named here), else a bug in our SQL
                 require_readable(dataset, txn.manifest.all_parts())
-                raise RuntimeError(f"link step {name} failed: {exc}") from exc
-        tables = {t: _published(con, t) for t in (*DERIVED, "predictions")}
+                raise RuntimeError(f"link step {sql.name} failed: {exc}") from exc
+            # (working tables no later file reads are freed at once, so that the next
+            # files' tables do not sit beside them: link's peak memory on a big job)
+            for kind, obj in steps.drops_after[sql.name]:
+                con.execute(f"DROP {kind.upper()} IF EXISTS {obj}")
+        tables = {t: _published(con, t) for t in (*steps.published, "predictions")}
         con.close()
         rows = _materialize(txn, tables)
-    return LinkSummary(rows=rows, config=str(config) if config else None)
+    return LinkSummary(rows=rows, config=_label(config) if config is not None else None)
 
 
 def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]:
@@ -114,7 +92,7 @@ def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]
 
 
 def _register_job_inputs(
-    con: duckdb.DuckDBPyConnection, jobs: list[str], config: Path | None
+    con: duckdb.DuckDBPyConnection, jobs: list[str], config: Path | Job | None
 ) -> None:
     layout = {"job": [], "comm": [], "parallel_dim": []}
     facts = {"job": [], "tokens_per_step": []}
@@ -123,7 +101,7 @@ def _register_job_inputs(
         from pipeline.model.config import load_job
         from pipeline.model.predict import predictions_table
 
-        job_spec = load_job(config)
+        job_spec = load_job(config) if isinstance(config, (str, Path)) else config
         world = job_spec.parallel.world_size
         for job in jobs:
             ranks = [
@@ -137,8 +115,8 @@ def _register_job_inputs(
             ).fetchall()[0][0]
             if seen_world is not None and seen_world != world:
                 raise ConfigError(
-                    f"{config}: the layout gives {world} ranks but job {job!r} has world size "
-                    f"{seen_world}"
+                    f"{_label(config)}: the layout gives {world} ranks but job {job!r} has "
+                    f"world size {seen_world}"
                 )
             predictions.append(
                 conform(
@@ -223,6 +201,11 @@ def _comm_dims_from_layout(
             dim = "world"
         out.append((comm, dim))
     return out
+
+
+def _label(config: Path | Job) -> str:
+    """How messages name the job description: its path, or ``job.yaml`` when given loaded."""
+    return str(config) if isinstance(config, (str, Path)) else "job.yaml"
 
 
 def _materialize(txn: Transaction, tables: dict[str, dict[str, pa.Table]]) -> dict[str, int]:

@@ -5,7 +5,7 @@
 -- windows from the first rank's arrival to its own, on its own clock, and the layer it was
 -- busy in.
 --
--- reads: collective_waits, collective_instances, clock_offsets, ops, kernels
+-- reads: clock_offsets, collective_instances, collective_waits, kernels, ops
 -- creates: step_stragglers, straggler_ops
 
 -- The wait each late rank caused in each collective (not send/recv) it arrived at last.

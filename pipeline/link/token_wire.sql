@@ -4,6 +4,10 @@
 -- that were never observed appear with calls 0).
 -- Tokens per step: job.yaml's global_batch x seq_len; else the tokens the ranks' token
 -- embeddings saw (steps.tokens), counted once per tensor-parallel group.
+--
+-- reads: _job_facts, collective_links, communicator_dims, communicators, predictions,
+--        primary_sources, source_preference, steps
+-- creates: token_wire
 
 CREATE VIEW _tp_followers AS
 SELECT DISTINCT c.job, c.rank

@@ -17,8 +17,9 @@
 -- (NVLS, CollNet, PAT). Each instance comes from one source per job, so a call held in a
 -- profiler trace, an NCCL log and an Nsight export moves its bytes once.
 --
--- reads: _instance_rows, collective_instances, collective_links, collective_matches,
---        collectives, communicators, topology, _comm_sets, _rank_hosts
+-- reads: _comm_sets, _instance_rows, _rank_hosts, bus_factor, collective_instances,
+--        collective_links, collective_matches, collectives, communicators,
+--        source_preference, topology
 -- creates: wire
 
 -- The source of each job's instances: the one that saw the most ranks (a rank only an NCCL
@@ -345,9 +346,3 @@ LEFT JOIN _rank_hosts hs ON hs.job = e.job AND hs.rank = e.src
 LEFT JOIN _rank_hosts hd ON hd.job = e.job AND hd.rank = e.dst
 LEFT JOIN _wire_transport t ON t.job = e.job AND t.src = e.src AND t.dst = e.dst
 WHERE e.src IS NOT NULL AND e.dst IS NOT NULL AND e.src <> e.dst;
-
-DROP TABLE _instance_rows;
-DROP TABLE _wire_calls;
-DROP TABLE _wire_evidence;
-DROP TABLE _wire_edges;
-DROP TABLE _wire_inst;

@@ -6,6 +6,10 @@ charts per section (``glance``, ``ledger``, ``traffic``, ``timing``, ``waits``,
 ``topology``, ``wire``, ``quality``) and writes one self-contained HTML file (``page``).
 Sections whose data is missing say why and what would fill them. docs/report.md describes
 every section and what it needs.
+
+Predictions come from the linked tables only (``token_wire``, ``predictions``): given a
+job.yaml, the report links a job that has none yet with it (``tokenwire link --config``, the
+one route to them) and never runs the model itself.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.snapshot import read_snapshot
+from pipeline.errors import ConfigError
 from pipeline.model.config import Job, load_job
 from pipeline.report import (
     compute,
@@ -82,11 +87,12 @@ def build_report(
     if config is not None and not isinstance(config, Job):
         config_path = Path(config)
         config = load_job(config_path)
+    unfit = None
+    if config is not None:
+        unfit = _link_for_predictions(Path(dataset), job, config_path or config)
     # (read again from the start if an ingest or link commits while the report reads)
-    ctx, sections = read_snapshot(
-        Path(dataset),
-        functools.partial(_read, dataset, job=job, config=config, config_path=config_path),
-    )
+    read = functools.partial(_read, dataset, job=job, config=config, config_path=config_path)
+    ctx, sections = read_snapshot(Path(dataset), functools.partial(read, unfit=unfit))
     output = Path(output)
     page = render(f"tokenwire report: {ctx.job}", _subtitle(ctx), sections)
     atomic_write_text(output, page)
@@ -97,10 +103,36 @@ def build_report(
     )
 
 
+def _link_for_predictions(dataset: Path, job: str | None, config: Path | Job) -> str | None:
+    """Link ``dataset`` with ``config`` when the report's job has no predictions yet; why
+    there are none when the job.yaml does not fit the dataset (the report then goes on
+    without them)."""
+    ctx = open_context(dataset, job=job)
+    try:
+        predicted = ctx.query("predictions_stored").height > 0
+    finally:
+        ctx.con.close()
+    if predicted:
+        return None
+    from pipeline.link.runner import link
+
+    try:
+        link(dataset, config=config)
+    except ConfigError as exc:
+        return f"the job.yaml does not fit the traced ranks: {exc}"
+    return None
+
+
 def _read(
-    dataset: Path | str, *, job: str | None, config: Job | None, config_path: Path | None
+    dataset: Path | str,
+    *,
+    job: str | None,
+    config: Job | None,
+    config_path: Path | None,
+    unfit: str | None,
 ) -> tuple[Context, list[Section]]:
     ctx = open_context(dataset, job=job, config=config, config_path=config_path)
+    ctx.unfit = unfit
     try:
         # Altair validates every object it builds in debug mode, data rows included
         with debug_mode(False):

@@ -44,6 +44,8 @@ class Context:
     config: Job | None = None
     config_path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    #: why the job.yaml given could not be linked (its layout does not fit the traced ranks)
+    unfit: str | None = None
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Run the named query with ``$job`` and ``params``; a Polars frame."""

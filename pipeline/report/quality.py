@@ -73,6 +73,15 @@ def _frame(ctx: Context, table: str) -> pl.DataFrame:
 def section(ctx: Context) -> Section:
     """Data quality: files, warnings, collectives that could not be used or attributed."""
     sec = Section("quality", "Data quality")
+    _add_files(ctx, sec)
+    _add_warnings(ctx, sec)
+    _add_collectives(ctx, sec)
+    _add_links(ctx, sec)
+    _add_matches(ctx, sec)
+    return sec
+
+
+def _add_files(ctx: Context, sec: Section) -> None:
     total = ctx.row("quality_file_count").get("files", 0)
     files = ctx.query("quality_files", limit=_MAX_FILES)
     sec.add(
@@ -96,6 +105,9 @@ def section(ctx: Context) -> Section:
             numeric=[False, False, False, True, True, False, True, True],
         )
     )
+
+
+def _add_warnings(ctx: Context, sec: Section) -> None:
     warnings = ctx.query("quality_warnings", limit=_MAX_WARNINGS)
     if warnings.height:
         sec.add(
@@ -127,6 +139,9 @@ def section(ctx: Context) -> Section:
                 "warn",
             )
         )
+
+
+def _add_collectives(ctx: Context, sec: Section) -> None:
     c = ctx.row("quality_collectives")
     if c.get("collectives"):
         sec.add(
@@ -139,6 +154,10 @@ def section(ctx: Context) -> Section:
                 ]
             )
         )
+
+
+def _add_links(ctx: Context, sec: Section) -> None:
+    """How tokenwire link attributed the collectives, or that it has not run."""
     links = ctx.query("quality_links")
     if links.height:
         unattributed = links.filter(pl.col("attributed_by") == "none")["collectives"].sum()
@@ -176,6 +195,10 @@ def section(ctx: Context) -> Section:
                 "missing",
             )
         )
+
+
+def _add_matches(ctx: Context, sec: Section) -> None:
+    """Calls matched across sources and across ranks."""
     matches = ctx.query("quality_matches")
     if matches.height:
         sec.add(
@@ -205,4 +228,3 @@ def section(ctx: Context) -> Section:
                 ]
             )
         )
-    return sec

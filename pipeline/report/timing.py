@@ -65,7 +65,6 @@ def _long(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
 
 def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
     ranks = per_rank["rank"].to_list()
-    n = len(ranks)
     long = _long(per_rank, ["rank"])
     color = alt.Color(
         "part:N", title=None, sort=_PARTS, scale=alt.Scale(domain=_PARTS, range=_PART_COLORS)
@@ -76,7 +75,32 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
         bind=alt.binding(input="number", name="rank "),
     )
     brush = alt.selection_interval(encodings=["x"], name="rank_brush")
-    detail = (
+    order = {p: i for i, p in enumerate(_PARTS)}
+    data = fmt.rows(long.with_columns(pl.col("part").replace_strict(order).alias("part_order")))
+    charts = [_rank_detail(color, pick, brush), _rank_overview(brush)]
+    steps = ctx.query("time_per_rank_step")
+    if 0 < steps.height <= MAX_RANK_STEP_ROWS and steps["step"].n_unique() > 1:
+        step_long = _long(steps, ["rank", "step"]).with_columns(
+            pl.col("part").replace_strict(order).alias("part_order")
+        )
+        charts.append(_picked_rank_steps(step_long, color))
+    chart = alt.vconcat(*charts, data=alt.Data(values=data))
+    sec.add(
+        Chart(
+            "time_per_rank",
+            chart,
+            "Compute: kernels (or CPU ops) without communication; overlapped: "
+            "communication while compute runs; exposed: communication alone; idle: "
+            "neither. Brush the grey strip to zoom into ranks; the rank box picks the "
+            "rank highlighted above and drawn per step below.",
+        )
+    )
+    _add_exposed_note(sec, per_rank)
+
+
+def _rank_detail(color: alt.Color, pick: alt.Parameter, brush: alt.Parameter) -> alt.Chart:
+    """Each rank's step split into its parts, for the ranks the brush selects."""
+    return (
         alt.Chart()
         .mark_bar()
         .encode(
@@ -95,7 +119,11 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
         .add_params(pick)
         .properties(width=760, height=240, title="Where each rank's step goes")
     )
-    overview = (
+
+
+def _rank_overview(brush: alt.Parameter) -> alt.Chart:
+    """Every rank's step, the strip the brush selects ranks on."""
+    return (
         alt.Chart()
         .mark_area(color="#9aa5b1")
         .encode(
@@ -110,43 +138,31 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
         .add_params(brush)
         .properties(width=760, height=40)
     )
-    order = {p: i for i, p in enumerate(_PARTS)}
-    data = fmt.rows(long.with_columns(pl.col("part").replace_strict(order).alias("part_order")))
-    charts = [detail, overview]
-    steps = ctx.query("time_per_rank_step")
-    if 0 < steps.height <= MAX_RANK_STEP_ROWS and steps["step"].n_unique() > 1:
-        step_long = _long(steps, ["rank", "step"]).with_columns(
-            pl.col("part").replace_strict(order).alias("part_order")
+
+
+def _picked_rank_steps(step_long: pl.DataFrame, color: alt.Color) -> alt.Chart:
+    return (
+        alt.Chart(alt.Data(values=fmt.rows(step_long)))
+        .mark_bar()
+        .encode(
+            x=alt.X("step:O"),
+            y=alt.Y("ms:Q", title="ms"),
+            color=color,
+            order=alt.Order("part_order:Q"),
+            tooltip=[
+                alt.Tooltip("rank:O"),
+                alt.Tooltip("step:O"),
+                alt.Tooltip("part:N"),
+                alt.Tooltip("ms:Q", format=",.3f"),
+            ],
         )
-        charts.append(
-            alt.Chart(alt.Data(values=fmt.rows(step_long)))
-            .mark_bar()
-            .encode(
-                x=alt.X("step:O"),
-                y=alt.Y("ms:Q", title="ms"),
-                color=color,
-                order=alt.Order("part_order:Q"),
-                tooltip=[
-                    alt.Tooltip("rank:O"),
-                    alt.Tooltip("step:O"),
-                    alt.Tooltip("part:N"),
-                    alt.Tooltip("ms:Q", format=",.3f"),
-                ],
-            )
-            .transform_filter("datum.rank == rank_pick")
-            .properties(width=420, height=180, title="Steps of the picked rank")
-        )
-    chart = alt.vconcat(*charts, data=alt.Data(values=data))
-    sec.add(
-        Chart(
-            "time_per_rank",
-            chart,
-            "Compute: kernels (or CPU ops) without communication; overlapped: "
-            "communication while compute runs; exposed: communication alone; idle: "
-            "neither. Brush the grey strip to zoom into ranks; the rank box picks the "
-            "rank highlighted above and drawn per step below.",
-        )
+        .transform_filter("datum.rank == rank_pick")
+        .properties(width=420, height=180, title="Steps of the picked rank")
     )
+
+
+def _add_exposed_note(sec: Section, per_rank: pl.DataFrame) -> None:
+    n = per_rank.height
     exposed = per_rank["exposed_comm_ns"].mean()
     window = per_rank["window_ns"].mean()
     if window:
@@ -222,6 +238,27 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
                 no_timing or "No collective in this job has both a size and a duration.", "missing"
             )
         )
+    layers = _bandwidth_layers(points, tests, peaks)
+    chart = (
+        alt.layer(*layers)
+        .resolve_scale(color="independent", strokeDash="independent")
+        .properties(width=640, height=320, title="Bus bandwidth by message size")
+    )
+    caption = "Points: median per power-of-two size bin, bars p10 to p90; from " + how + "."
+    if peaks:
+        caption += " Rules: per-GPU link bandwidth from job.yaml's network."
+    if tests.height:
+        caption += " Dashed: nccl-tests runs ingested into this dataset (out-of-place busbw)."
+    sec.add(Chart("busbw_vs_size", chart, caption))
+    if not peaks:
+        sec.add(
+            Note("Give --config job.yaml with a network section to draw the link peaks.", "text")
+        )
+    return sec
+
+
+def _bandwidth_layers(points: pl.DataFrame, tests: pl.DataFrame, peaks: list[dict]) -> list:
+    """The chart's layers: observed points with p10-p90 rules, nccl-tests runs, peaks."""
     layers = []
     x = alt.X("size_bytes:Q", title="message size (bytes)", scale=alt.Scale(type="log"))
     y = alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)")
@@ -278,22 +315,7 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
                 tooltip=[alt.Tooltip("peak:N"), alt.Tooltip("busbw_gbps:Q", title="GB/s")],
             )
         )
-    chart = (
-        alt.layer(*layers)
-        .resolve_scale(color="independent", strokeDash="independent")
-        .properties(width=640, height=320, title="Bus bandwidth by message size")
-    )
-    caption = "Points: median per power-of-two size bin, bars p10 to p90; from " + how + "."
-    if peaks:
-        caption += " Rules: per-GPU link bandwidth from job.yaml's network."
-    if tests.height:
-        caption += " Dashed: nccl-tests runs ingested into this dataset (out-of-place busbw)."
-    sec.add(Chart("busbw_vs_size", chart, caption))
-    if not peaks:
-        sec.add(
-            Note("Give --config job.yaml with a network section to draw the link peaks.", "text")
-        )
-    return sec
+    return layers
 
 
 def skew_section(ctx: Context, no_timing: str | None, limit: int = 15) -> Section:
@@ -310,6 +332,20 @@ def skew_section(ctx: Context, no_timing: str | None, limit: int = 15) -> Sectio
                 "missing",
             )
         )
+    sec.add(_late_chart(by_rank))
+    worst = by_rank.sort("late_skew_ns", descending=True).row(0, named=True)
+    sec.add(
+        Note(
+            f"Rank {worst['rank']} arrived last {worst['late_count']:,} times, making the "
+            f"others wait {fmt.duration(worst['late_skew_ns'])} in all.",
+            "text",
+        )
+    )
+    sec.add(_where_table(ctx), _top_table(ctx, limit))
+    return sec
+
+
+def _late_chart(by_rank: pl.DataFrame) -> Chart:
     data = by_rank.with_columns(
         (pl.col("late_skew_ns") / 1e6).alias("late_skew_ms"),
         (pl.col("max_skew_ns") / 1e6).alias("max_skew_ms"),
@@ -329,84 +365,75 @@ def skew_section(ctx: Context, no_timing: str | None, limit: int = 15) -> Sectio
         )
         .properties(width=760, height=220, title="Who arrives late")
     )
-    sec.add(
-        Chart(
-            "late_ranks",
-            chart,
-            "Skew = last start minus first start of one collective "
-            "across its ranks (clock-aligned by tokenwire link).",
-        )
+    return Chart(
+        "late_ranks",
+        chart,
+        "Skew = last start minus first start of one collective "
+        "across its ranks (clock-aligned by tokenwire link).",
     )
-    worst = by_rank.sort("late_skew_ns", descending=True).row(0, named=True)
-    sec.add(
-        Note(
-            f"Rank {worst['rank']} arrived last {worst['late_count']:,} times, making the "
-            f"others wait {fmt.duration(worst['late_skew_ns'])} in all.",
-            "text",
-        )
-    )
+
+
+def _where_table(ctx: Context) -> Table:
     where = ctx.query("skew_by_where")
-    sec.add(
-        Table(
+    return Table(
+        [
+            "dimension",
+            "op",
+            "phase",
+            "instances",
+            "median skew",
+            "p90 skew",
+            "max skew",
+            "usual late rank",
+        ],
+        [
             [
-                "dimension",
-                "op",
-                "phase",
-                "instances",
-                "median skew",
-                "p90 skew",
-                "max skew",
-                "usual late rank",
-            ],
-            [
-                [
-                    r["parallel_dim"],
-                    r["op"],
-                    r["phase"],
-                    r["instances"],
-                    fmt.duration(r["median_skew_ns"]),
-                    fmt.duration(r["p90_skew_ns"]),
-                    fmt.duration(r["max_skew_ns"]),
-                    r["usual_late_rank"],
-                ]
-                for r in where.head(20).iter_rows(named=True)
-            ],
-            caption="Where the skew is",
-            numeric=[False, False, False, True, True, True, True, True],
-        )
+                r["parallel_dim"],
+                r["op"],
+                r["phase"],
+                r["instances"],
+                fmt.duration(r["median_skew_ns"]),
+                fmt.duration(r["p90_skew_ns"]),
+                fmt.duration(r["max_skew_ns"]),
+                r["usual_late_rank"],
+            ]
+            for r in where.head(20).iter_rows(named=True)
+        ],
+        caption="Where the skew is",
+        numeric=[False, False, False, True, True, True, True, True],
     )
+
+
+def _top_table(ctx: Context, limit: int) -> Table:
     top = ctx.query("skew_top", limit=limit)
-    sec.add(
-        Table(
+    return Table(
+        [
+            "comm",
+            "seq",
+            "op",
+            "step",
+            "phase",
+            "layer",
+            "dimension",
+            "ranks",
+            "skew",
+            "late rank",
+        ],
+        [
             [
-                "comm",
-                "seq",
-                "op",
-                "step",
-                "phase",
-                "layer",
-                "dimension",
-                "ranks",
-                "skew",
-                "late rank",
-            ],
-            [
-                [
-                    r["comm"],
-                    r["seq"],
-                    r["op"],
-                    r["step"],
-                    r["phase"],
-                    r["layer"],
-                    r["parallel_dim"],
-                    r["ranks_seen"],
-                    fmt.duration(r["skew_ns"]),
-                    r["late_rank"],
-                ]
-                for r in top.iter_rows(named=True)
-            ],
-            caption=f"The {top.height} collectives with the largest skew",
-            numeric=[False, True, False, True, False, False, False, True, True, True],
-        )
+                r["comm"],
+                r["seq"],
+                r["op"],
+                r["step"],
+                r["phase"],
+                r["layer"],
+                r["parallel_dim"],
+                r["ranks_seen"],
+                fmt.duration(r["skew_ns"]),
+                r["late_rank"],
+            ]
+            for r in top.iter_rows(named=True)
+        ],
+        caption=f"The {top.height} collectives with the largest skew",
+        numeric=[False, True, False, True, False, False, False, True, True, True],
     )
-    return sec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import altair as alt
+import polars as pl
 
 from pipeline.report import fmt
 from pipeline.report.context import Context
@@ -34,74 +35,11 @@ def section(ctx: Context) -> Section:
     )
     per_channel = ctx.query("topo_transport_channel")
     if per_channel.height:
-        chart = (
-            alt.Chart(alt.Data(values=fmt.rows(per_channel)))
-            .mark_bar()
-            .encode(
-                x=alt.X("channel:O"),
-                y=alt.Y("connections:Q", title="connections (all ranks)"),
-                color=alt.Color("transport:N"),
-                tooltip=[
-                    alt.Tooltip("channel:O"),
-                    alt.Tooltip("transport:N"),
-                    alt.Tooltip("connections:Q", format=","),
-                    alt.Tooltip("ranks:Q"),
-                ],
-            )
-            .properties(width=alt.Step(18), height=200, title="Transports per channel")
-        )
-        sec.add(
-            Chart(
-                "transports_per_channel",
-                chart,
-                "P2P and SHM stay inside a node; NET/* crosses the network.",
-            )
-        )
-        grid = ctx.query("topo_rank_channel")
-        ranks = grid["rank"].n_unique()
-        if ranks <= MAX_GRID_RANKS:
-            heat = (
-                alt.Chart(alt.Data(values=fmt.rows(grid)))
-                .mark_rect()
-                .encode(
-                    x=alt.X("channel:O"),
-                    y=alt.Y("rank:O"),
-                    color=alt.Color("transport:N"),
-                    tooltip=[
-                        alt.Tooltip("rank:O"),
-                        alt.Tooltip("channel:O"),
-                        alt.Tooltip("transport:N"),
-                        alt.Tooltip("peers:N"),
-                        alt.Tooltip("connections:Q"),
-                    ],
-                )
-                .properties(
-                    width=alt.Step(18),
-                    height=alt.Step(14),
-                    title="Transport of each rank's connections per channel",
-                )
-            )
-            sec.add(Chart("transport_grid", heat))
-        else:
-            sec.add(
-                Note(
-                    f"{ranks} ranks: the rank x channel grid is left out; the bars above "
-                    "sum over ranks.",
-                    "text",
-                )
-            )
+        sec.add(_per_channel_chart(per_channel))
+        sec.add(_rank_channel_grid(ctx))
     rings = ctx.query("topo_rings", limit=20)
     if rings.height:
-        orders = rings["orders"][0]
-        shown = f"; the {rings.height} printed by the most ranks" if orders > rings.height else ""
-        sec.add(
-            Table(
-                ["kind", "channels", "order", "ranks"],
-                [list(r) for r in rings.drop("orders").iter_rows()],
-                caption=f"Ring and tree orders as the logs print them ({orders:,}{shown})",
-                numeric=[False, False, False, True],
-            )
-        )
+        sec.add(_rings_table(rings))
     if per_channel.height == 0 and rings.height == 0:
         sec.add(
             Note(
@@ -111,3 +49,71 @@ def section(ctx: Context) -> Section:
             )
         )
     return sec
+
+
+def _per_channel_chart(per_channel: pl.DataFrame) -> Chart:
+    chart = (
+        alt.Chart(alt.Data(values=fmt.rows(per_channel)))
+        .mark_bar()
+        .encode(
+            x=alt.X("channel:O"),
+            y=alt.Y("connections:Q", title="connections (all ranks)"),
+            color=alt.Color("transport:N"),
+            tooltip=[
+                alt.Tooltip("channel:O"),
+                alt.Tooltip("transport:N"),
+                alt.Tooltip("connections:Q", format=","),
+                alt.Tooltip("ranks:Q"),
+            ],
+        )
+        .properties(width=alt.Step(18), height=200, title="Transports per channel")
+    )
+    return Chart(
+        "transports_per_channel",
+        chart,
+        "P2P and SHM stay inside a node; NET/* crosses the network.",
+    )
+
+
+def _rank_channel_grid(ctx: Context) -> Chart | Note:
+    """Each rank's transport per channel, or a note where there are too many ranks to draw."""
+    grid = ctx.query("topo_rank_channel")
+    ranks = grid["rank"].n_unique()
+    if ranks > MAX_GRID_RANKS:
+        return Note(
+            f"{ranks} ranks: the rank x channel grid is left out; the bars above sum over ranks.",
+            "text",
+        )
+    heat = (
+        alt.Chart(alt.Data(values=fmt.rows(grid)))
+        .mark_rect()
+        .encode(
+            x=alt.X("channel:O"),
+            y=alt.Y("rank:O"),
+            color=alt.Color("transport:N"),
+            tooltip=[
+                alt.Tooltip("rank:O"),
+                alt.Tooltip("channel:O"),
+                alt.Tooltip("transport:N"),
+                alt.Tooltip("peers:N"),
+                alt.Tooltip("connections:Q"),
+            ],
+        )
+        .properties(
+            width=alt.Step(18),
+            height=alt.Step(14),
+            title="Transport of each rank's connections per channel",
+        )
+    )
+    return Chart("transport_grid", heat)
+
+
+def _rings_table(rings: pl.DataFrame) -> Table:
+    orders = rings["orders"][0]
+    shown = f"; the {rings.height} printed by the most ranks" if orders > rings.height else ""
+    return Table(
+        ["kind", "channels", "order", "ranks"],
+        [list(r) for r in rings.drop("orders").iter_rows()],
+        caption=f"Ring and tree orders as the logs print them ({orders:,}{shown})",
+        numeric=[False, False, False, True],
+    )

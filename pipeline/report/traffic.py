@@ -2,8 +2,9 @@
 
 Observed bytes come from ``token_wire`` (tokenwire link), else straight from ``collectives``
 (one source per rank; dimensions from ``communicator_dims`` where known). Predicted bytes come
-from ``token_wire``'s predicted columns, else the ``predictions`` table, else the analytic
-model run here on the job.yaml given to the report, summed over the ranks that were traced.
+from ``token_wire``'s predicted columns, else the ``predictions`` table, summed over the ranks
+that were traced: both written by ``tokenwire link --config``, which the report runs when
+given a job.yaml (``build_report``).
 Bytes are message sizes M (docs/dataset.md) summed over ranks, per step.
 """
 
@@ -14,9 +15,7 @@ from dataclasses import dataclass
 import altair as alt
 import polars as pl
 
-from pipeline.errors import ConfigError
 from pipeline.model.config import DTYPE_BYTES
-from pipeline.model.predict import predictions_table
 from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Chart, Note, Section, Table
@@ -33,7 +32,7 @@ class Traffic:
 
     frame: pl.DataFrame  # parallel_dim, op, phase, calls, bytes, predicted_calls, predicted_bytes
     observed_from: str  # token_wire, collectives, or '' when nothing was observed
-    predicted_from: str | None  # token_wire, predictions, job.yaml
+    predicted_from: str | None  # token_wire or predictions
     steps: int
     tokens: int | None
     note: str | None = None  # why the prediction is missing, when it is
@@ -89,22 +88,11 @@ def _predictions(ctx: Context) -> tuple[pl.DataFrame | None, str | None, str | N
         )
     if ctx.config is None:
         return None, None, "no job.yaml given"
-    ranks = ctx.query("observed_ranks")["rank"].to_list()
-    if not ranks:
+    if ctx.unfit is not None:
+        return None, None, ctx.unfit
+    if ctx.query("observed_ranks").height == 0:
         return None, None, "no traced collectives to compare with"
-    try:
-        table = predictions_table(ctx.config, ranks, world_size=ctx.config.parallel.world_size)
-    except ConfigError as exc:
-        return None, None, f"the job.yaml does not fit the traced ranks: {exc}"
-    pred = (
-        pl.from_arrow(table)
-        .group_by("parallel_dim", "op", "phase")
-        .agg(
-            pl.col("calls").sum().cast(pl.Float64).alias("predicted_calls"),
-            pl.col("bytes").sum().cast(pl.Float64).alias("predicted_bytes"),
-        )
-    )
-    return pred, "job.yaml", None
+    return None, None, "the job is not linked with its job.yaml (tokenwire link --config)"
 
 
 # --------------------------------------------------------------------------- comparison
@@ -234,7 +222,6 @@ def journey_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sect
             )
         )
     tokens = traffic.tokens
-    job = ctx.config
     if not tokens:
         return sec.add(
             Note(
@@ -244,62 +231,81 @@ def journey_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sect
                 "missing",
             )
         )
-    rows = []
-    if job is not None:
-        e_a = DTYPE_BYTES[job.dtypes.activations]
-        emb = job.model.hidden * e_a
-        sec.add(
-            Note(
-                f"1 token becomes an embedding vector of hidden {job.model.hidden} x "
-                f"{e_a} B ({job.dtypes.activations}) = {fmt.nbytes(emb)}. The job trains "
-                f"{tokens:,} tokens per step.",
-                "text",
-            )
-        )
-        rows.append({"stage": "embedding vector", "side": "model", "bytes_per_token": emb})
-    else:
-        sec.add(
-            Note(
-                f"The job trains {tokens:,} tokens per step (from the traces' embedding "
-                "inputs). Give --config job.yaml to see the embedding vector size and "
-                "the prediction.",
-                "text",
-            )
-        )
+    note, rows = _embedding(ctx, tokens)
+    sec.add(note)
     per_dim = (
         table.group_by("parallel_dim")
         .agg(pl.col("bytes").sum(), pl.col("predicted_bytes").sum())
         .sort("parallel_dim")
     )
+    rows += _wire_rows(traffic, per_dim, tokens)
+    sec.add(_wire_note(traffic, per_dim, tokens))
+    return sec.add(
+        Chart(
+            "token_journey",
+            _journey_chart(rows),
+            "Embedding vector = hidden x activation element size; on the wire = "
+            "collective message bytes per step over all traced ranks / tokens per "
+            "step.",
+        )
+    )
+
+
+def _embedding(ctx: Context, tokens: int) -> tuple[Note, list[dict]]:
+    """The note on a token's embedding vector, and its chart row when the job.yaml sizes it."""
+    job = ctx.config
+    if job is None:
+        return Note(
+            f"The job trains {tokens:,} tokens per step (from the traces' embedding "
+            "inputs). Give --config job.yaml to see the embedding vector size and "
+            "the prediction.",
+            "text",
+        ), []
+    e_a = DTYPE_BYTES[job.dtypes.activations]
+    emb = job.model.hidden * e_a
+    note = Note(
+        f"1 token becomes an embedding vector of hidden {job.model.hidden} x "
+        f"{e_a} B ({job.dtypes.activations}) = {fmt.nbytes(emb)}. The job trains "
+        f"{tokens:,} tokens per step.",
+        "text",
+    )
+    return note, [{"stage": "embedding vector", "side": "model", "bytes_per_token": emb}]
+
+
+def _wire_rows(traffic: Traffic, per_dim: pl.DataFrame, tokens: int) -> list[dict]:
+    """Bytes per token on the wire per dimension, observed and (when known) predicted."""
     sides = [("observed", "bytes")]
     if traffic.predicted_from:
         sides.append(("predicted", "predicted_bytes"))
-    for r in per_dim.iter_rows(named=True):
-        for side, col in sides:
-            if r[col] is not None:
-                rows.append(
-                    {
-                        "stage": f"on the wire: {r['parallel_dim']}",
-                        "side": side,
-                        "bytes_per_token": r[col] / tokens,
-                    }
-                )
+    return [
+        {
+            "stage": f"on the wire: {r['parallel_dim']}",
+            "side": side,
+            "bytes_per_token": r[col] / tokens,
+        }
+        for r in per_dim.iter_rows(named=True)
+        for side, col in sides
+        if r[col] is not None
+    ]
+
+
+def _wire_note(traffic: Traffic, per_dim: pl.DataFrame, tokens: int) -> Note:
     total_obs = per_dim["bytes"].sum()
-    sec.add(
-        Note(
-            f"On the wire, all parallel dimensions together: {fmt.nbytes(total_obs / tokens)} of "
-            "collective messages per token observed (message sizes summed over all traced ranks)"
-            + (
-                f", {fmt.nbytes(per_dim['predicted_bytes'].sum() / tokens)} predicted."
-                if traffic.predicted_from
-                else "."
-            ),
-            "text",
-        )
+    return Note(
+        f"On the wire, all parallel dimensions together: {fmt.nbytes(total_obs / tokens)} of "
+        "collective messages per token observed (message sizes summed over all traced ranks)"
+        + (
+            f", {fmt.nbytes(per_dim['predicted_bytes'].sum() / tokens)} predicted."
+            if traffic.predicted_from
+            else "."
+        ),
+        "text",
     )
-    data = alt.Data(values=rows)
-    chart = (
-        alt.Chart(data)
+
+
+def _journey_chart(rows: list[dict]) -> alt.Chart:
+    return (
+        alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
             y=alt.Y("stage:N", title=None, sort=None),
@@ -318,15 +324,6 @@ def journey_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sect
         )
         .properties(width=560, height=alt.Step(16), title="Bytes per token")
     )
-    return sec.add(
-        Chart(
-            "token_journey",
-            chart,
-            "Embedding vector = hidden x activation element size; on the wire = "
-            "collective message bytes per step over all traced ranks / tokens per "
-            "step.",
-        )
-    )
 
 
 def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Section:
@@ -334,35 +331,45 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
     sec = Section("bytes", "Bytes per step: observed vs predicted")
     if not traffic.observed_from:
         return sec.add(Note("No collectives in this job.", "missing"))
+    sec.add(_observed_note(traffic), _predicted_note(traffic))
+    sec.add(Chart("bytes_per_step", _bytes_chart(_bytes_rows(table))))
+    sec.add(_bytes_table(table))
+    phases = traffic.frame.filter(pl.col("calls").is_not_null())
+    if phases.height and phases["phase"].n_unique() > 1:
+        sec.add(Chart("bytes_by_phase", _phase_chart(phases)))
+    return sec
+
+
+def _observed_note(traffic: Traffic) -> Note:
     how = (
         "from tokenwire link's token_wire table"
         if traffic.observed_from == "token_wire"
         else "from the raw collectives (tokenwire link has not run: parallel dimensions and "
         "phases may be unknown)"
     )
-    sec.add(
-        Note(
-            f"Observed {how}, averaged over {traffic.steps} step(s). Message bytes summed "
-            "over the traced ranks.",
-            "text",
-        )
+    return Note(
+        f"Observed {how}, averaged over {traffic.steps} step(s). Message bytes summed "
+        "over the traced ranks.",
+        "text",
     )
+
+
+def _predicted_note(traffic: Traffic) -> Note:
     if traffic.predicted_from is None:
-        sec.add(
-            Note(
-                f"No prediction ({traffic.note}). Add one with: tokenwire report DATASET --config "
-                "job.yaml -o report.html (the job.yaml format is in docs/job-yaml.md).",
-                "missing",
-            )
+        return Note(
+            f"No prediction ({traffic.note}). Add one with: tokenwire report DATASET --config "
+            "job.yaml -o report.html (the job.yaml format is in docs/job-yaml.md).",
+            "missing",
         )
-    else:
-        sec.add(
-            Note(
-                f"Predicted from {traffic.predicted_from} (analytic model, docs/model.md), "
-                "summed over the traced ranks.",
-                "text",
-            )
-        )
+    return Note(
+        f"Predicted from {traffic.predicted_from} (analytic model, docs/model.md), "
+        "summed over the traced ranks.",
+        "text",
+    )
+
+
+def _bytes_rows(table: pl.DataFrame) -> list[dict]:
+    """One chart row per collective and side (observed, predicted) that has calls."""
     rows = []
     for r in table.iter_rows(named=True):
         key = f"{r['parallel_dim']} · {r['op']}"
@@ -381,7 +388,11 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
                         "reason": r["reason"],
                     }
                 )
-    chart = (
+    return rows
+
+
+def _bytes_chart(rows: list[dict]) -> alt.Chart:
+    return (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
@@ -402,59 +413,58 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
         )
         .properties(width=560, height=alt.Step(14), title="Bytes per step")
     )
-    sec.add(Chart("bytes_per_step", chart))
-    sec.add(
-        Table(
+
+
+def _bytes_table(table: pl.DataFrame) -> Table:
+    return Table(
+        [
+            "dimension",
+            "op",
+            "calls/step",
+            "bytes/step",
+            "predicted calls",
+            "predicted bytes",
+            "ratio",
+            "likely reason",
+        ],
+        [
             [
-                "dimension",
-                "op",
-                "calls/step",
-                "bytes/step",
-                "predicted calls",
-                "predicted bytes",
-                "ratio",
-                "likely reason",
-            ],
-            [
-                [
-                    r["parallel_dim"],
-                    r["op"],
-                    r["calls"],
-                    fmt.nbytes(r["bytes"]),
-                    r["predicted_calls"],
-                    fmt.nbytes(r["predicted_bytes"]),
-                    fmt.ratio(r["ratio"]),
-                    r["reason"],
-                ]
-                for r in table.iter_rows(named=True)
-            ],
-            numeric=[False, False, True, True, True, True, True, False],
-        )
+                r["parallel_dim"],
+                r["op"],
+                r["calls"],
+                fmt.nbytes(r["bytes"]),
+                r["predicted_calls"],
+                fmt.nbytes(r["predicted_bytes"]),
+                fmt.ratio(r["ratio"]),
+                r["reason"],
+            ]
+            for r in table.iter_rows(named=True)
+        ],
+        numeric=[False, False, True, True, True, True, True, False],
     )
-    phases = traffic.frame.filter(pl.col("calls").is_not_null())
-    if phases.height and phases["phase"].n_unique() > 1:
-        by_phase = (
-            alt.Chart(
-                alt.Data(
-                    values=fmt.rows(phases.select("parallel_dim", "op", "phase", "bytes", "calls"))
-                )
+
+
+def _phase_chart(phases: pl.DataFrame) -> alt.Chart:
+    return (
+        alt.Chart(
+            alt.Data(
+                values=fmt.rows(phases.select("parallel_dim", "op", "phase", "bytes", "calls"))
             )
-            .mark_bar()
-            .encode(
-                y=alt.Y("parallel_dim:N", title="dimension"),
-                x=alt.X("sum(bytes):Q", title="observed bytes per step"),
-                color=alt.Color("phase:N"),
-                tooltip=[
-                    alt.Tooltip("parallel_dim:N"),
-                    alt.Tooltip("op:N"),
-                    alt.Tooltip("phase:N"),
-                    alt.Tooltip("sum(bytes):Q", format=",.0f", title="bytes per step"),
-                ],
-            )
-            .properties(width=560, height=alt.Step(22), title="Observed bytes per step by phase")
         )
-        sec.add(Chart("bytes_by_phase", by_phase))
-    return sec
+        .mark_bar()
+        .encode(
+            y=alt.Y("parallel_dim:N", title="dimension"),
+            x=alt.X("sum(bytes):Q", title="observed bytes per step"),
+            color=alt.Color("phase:N"),
+            tooltip=[
+                alt.Tooltip("parallel_dim:N"),
+                alt.Tooltip("op:N"),
+                alt.Tooltip("phase:N"),
+                alt.Tooltip("sum(bytes):Q", format=",.0f", title="bytes per step"),
+            ],
+        )
+        .properties(width=560, height=alt.Step(22), title="Observed bytes per step by phase")
+    )
 
 
 def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:

@@ -1,10 +1,15 @@
-"""The shared vocabulary's kernel classification, worked out per distinct name."""
+"""The shared vocabulary: kernel classification worked out per distinct name, and element
+sizes written once."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import polars as pl
 
-from pipeline.ingest.vocab import kernel_kind_expr, op_expr, per_distinct
+import pipeline
+from pipeline.ingest.vocab import DTYPE_SIZES, DTYPES, kernel_kind_expr, op_expr, per_distinct
 
 NAMES = [
     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
@@ -65,3 +70,52 @@ def test_collective_kernels_beyond_nccl_are_comm() -> None:
     )
     assert got["kind"].to_list() == ["comm"] * len(COMM_KERNELS)
     assert got["op"].to_list() == [op for _, op in COMM_KERNELS]
+
+
+def _literals(tree: ast.AST) -> list[ast.AST]:
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Tuple, ast.Dict))]
+
+
+def _copies_of_sizes(node: ast.AST) -> bool:
+    """A ``("bfloat16", 2)`` pair, or a dict of dataset dtype names to their sizes."""
+    if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+        name, size = node.elts
+        return (
+            isinstance(name, ast.Constant)
+            and name.value in DTYPE_SIZES
+            and isinstance(size, ast.Constant)
+            and size.value == DTYPE_SIZES[name.value]
+        )
+    if isinstance(node, ast.Dict):
+        pairs = [
+            (k.value, v.value)
+            for k, v in zip(node.keys, node.values, strict=True)
+            if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+        ]
+        return sum(DTYPE_SIZES.get(k) == v for k, v in pairs) >= 2
+    return False
+
+
+def test_element_sizes_are_written_once():
+    """Bytes per element live in vocab.DTYPE_SIZES only: a parser maps its spellings to the
+    dataset's names and looks the size up, so no other module of the package restates one."""
+    package = Path(pipeline.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "vocab.py" and path.parent.name == "ingest":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found += [
+            f"{path.relative_to(package)}:{n.lineno}"
+            for n in _literals(tree)
+            if _copies_of_sizes(n)
+        ]
+    assert not found
+
+
+def test_every_dtype_a_parser_names_has_a_size():
+    from pipeline.ingest.flight_recorder.parse import _DTYPES as RECORDER
+    from pipeline.ingest.nccl.log import _DTYPES as NCCL_LOG
+
+    for names in (RECORDER.values(), NCCL_LOG.values(), (c for c, _ in DTYPES.values())):
+        assert set(names) <= set(DTYPE_SIZES)

@@ -55,14 +55,16 @@ def sample_linked(tmp_path_factory) -> Path:
     return ds
 
 
-def test_raw_sample_compares_per_op_with_the_model(sample_raw):
-    """Before link, observed bytes come from collectives and are compared per op."""
+def test_raw_sample_has_observed_bytes_and_no_prediction_of_its_own(sample_raw):
+    """Before link, observed bytes come from collectives; the prediction comes only from the
+    linked tables, so reading an unlinked job with a job.yaml predicts nothing."""
     ctx = open_context(sample_raw, config=load_job(JOB_YAML))
     traffic = load(ctx)
     table = compare(traffic)
     assert traffic.observed_from == "collectives"
-    assert traffic.predicted_from == "job.yaml"
-    assert set(table["parallel_dim"]) == {"all"}
+    assert traffic.predicted_from is None
+    assert traffic.note == "the job is not linked with its job.yaml (tokenwire link --config)"
+    assert table["predicted_bytes"].is_null().all()
     # observed bytes per step equal a plain sum over the profiler's rows / steps (the NCCL
     # logs of the same ranks record the same calls: one source per rank is counted)
     con = connect(sample_raw)
@@ -73,6 +75,38 @@ def test_raw_sample_compares_per_op_with_the_model(sample_raw):
     got = {r["op"]: r["bytes"] for r in table.iter_rows(named=True)}
     for op, per_step in obs:
         assert got[op] == pytest.approx(float(per_step))
+
+
+def test_report_with_a_job_yaml_links_the_job_first(sample_raw, sample_linked, tmp_path):
+    """The one route to a prediction: the report given a job.yaml links an unlinked job with
+    it, and its predicted bytes are then those of a job linked by tokenwire link --config."""
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(sample_raw, ds)
+    build_report(ds, config=JOB_YAML, output=tmp_path / "r.html")
+    linked_here = load(open_context(ds, config=load_job(JOB_YAML)))
+    linked_before = load(open_context(sample_linked, config=load_job(JOB_YAML)))
+    assert linked_here.predicted_from == "token_wire"
+    assert linked_here.frame.equals(linked_before.frame)
+    assert linked_here.frame["predicted_bytes"].sum() > 0
+
+
+def test_a_job_yaml_that_does_not_fit_is_a_note(sample_raw, tmp_path):
+    """A job.yaml whose layout does not fit the traced ranks cannot be linked: the report goes
+    on without a prediction and says why."""
+    import shutil
+
+    import yaml
+
+    config = yaml.safe_load(JOB_YAML.read_text())
+    config["parallel"]["dp"] = 2 * config["parallel"].get("dp", 1)
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = tmp_path / "ds"
+    shutil.copytree(sample_raw, ds)
+    out = tmp_path / "r.html"
+    build_report(ds, config=tmp_path / "job.yaml", output=out)
+    assert "the job.yaml does not fit the traced ranks" in out.read_text()
 
 
 def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):

@@ -51,39 +51,40 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest.gz import gunzip
 from pipeline.ingest.result import ParseResult, Warnings
 from pipeline.ingest.values import INT64_MAX, OutOfRange, check_bytes, check_int64, describe
+from pipeline.ingest.vocab import DTYPE_SIZES
 
 FORMAT = "flight_recorder"
 
 #: Version written for the bare-list dumps of PyTorch 2.2, which carry no version key.
 UNVERSIONED = "unversioned"
 
-#: c10::toString(ScalarType) -> (tokenwire dtype name, bytes per element).
-_DTYPES: dict[str, tuple[str, int]] = {
-    "Byte": ("uint8", 1),
-    "Char": ("int8", 1),
-    "Short": ("int16", 2),
-    "Int": ("int32", 4),
-    "Long": ("int64", 8),
-    "UInt16": ("uint16", 2),
-    "UInt32": ("uint32", 4),
-    "UInt64": ("uint64", 8),
-    "Half": ("float16", 2),
-    "Float": ("float32", 4),
-    "Double": ("float64", 8),
-    "BFloat16": ("bfloat16", 2),
-    "ComplexHalf": ("complex32", 4),
-    "ComplexFloat": ("complex64", 8),
-    "ComplexDouble": ("complex128", 16),
-    "Bool": ("bool", 1),
-    "QInt8": ("qint8", 1),
-    "QUInt8": ("quint8", 1),
-    "QInt32": ("qint32", 4),
-    "Float8_e5m2": ("float8_e5m2", 1),
-    "Float8_e4m3fn": ("float8_e4m3fn", 1),
-    "Float8_e5m2fnuz": ("float8_e5m2fnuz", 1),
-    "Float8_e4m3fnuz": ("float8_e4m3fnuz", 1),
-    "Float8_e8m0fnu": ("float8_e8m0fnu", 1),
-    "Float4_e2m1fn_x2": ("float4_e2m1fn_x2", 1),
+#: c10::toString(ScalarType) -> tokenwire dtype name (its size: vocab.DTYPE_SIZES).
+_DTYPES: dict[str, str] = {
+    "Byte": "uint8",
+    "Char": "int8",
+    "Short": "int16",
+    "Int": "int32",
+    "Long": "int64",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
+    "Half": "float16",
+    "Float": "float32",
+    "Double": "float64",
+    "BFloat16": "bfloat16",
+    "ComplexHalf": "complex32",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+    "Bool": "bool",
+    "QInt8": "qint8",
+    "QUInt8": "quint8",
+    "QInt32": "qint32",
+    "Float8_e5m2": "float8_e5m2",
+    "Float8_e4m3fn": "float8_e4m3fn",
+    "Float8_e5m2fnuz": "float8_e5m2fnuz",
+    "Float8_e4m3fnuz": "float8_e4m3fnuz",
+    "Float8_e8m0fnu": "float8_e8m0fnu",
+    "Float4_e2m1fn_x2": "float4_e2m1fn_x2",
 }
 
 #: Values (each counted as often as it is reached) a dump may hold: as many as its bytes, at least
@@ -607,7 +608,8 @@ def _add_entry(rows: _Rows, i: int, e: Any, rank: int, ranks_of: dict[str, list[
     in_sizes, out_sizes = _sizes(e, "input_sizes"), _sizes(e, "output_sizes")
     in_dt, out_dt = _dtypes(e, "input_dtypes"), _dtypes(e, "output_dtypes")
     raw_dtype = (in_dt or out_dt or [None])[0]
-    dtype, esize = _DTYPES.get(raw_dtype, (raw_dtype, None)) if raw_dtype else (None, None)
+    dtype = _DTYPES.get(raw_dtype, raw_dtype) if raw_dtype else None
+    esize = DTYPE_SIZES.get(dtype) if raw_dtype in _DTYPES else None
     count, out_count = _numel(in_sizes), _numel(out_sizes)
     members = ranks_of.get(comm)
     peer = dst if op == "send" else src if op == "recv" else None

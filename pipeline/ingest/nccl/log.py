@@ -32,6 +32,7 @@ from pipeline.ingest.nccl import lines as L
 from pipeline.ingest.nccl.version import infer_version
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 from pipeline.ingest.values import LineOutOfRange, check_line_numbers, product_fits
+from pipeline.ingest.vocab import DTYPE_SIZES
 
 FORMAT = "nccl_log"
 
@@ -40,20 +41,21 @@ _SNIFF = (
     r"|^\s*(?:\[\d+\] )?NCCL (?:INFO|WARN) \S|^NCCL version \d+\.\d+\.\d+"
 )
 
-# ncclDataType_t -> (name, bytes); ncclRedOp_t -> name (>= 5: PreMulSum handles, 2.11+).
+# ncclDataType_t -> dtype name (its size: vocab.DTYPE_SIZES); ncclRedOp_t -> name (>= 5:
+# PreMulSum handles, 2.11+).
 _DTYPES = {
-    0: ("int8", 1),
-    1: ("uint8", 1),
-    2: ("int32", 4),
-    3: ("uint32", 4),
-    4: ("int64", 8),
-    5: ("uint64", 8),
-    6: ("float16", 2),
-    7: ("float32", 4),
-    8: ("float64", 8),
-    9: ("bfloat16", 2),
-    10: ("float8_e4m3", 1),
-    11: ("float8_e5m2", 1),
+    0: "int8",
+    1: "uint8",
+    2: "int32",
+    3: "uint32",
+    4: "int64",
+    5: "uint64",
+    6: "float16",
+    7: "float32",
+    8: "float64",
+    9: "bfloat16",
+    10: "float8_e4m3",
+    11: "float8_e5m2",
 }
 _REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
 _OPS = {
@@ -604,7 +606,7 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
     c = pl.col("count").cast(pl.Int64)
     n = pl.coalesce(pl.col("nranks").cast(pl.Int64), "comm_nranks")
     size = dt.replace_strict(
-        {k: v[1] for k, v in _DTYPES.items()}, default=None, return_dtype=pl.Int64
+        {k: DTYPE_SIZES[v] for k, v in _DTYPES.items()}, default=None, return_dtype=pl.Int64
     )
     op = pl.col("op_name").replace_strict(_OPS, default="unknown")
     times_n = op.is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"])
@@ -631,9 +633,7 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
     _check_products(joined, (product_fits(c, n) | ~times_n) & product_fits(full, size))
     out = joined.with_columns(
         op.alias("op"),
-        dt.replace_strict(
-            {k: v[0] for k, v in _DTYPES.items()}, default=None, return_dtype=pl.String
-        ).alias("dtype"),
+        dt.replace_strict(_DTYPES, default=None, return_dtype=pl.String).alias("dtype"),
         (c * size).alias("rank_bytes"),
         (full * size).alias("bytes"),
         count_in.alias("count_in"),
