@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cpu_gloo import ACT, BLOCK, EMBED, FP32, HEAD, PARAMS, linked
+import yaml
+
+from pipeline.link.runner import link
+from tests.cpu_gloo import ACT, BLOCK, DATA, EMBED, FP32, HEAD, PARAMS, ingested, linked
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
         "calls", "message_bytes")  # fmt: skip
@@ -64,4 +67,30 @@ def test_fsdp1_matches_every_item(tmp_path: Path) -> None:
         ("dp", "all_gather", "forward", "matched", 4, BLOCK * FP32, 4, BLOCK * FP32),
         ("dp", "reduce_scatter", "backward", "matched", 2, ROOT * FP32, 2, ROOT * FP32),
         ("dp", "reduce_scatter", "backward", "matched", 4, BLOCK * FP32, 4, BLOCK * FP32),
+    ]
+
+
+def test_fsdp1_without_its_root_unit_names_the_items(tmp_path: Path) -> None:
+    """Linked with ``framework: torch`` alone, the model predicts an embedding and a head
+    unit, each re-gathered backward: the root's gather and reduce-scatter are those items
+    resized (the same bytes: parameters wrapped otherwise), the head's missing, the
+    re-gathers missing."""
+    config = yaml.safe_load((DATA / "fsdp1" / "job.yaml").read_text())
+    config["conventions"] = {"framework": "torch"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested("fsdp1", tmp_path / "ds")
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    rows = ds.sql(
+        "SELECT op, phase, status, predicted_message_bytes, message_bytes, reason FROM ledger "
+        "WHERE step = 2 AND status <> 'matched' ORDER BY ALL"
+    ).rows()
+    units = "the same bytes in other calls: parameters wrapped in other units"
+    units += " (conventions.fsdp_root_unit)"
+    assert rows == [
+        ("all_gather", "backward", "missing", HEAD * FP32, None, None),
+        ("all_gather", "backward", "missing", EMBED * FP32, None, None),
+        ("all_gather", "forward", "missing", HEAD * FP32, None, units),
+        ("all_gather", "forward", "size differs", EMBED * FP32, ROOT * FP32, units),
+        ("reduce_scatter", "backward", "missing", HEAD * FP32, None, units),
+        ("reduce_scatter", "backward", "size differs", EMBED * FP32, ROOT * FP32, units),
     ]
