@@ -32,6 +32,9 @@ moe         2      every MLP is a 4-expert top-1 MoE with capacity factor 1 (fix
                    buffers), 2 experts per rank, all_to_all_single dispatch and combine;
                    the other parameters under DDP
 straggler   2      ddp, with rank 1 sleeping 30 ms in ``blocks.1``'s forward in every step
+tp4         4      tp over 4 ranks (one head each)
+pp4         4      pp over 4 stages of a 4-layer model, one block each
+moe4        4      moe with one expert per rank (ep 4, the other parameters under DDP over 4)
 ==========  =====  ==========================================================================
 
 Data-parallel runs end each step with Megatron's loss report: an all-reduce of
@@ -73,7 +76,10 @@ EXPERTS, CAPACITY = 4, 32  # capacity = ceil(1.0 * top_k(1) * tokens(128) / expe
 STEPS = 5
 STRAGGLER_RANK, STRAGGLER_LAYER, STRAGGLER_SLEEP_S = 1, 1, 0.030
 
-RUNS = {"ddp": 2, "fsdp": 2, "tp": 2, "tp_dp": 4, "pp": 2, "moe": 2, "straggler": 2}
+RUNS = {"ddp": 2, "fsdp": 2, "tp": 2, "tp_dp": 4, "pp": 2, "moe": 2, "straggler": 2,
+        "tp4": 4, "pp4": 4, "moe4": 4}  # fmt: skip
+#: Transformer layers of each run: LAYERS, but one per stage of pp4
+RUN_LAYERS = {"pp4": 4}
 
 
 # ----------------------------------------------------------------------- tensor parallel
@@ -363,8 +369,8 @@ def _build(run: str, rank: int, world: int):
             fully_shard(unit)
         fully_shard(model)
         return model, _dp_step(model, rank, dist.group.WORLD)
-    if run in ("tp", "tp_dp"):
-        tp = 2
+    if run in ("tp", "tp_dp", "tp4"):
+        tp = 4 if run == "tp4" else 2
         tp_group, dp_group = _new_groups(rank, world, tp)
         torch.manual_seed(rank % tp)  # each TP rank its own shard
         model = TinyGPT(
@@ -374,7 +380,7 @@ def _build(run: str, rank: int, world: int):
             model = DDP(model, process_group=dp_group)
             return model, _dp_step(model, rank // tp, dp_group)
         return model, _dp_step(model, 0, None)
-    if run == "moe":
+    if run in ("moe", "moe4"):
         model = TinyGPT(range(LAYERS), first=True, last=True, ep_group=dist.group.WORLD, ep=world)
         torch.manual_seed(1 + rank)  # each rank its own experts
         for name, p in model.named_parameters():
@@ -384,8 +390,8 @@ def _build(run: str, rank: int, world: int):
         DDP._set_params_and_buffers_to_ignore_for_model(model, experts)
         model = DDP(model)
         return model, _dp_step(model, rank, dist.group.WORLD)
-    if run == "pp":
-        half = LAYERS // world
+    if run in ("pp", "pp4"):
+        half = RUN_LAYERS.get(run, LAYERS) // world
         model = TinyGPT(
             range(rank * half, rank * half + half), first=rank == 0, last=rank == world - 1
         )
@@ -519,13 +525,19 @@ def job_yaml(run: str, micro: int = MICRO) -> str:
         "tp_dp": "tp: 2, dp: 2, order: tp-dp",
         "pp": "pp: 2",
         "moe": "dp: 2, ep: 2",
+        "tp4": "tp: 4",
+        "pp4": "pp: 4",
+        "moe4": "dp: 4, ep: 4",
     }[run]
-    moe = f", moe: {{experts: {EXPERTS}, top_k: 1, capacity_factor: 1.0}}" if run == "moe" else ""
-    accum = 2 if run == "pp" else 1
+    moe = ""
+    if run.startswith("moe"):
+        moe = f", moe: {{experts: {EXPERTS}, top_k: 1, capacity_factor: 1.0}}"
+    accum = 2 if run.startswith("pp") else 1
+    layers = RUN_LAYERS.get(run, LAYERS)
     return (
         f"# {_folder(run, micro)}: recorded by scripts/record_cpu_runs.py ({world} ranks, "
         "gloo, CPU)\n"
-        f"model: {{layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, ffn_hidden: {FFN}, "
+        f"model: {{layers: {layers}, hidden: {HIDDEN}, heads: {HEADS}, ffn_hidden: {FFN}, "
         f"vocab: {VOCAB}, seq_len: {SEQ}{moe}}}\n"
         f"parallel: {{{par}, world_size: {world}}}\n"
         f"batch: {{micro_batch: {micro}, grad_accum: {accum}}}\n"
@@ -573,7 +585,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.micro_batch < 1:
         ap.error("--micro-batch must be at least 1")
-    if args.micro_batch != MICRO and "moe" in args.runs.split(","):
+    if args.micro_batch != MICRO and {"moe", "moe4"} & set(args.runs.split(",")):
         ap.error("moe's expert capacity is sized for 4 sequences; record it at the default")
     for run in args.runs.split(","):
         dest = record(run, args.out, args.micro_batch)

@@ -6,7 +6,7 @@ The model, batch, steps and profiler schedule are those of ``scripts/record_cpu_
 (a 2-layer GPT, hidden 64, fp32, micro-batches of 4 x 32 tokens, ``ProfilerStep#2`` and
 ``#3`` profiled); each run writes, per rank, ``rank<r>.pt.trace.json.gz`` and
 ``rank<r>.flight_recorder.json.gz`` into ``OUT/<run>/``, and one ``job.yaml`` with
-``conventions: {framework: torch}``.
+``conventions: {framework: torch}`` (and the run's own convention keys).
 
 ==========  =====  ==========================================================================
 run         ranks  layout
@@ -227,6 +227,8 @@ def job_yaml(run: str) -> str:
         "ddp4": ("dp: 4", 1),
         "fsdp1": ("dp: 2, fsdp: true", 1),
     }[run]
+    # (Q, K, V are separate projections; FSDP1's root unit holds the embedding and head)
+    extra = {"tp_dtensor": ", separate_qkv: true", "fsdp1": ", fsdp_root_unit: true"}
     return (
         f"# {run}: recorded by scripts/record_torch_runs.py ({RUNS[run]} ranks, gloo, CPU)\n"
         f"model: {{layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, ffn_hidden: {FFN}, "
@@ -235,7 +237,7 @@ def job_yaml(run: str) -> str:
         f"batch: {{micro_batch: {MICRO}, grad_accum: {accum}}}\n"
         "dtypes: {params: fp32, activations: fp32, grad_reduce: fp32}\n"
         "network: {gpus_per_node: 8}\n"
-        "conventions: {framework: torch}\n"
+        f"conventions: {{framework: torch{extra.get(run, '')}}}\n"
     )
 
 

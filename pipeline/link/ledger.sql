@@ -77,13 +77,17 @@ FROM _ledger_pairs;
 
 -- Bytes of each dimension, op and phase on both sides: equal totals in other calls are
 -- gradient buckets cut elsewhere (PyTorch DDP's 1 MiB first bucket, whole tensors per
--- bucket) or activations of another micro-batch size.
+-- bucket), FSDP units wrapped otherwise (FSDP1's root unit) or activations of another
+-- micro-batch size.
 CREATE TEMP TABLE ledger AS
 WITH totals AS (
     SELECT job, step, parallel_dim, op, phase,
            sum(coalesce(predicted_calls, 0) * coalesce(predicted_message_bytes, 0))
                AS predicted_total,
-           sum(coalesce(calls, 0) * coalesce(message_bytes, 0)) AS observed_total
+           sum(coalesce(calls, 0) * coalesce(message_bytes, 0)) AS observed_total,
+           -- (items of ZeRO-3/FSDP units: the same bytes elsewhere are units wrapped otherwise)
+           bool_or(purpose IN ('parameter gather', 'parameter re-gather',
+                               'gradient reduce-scatter')) AS units
     FROM _ledger_rows GROUP BY ALL
 )
 SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.layer,
@@ -97,7 +101,10 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
            WHEN r.status = 'matched' THEN NULL
            WHEN t.predicted_total > 0
                 AND abs(t.observed_total - t.predicted_total) <= 0.01 * t.predicted_total
-               THEN CASE WHEN r.parallel_dim = 'dp'
+               THEN CASE WHEN r.parallel_dim = 'dp' AND t.units
+                         THEN 'the same bytes in other calls: parameters wrapped in other '
+                              || 'units (conventions.fsdp_root_unit)'
+                         WHEN r.parallel_dim = 'dp'
                          THEN 'the same bytes in other calls: gradient buckets cut elsewhere'
                          ELSE 'the same bytes in calls of another size: check micro_batch'
                     END

@@ -77,6 +77,7 @@ _NETWORK_KEYS = (
 )  # fmt: skip
 _CONVENTION_KEYS = (
     "framework", "vocab_parallel", "loss_all_reduce", "ddp_first_bucket_mb", "ddp_bucket_mb",
+    "separate_qkv", "fsdp_root_unit",
 )  # fmt: skip
 _FRAMEWORKS = ("megatron", "torch")
 _RECOMPUTE = ("none", "selective", "full")
@@ -252,6 +253,11 @@ class Conventions:
     torch.distributed): none of the vocab-parallel or loss collectives, and PyTorch DDP's
     buckets: whole gradient tensors in reverse registration order, the first bucket closed at
     1 MiB, the others at 25 MiB (``ddp_first_bucket_mb``, ``ddp_bucket_mb``).
+
+    Two keys describe how a model is written rather than a framework (both false by default):
+    ``separate_qkv``, Q, K and V as three column-parallel projections (each all-reduces its
+    input gradient over TP on its own), and ``fsdp_root_unit``, FSDP's root unit holding the
+    embedding and LM head (FSDP1 wrapping each transformer layer), gathered once a step.
     """
 
     framework: str = "megatron"
@@ -259,6 +265,8 @@ class Conventions:
     loss_all_reduce: bool = True
     ddp_first_bucket_mb: float = 1.0
     ddp_bucket_mb: float = 25.0
+    separate_qkv: bool = False
+    fsdp_root_unit: bool = False
 
     @property
     def torch_buckets(self) -> bool:
@@ -839,6 +847,12 @@ def _conventions(raw: Any, parallel: Parallel) -> Conventions:
             "parallel.bucket_size: Megatron's buckets (elements); with framework: torch give "
             "conventions.ddp_bucket_mb"
         )
+    separate_qkv = _bool(_opt(raw, "separate_qkv", False), "conventions.separate_qkv")
+    if separate_qkv and parallel.sequence_parallel:
+        raise ConfigError(
+            "conventions.separate_qkv: modelled for tensor parallelism without "
+            "sequence_parallel (its all-reduces)"
+        )
     return Conventions(
         framework=framework,
         vocab_parallel=_bool(_opt(raw, "vocab_parallel", megatron), "conventions.vocab_parallel"),
@@ -849,6 +863,8 @@ def _conventions(raw: Any, parallel: Parallel) -> Conventions:
             _opt(raw, "ddp_first_bucket_mb", 1.0), "conventions.ddp_first_bucket_mb"
         ),
         ddp_bucket_mb=_pos_num(_opt(raw, "ddp_bucket_mb", 25.0), "conventions.ddp_bucket_mb"),
+        separate_qkv=separate_qkv,
+        fsdp_root_unit=_bool(_opt(raw, "fsdp_root_unit", False), "conventions.fsdp_root_unit"),
     )
 
 

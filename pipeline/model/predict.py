@@ -437,6 +437,11 @@ def _tensor_parallel(
     items = _tp_sp_items if par.sequence_parallel else _tp_items
     for op, phase, kind, calls, purpose in items(n_layers * mb, mb, full, first, last):
         acc.add("tp", op, phase, kind, calls, msg, g, purpose)
+    if job.conventions.separate_qkv:
+        # three column-parallel projections where Megatron has one fused QKV: each replicates
+        # its input and all-reduces its input gradient (f) on its own
+        acc.add("tp", "all_reduce", "backward", "attention", 2 * n_layers * mb, msg, g,
+                "K and V input gradients (separate projections)")  # fmt: skip
     if par.sequence_parallel:
         norms = sp_params * job.dtypes.e_g
         acc.add("tp", "all_reduce", "optimizer", "norm", 1, norms, g,
@@ -599,6 +604,22 @@ def _pipeline_parallel(job: Job, rank: int, coords: dict[str, int], acc: _Rows) 
                 "tied embedding gradients of the first and last stage")  # fmt: skip
 
 
+def _fsdp_units(job: Job, units: tuple[P.Unit, ...]) -> tuple[P.Unit, ...]:
+    """The units FSDP gathers: one per layer, embedding and LM head; or, with
+    ``conventions.fsdp_root_unit``, the embedding and LM head in one ``root`` unit, as FSDP1
+    wraps a model whose wrap policy names only the transformer layers. FSDP1 keeps the root
+    unsharded from forward to backward (``_post_forward_reshard``,
+    torch/distributed/fsdp/_runtime_utils.py), so the root is gathered once a step."""
+    if not job.conventions.fsdp_root_unit:
+        return units
+    outer = ("embedding", "lm_head")
+    root = [u for u in units if u.layer_kind in outer]
+    rest = tuple(u for u in units if u.layer_kind not in outer)
+    if not root:
+        return rest
+    return (P.Unit("root", sum(u.elements for u in root), "dense"), *rest)
+
+
 def _buckets(elements: int, bucket: int) -> list[tuple[int, int, str]]:
     """(calls, elements per call, purpose): full buckets, then the remainder."""
     full, rest = divmod(elements, bucket)
@@ -619,10 +640,10 @@ def _data_parallel(
     }
     scheme = par.dp_scheme
     if scheme in ("zero3", "fsdp_no_reshard"):
-        for u in units:
+        for u in _fsdp_units(job, units):
             g, grads, params = groups[u.group], u.elements * dt.e_g, u.elements * dt.e_p
             acc.add("dp", "all_gather", "forward", u.layer_kind, 1, params, g, "parameter gather")
-            if scheme == "zero3":
+            if scheme == "zero3" and u.layer_kind != "root":
                 acc.add("dp", "all_gather", "backward", u.layer_kind, 1, params, g,
                         "parameter re-gather")  # fmt: skip
             acc.add("dp", "reduce_scatter", "backward", u.layer_kind, 1, grads, g,

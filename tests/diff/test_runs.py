@@ -42,6 +42,7 @@ def test_ddp_to_fsdp_traffic_row_by_row(ddp_fsdp) -> None:
         ("dp", "all_reduce", "other"),
         ("dp", "all_gather", "forward"),
         ("dp", "all_gather", "backward"),
+        ("dp", "reduce_scatter", "backward"),
     }
     # DDP's gradient all-reduce in backward vanishes
     grads = rows["dp", "all_reduce", "backward"]
@@ -57,13 +58,18 @@ def test_ddp_to_fsdp_traffic_row_by_row(ddp_fsdp) -> None:
         assert (gather["calls_a"], gather["calls_b"]) == (0, 4 * RANKS)
         assert (gather["bytes_a"], gather["bytes_b"]) == (0, GRADS)
         assert gather["time_ns_b"] > 0 and gather["wait_ns_b"] + gather["transfer_ns_b"] > 0
-    # gloo runs FSDP's reduce-scatter as an all-reduce of each whole unit, after backward
-    # (phase other), beside the loss report that both jobs have
+    # FSDP reduce-scatters every unit's gradient (which gloo runs as an all-reduce of the
+    # whole unit: ingested as the reduce-scatter its c10d call was, in backward)
+    scatter = rows["dp", "reduce_scatter", "backward"]
+    assert scatter["found"] == "b"
+    assert (scatter["calls_a"], scatter["calls_b"]) == (0, 4 * RANKS)
+    assert (scatter["bytes_a"], scatter["bytes_b"]) == (0, GRADS)
+    # the loss report both jobs have
     other = rows["dp", "all_reduce", "other"]
     assert other["found"] == "both"
-    assert (other["calls_a"], other["calls_b"]) == (RANKS, RANKS + 4 * RANKS)
-    assert (other["bytes_a"], other["bytes_b"]) == (RANKS * LOSS, RANKS * LOSS + GRADS)
-    assert other["bytes_change"] == GRADS
+    assert (other["calls_a"], other["calls_b"]) == (RANKS, RANKS)
+    assert (other["bytes_a"], other["bytes_b"]) == (RANKS * LOSS, RANKS * LOSS)
+    assert other["bytes_change"] == 0
 
 
 def test_ddp_to_fsdp_gathers_per_layer(ddp_fsdp) -> None:
@@ -94,12 +100,13 @@ def test_ddp_to_fsdp_predicted_next_to_observed(ddp_fsdp) -> None:
         GRADS + RANKS * LOSS,
         RANKS * LOSS,
     )
-    assert reduce["predicted_change"] == -GRADS
-    assert reduce["observed_change"] == 0  # gloo: the reduce-scatter is an all-reduce
+    # (gloo runs FSDP's reduce-scatter as an all-reduce of the whole unit: ingested as the
+    # reduce-scatter its c10d call was, the observed change is the predicted one)
+    assert reduce["predicted_change"] == reduce["observed_change"] == -GRADS
     gather = rows["dp", "all_gather"]
     assert gather["predicted_change"] == gather["observed_change"] == 2 * GRADS
     scatter = rows["dp", "reduce_scatter"]
-    assert (scatter["predicted_change"], scatter["observed_change"]) == (GRADS, 0)
+    assert scatter["predicted_change"] == scatter["observed_change"] == GRADS
 
 
 def test_ddp_to_fsdp_steps(ddp_fsdp) -> None:

@@ -89,11 +89,6 @@ def test_fsdp_all_gathers_equal_the_prediction(datasets: dict[str, Dataset]) -> 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gloo's reduce_scatter (an all_reduce of the full buffer) is counted as an all_reduce "
-    "in phase other, so the predicted reduce_scatter shows as missing",
-)
 def test_fsdp_reduce_scatters_equal_the_prediction(datasets: dict[str, Dataset]) -> None:
     wire = _wire(datasets["fsdp"])
     rest = {k: v for k, v in wire.items() if k[2] != "all_gather"}

@@ -13,7 +13,7 @@ import yaml
 import pipeline
 from pipeline.link.runner import link
 from tests.conftest import REPO_ROOT
-from tests.cpu_gloo import DATA, FP32, LOSS, PARAMS, ingested, linked
+from tests.cpu_gloo import A2A, ACT, CE, DATA, FP32, LOSS, MOE_DENSE, PARAMS, ingested, linked
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
         "calls", "message_bytes")  # fmt: skip
@@ -94,7 +94,7 @@ def test_sequence_parallel_turns_the_all_reduces_into_gathers_and_scatters(
     assert all(r[3] == "matched" for r in rows if r[0] == "dp")
 
 
-@pytest.mark.parametrize("run", ["ddp", "tp", "tp_dp", "pp", "moe"])
+@pytest.mark.parametrize("run", ["ddp", "fsdp", "tp", "tp_dp", "pp", "moe"])
 def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
     ds = linked(run, tmp_path / "ds")
     ledger = ds.sql("SELECT * FROM ledger")
@@ -103,13 +103,39 @@ def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
     assert ledger["bytes"].sum() == ledger["predicted_bytes"].sum()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gloo's FSDP reduce_scatter is recorded as an all_reduce",
-)
-@pytest.mark.parametrize("run", ["fsdp"])
-def test_recorded_runs_with_known_labelling_bugs_match(tmp_path: Path, run: str) -> None:
+#: The 4-rank runs, ledger rows of step 2 over the 4 ranks (parallel_dim, op, phase, status,
+#: predicted calls and size, observed calls and size). tp4: per rank 2 all-reduces per layer
+#: forward and backward, the embedding's forward and the LM head's backward, 3
+#: cross-entropy reductions; pp4 (4 stages, 2 micro-batches): 3 stage boundaries, each
+#: crossed by 2 activations forward and 2 gradients backward; moe4 (ep 4, one expert a
+#: rank): dispatch and combine per layer forward and backward, DDP's one bucket of the
+#: dense parameters and the loss report.
+FOUR_RANKS = {
+    "tp4": [
+        ("tp", "all_reduce", "backward", "matched", 20, ACT, 20, ACT),
+        ("tp", "all_reduce", "forward", "matched", 12, CE, 12, CE),
+        ("tp", "all_reduce", "forward", "matched", 20, ACT, 20, ACT),
+    ],
+    "pp4": [
+        ("pp", op, phase, "matched", 6, ACT, 6, ACT)
+        for op in ("recv", "send")
+        for phase in ("backward", "forward")
+    ],
+    "moe4": [
+        ("dp", "all_reduce", "backward", "matched", 4, MOE_DENSE * FP32, 4, MOE_DENSE * FP32),
+        ("dp", "all_reduce", "other", "matched", 4, LOSS, 4, LOSS),
+        ("ep", "all_to_all", "backward", "matched", 16, A2A, 16, A2A),
+        ("ep", "all_to_all", "forward", "matched", 16, A2A, 16, A2A),
+    ],
+}
+
+
+@pytest.mark.parametrize("run", sorted(FOUR_RANKS))
+def test_four_rank_runs_match_row_by_row(tmp_path: Path, run: str) -> None:
+    """TP, PP and MoE over 4 ranks (a world-sized TP group, 4 stages, ep = dp = 4 on the same
+    ranks): every item matched, each dimension labelled from the evidence."""
     ds = linked(run, tmp_path / "ds")
+    assert _ledger(tmp_path / "ds") == FOUR_RANKS[run]
     assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
 
 

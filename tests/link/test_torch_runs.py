@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+import yaml
 
-from tests.cpu_gloo import ACT, BLOCK, EMBED, FP32, HEAD, PARAMS, linked
+from pipeline.link.runner import link
+from tests.cpu_gloo import ACT, BLOCK, DATA, EMBED, FP32, HEAD, PARAMS, ingested, linked
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
         "calls", "message_bytes")  # fmt: skip
@@ -30,30 +31,17 @@ def test_pipelining_1f1b_matches_every_item(tmp_path: Path) -> None:
     ]
 
 
-def test_dtensor_tp_forward_matches_and_backward_has_one_all_reduce_per_projection(
-    tmp_path: Path,
-) -> None:
+def test_dtensor_tp_matches_with_separate_qkv(tmp_path: Path) -> None:
     """DTensor's functional all-reduces (``_c10d_functional::all_reduce``) are recognised and
     labelled tp. Forward: RowwiseParallel's output all-reduce on O and FC2, as Megatron's g
     (2 layers x 2 x 2 ranks). Backward: ColwiseParallel makes each of Q, K, V and FC1
     replicate its input on its own, so each input gradient is all-reduced on its own: 4 per
-    layer where Megatron's f (one before the fused QKV, one before FC1) issues 2. The bytes
-    per call are exact; the calls differ."""
+    layer where Megatron's f (one before the fused QKV, one before FC1) issues 2; the
+    job.yaml says so (``separate_qkv: true``)."""
     assert _ledger("tp_dtensor", tmp_path / "ds") == [
-        ("tp", "all_reduce", "backward", "calls differ", 8, ACT, 16, ACT),
+        ("tp", "all_reduce", "backward", "matched", 16, ACT, 16, ACT),
         ("tp", "all_reduce", "forward", "matched", 8, ACT, 8, ACT),
     ]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the model predicts Megatron's one f all-reduce before a fused QKV; DTensor TP on "
-    "separate Q, K, V projections (ColwiseParallel each) all-reduces each input gradient: "
-    "3 backward all-reduces in attention, and job.yaml has no key that says so",
-)
-def test_dtensor_tp_matches_every_item(tmp_path: Path) -> None:
-    rows = _ledger("tp_dtensor", tmp_path / "ds")
-    assert {r[3] for r in rows} == {"matched"}
 
 
 def test_ddp_on_4_ranks_matches_its_one_bucket(tmp_path: Path) -> None:
@@ -67,35 +55,42 @@ def test_ddp_on_4_ranks_matches_its_one_bucket(tmp_path: Path) -> None:
 ROOT = EMBED + HEAD  # FSDP1's root unit: what the blocks' units leave (embedding and head)
 
 
-def test_fsdp1_ledger_rows(tmp_path: Path) -> None:
-    """FSDP1 with a unit per block and the root holding the embedding and head. The blocks'
-    gathers match, forward and backward. The root is one unit (one gather of embedding and
-    head, never re-gathered: FSDP1 keeps the root unsharded after forward) where the model
-    predicts an embedding and a head unit, each re-gathered. Every gradient reduce-scatter
-    (``c10d::_reduce_scatter_base_``, which gloo runs as ``gloo:all_reduce`` on its own
-    thread) is taken as an all-reduce outside the phases."""
+def test_fsdp1_matches_every_item(tmp_path: Path) -> None:
+    """FSDP1 with a unit per block and the root holding the embedding and head
+    (``fsdp_root_unit: true``): the blocks' units gathered forward and backward, the root
+    once (FSDP1 keeps it unsharded from forward to backward), and every unit's gradient
+    reduce-scattered (``c10d::_reduce_scatter_base_``, which gloo runs as a
+    ``gloo:all_reduce`` of the whole unit: the bytes are the whole unit's)."""
     assert _ledger("fsdp1", tmp_path / "ds") == [
         ("dp", "all_gather", "backward", "matched", 4, BLOCK * FP32, 4, BLOCK * FP32),
-        ("dp", "all_gather", "backward", "missing", 2, HEAD * FP32, 0, None),
-        ("dp", "all_gather", "backward", "missing", 2, EMBED * FP32, 0, None),
+        ("dp", "all_gather", "forward", "matched", 2, ROOT * FP32, 2, ROOT * FP32),
         ("dp", "all_gather", "forward", "matched", 4, BLOCK * FP32, 4, BLOCK * FP32),
-        ("dp", "all_gather", "forward", "missing", 2, HEAD * FP32, 0, None),
-        ("dp", "all_gather", "forward", "size differs", 2, EMBED * FP32, 2, ROOT * FP32),
-        ("dp", "all_reduce", "other", "unpredicted", 0, None, 2, ROOT * FP32),
-        ("dp", "all_reduce", "other", "unpredicted", 0, None, 4, BLOCK * FP32),
-        ("dp", "reduce_scatter", "backward", "missing", 2, HEAD * FP32, 0, None),
-        ("dp", "reduce_scatter", "backward", "missing", 2, EMBED * FP32, 0, None),
-        ("dp", "reduce_scatter", "backward", "missing", 4, BLOCK * FP32, 0, None),
+        ("dp", "reduce_scatter", "backward", "matched", 2, ROOT * FP32, 2, ROOT * FP32),
+        ("dp", "reduce_scatter", "backward", "matched", 4, BLOCK * FP32, 4, BLOCK * FP32),
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gloo's reduce-scatter is ingested as the gloo:all_reduce it runs on the gloo "
-    "thread (op all_reduce, phase other) instead of the c10d::_reduce_scatter_base_ that "
-    "called it; and the model predicts separate embedding and head FSDP units, re-gathered "
-    "backward, where FSDP1 wrapped per block keeps them in the root, gathered once",
-)
-def test_fsdp1_matches_every_item(tmp_path: Path) -> None:
-    rows = _ledger("fsdp1", tmp_path / "ds")
-    assert {r[3] for r in rows} == {"matched"}
+def test_fsdp1_without_its_root_unit_names_the_items(tmp_path: Path) -> None:
+    """Linked with ``framework: torch`` alone, the model predicts an embedding and a head
+    unit, each re-gathered backward: the root's gather and reduce-scatter are those items
+    resized (the same bytes: parameters wrapped otherwise), the head's missing, the
+    re-gathers missing."""
+    config = yaml.safe_load((DATA / "fsdp1" / "job.yaml").read_text())
+    config["conventions"] = {"framework": "torch"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested("fsdp1", tmp_path / "ds")
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    rows = ds.sql(
+        "SELECT op, phase, status, predicted_message_bytes, message_bytes, reason FROM ledger "
+        "WHERE step = 2 AND status <> 'matched' ORDER BY ALL"
+    ).rows()
+    units = "the same bytes in other calls: parameters wrapped in other units"
+    units += " (conventions.fsdp_root_unit)"
+    assert rows == [
+        ("all_gather", "backward", "missing", HEAD * FP32, None, None),
+        ("all_gather", "backward", "missing", EMBED * FP32, None, None),
+        ("all_gather", "forward", "missing", HEAD * FP32, None, units),
+        ("all_gather", "forward", "size differs", EMBED * FP32, ROOT * FP32, units),
+        ("reduce_scatter", "backward", "missing", HEAD * FP32, None, units),
+        ("reduce_scatter", "backward", "size differs", EMBED * FP32, ROOT * FP32, units),
+    ]

@@ -95,6 +95,44 @@ def test_each_convention_can_be_set_alone() -> None:
     assert [i for i in _items(job) if i[3] == "loss report"]
 
 
+def test_separate_qkv_all_reduces_each_projections_input_gradient() -> None:
+    """Q, K and V as three column-parallel projections: per layer and micro-batch 4 backward
+    all-reduces of [b, s, h] (Q, K, V, FC1) where a fused QKV has 2; forward unchanged."""
+    act = 8 * 64 * 128 * 4
+    fused = _job({"tp": 2}, {"framework": "torch"})
+    separate = _job({"tp": 2}, {"framework": "torch", "separate_qkv": True})
+    added = _items(separate) - _items(fused)
+    assert added == {
+        ("tp", "all_reduce", "backward", "K and V input gradients (separate projections)", 8, act)
+    }
+    assert ("tp", "all_reduce", "backward", "QKV and FC1 input gradients (f)", 8, act) in (
+        _items(separate)
+    )
+
+
+def test_fsdp_root_unit_holds_embedding_and_head_gathered_once() -> None:
+    """FSDP1 wrapping each layer: one root unit of embedding and LM head, gathered forward
+    only (kept unsharded into backward), its gradient reduce-scattered; the layers as
+    before."""
+    fsdp = {"dp": 2, "fsdp": True}
+    per_unit = _job(fsdp, {"framework": "torch"})
+    rooted = _job(fsdp, {"framework": "torch", "fsdp_root_unit": True})
+    units = {u.layer_kind: u.elements for u in rank_units(per_unit, 0)}
+    root = 4 * (units["embedding"] + units["lm_head"])
+    rows = {(r.op, r.phase, r.layer_kind): (r.calls, r.bytes) for r in predict(rooted, 0).rows}
+    assert {k: v for k, v in rows.items() if k[2] == "root"} == {
+        ("all_gather", "forward", "root"): (1, root),
+        ("reduce_scatter", "backward", "root"): (1, root),
+    }
+    assert not [k for k in rows if k[2] in ("embedding", "lm_head")]
+    layers = {k: v for k, v in rows.items() if k[2] == "transformer"}
+    assert layers == {
+        (r.op, r.phase, r.layer_kind): (r.calls, r.bytes)
+        for r in predict(per_unit, 0).rows
+        if r.layer_kind == "transformer"
+    }
+
+
 @pytest.mark.parametrize(
     ("conventions", "parallel", "message"),
     [
@@ -105,6 +143,12 @@ def test_each_convention_can_be_set_alone() -> None:
         ({"ddp_bucket_mb": 0, "framework": "torch"}, {"dp": 2}, "conventions.ddp_bucket_mb: must"),
         ({"framwork": "torch"}, {"dp": 2}, "conventions.framwork"),
         ([1], {"dp": 2}, "conventions: must be a mapping"),
+        (
+            {"separate_qkv": True},
+            {"tp": 2, "sequence_parallel": True},
+            "conventions.separate_qkv: modelled for tensor parallelism without sequence_parallel",
+        ),
+        ({"fsdp_root_unit": 1}, {"dp": 2}, "conventions.fsdp_root_unit: must be true"),
     ],
 )
 def test_bad_conventions_name_the_key(conventions, parallel, message) -> None:

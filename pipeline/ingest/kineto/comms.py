@@ -368,7 +368,8 @@ def _gloo_collectives(
         "concrete_inputs",
         pl.col("name").alias("launch_name"),
         pl.col("input_dims").alias("launch_dims"),
-        op_expr(pl.col("name")).alias("_op"),
+        _gloo_runs_as(op_expr(pl.col("name")), work["_op"]).alias("_op"),
+        op_expr(pl.col("name")).alias("_call_op"),
     )
     work = work.sort("start_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
     calls = calls.sort("enqueue_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
@@ -385,8 +386,13 @@ def _gloo_collectives(
         )
     calls = calls.join(same.select("_op"), on="_op")
     frame = work.join(calls, on=["_op", "_k"], how="left")
+    # the op is the call's where gloo ran it as another (a reduce-scatter's all-reduce)
+    called = pl.col("_call_op").is_not_null() & (pl.col("_call_op") != pl.col("_op"))
     return (
         frame.with_columns(
+            pl.when(called).then("launch_name").otherwise("name").alias("shape_from")
+        )
+        .with_columns(
             pl.lit(None, pl.String).alias(c)
             for c in COLLECTIVE_ARGS
             if c not in ("in_nelems", "out_nelems", "group_size", "seq")
@@ -397,11 +403,21 @@ def _gloo_collectives(
             pl.lit(None, pl.Int64).alias("group_size"),
             pl.lit(None, pl.Int64).alias("seq"),
             pl.col("name").alias("op_name"),
-            pl.col("name").alias("shape_from"),
             pl.lit(None, pl.String).alias("size_source"),
         )
-        .drop("_op", "_k", "tid")
+        .drop("_op", "_call_op", "_k", "tid")
     )
+
+
+def _gloo_runs_as(call_op: pl.Expr, work_ops: pl.Series) -> pl.Expr:
+    """The gloo work op that carries out a ``c10d::`` call of ``call_op``: its own, except a
+    reduce-scatter in a trace with no ``gloo:reduce_scatter`` work. gloo then runs
+    ``c10d::_reduce_scatter_base_`` as a ``gloo:all_reduce`` of the call's whole input (the
+    work's Input Dims are the call's input; the flight recorder names it ``gloo:all_reduce``
+    too), so the call pairs with the all-reduces in order and keeps its own op and sizes."""
+    if "reduce_scatter" in work_ops.to_list():
+        return call_op
+    return pl.when(call_op == "reduce_scatter").then(pl.lit("all_reduce")).otherwise(call_op)
 
 
 def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace) -> pl.DataFrame:
