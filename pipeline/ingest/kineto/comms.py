@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import polars as pl
 
+from pipeline.ingest.result import ENGINE
 from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import (
     COLLECTIVE_LAUNCH_OP,
@@ -290,7 +291,7 @@ def _nccl_kernel_collectives(
             pl.col("c_name").alias("launch_name"),
             pl.col("c_input_dims").alias("launch_dims"),
         )
-        .collect(engine="in-memory")
+        .collect(engine=ENGINE)
     )
 
 
@@ -417,7 +418,7 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
             pl.col("pg_ranks").alias("_pg_ranks"),
         )
         .sort("collective_id")
-        .collect(engine="in-memory")
+        .collect(engine=ENGINE)
     )
 
 
