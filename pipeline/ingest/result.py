@@ -18,6 +18,12 @@ import pyarrow as pa
 from pipeline.dataset.arrow_convert import empty_table, from_numpy
 from pipeline.dataset.schema import WRITER_COLUMNS, table_schema
 
+#: The engine the parsers' lazy plans are collected on. Polars 2 collects a LazyFrame on its
+#: streaming engine by default, whose start-up costs more than a file's small frames take to
+#: work through (measured: one plan over a DLRM rank's collectives, 11.6 ms streaming, 4.7 ms
+#: in memory); eager DataFrame methods use the in-memory engine already.
+ENGINE = "in-memory"
+
 
 class Warnings:
     """Counts warnings by message, so a million bad lines give one line of summary each."""
@@ -70,6 +76,10 @@ def columns(table: pa.Table | None, dtypes: dict[str, pl.DataType]) -> pl.DataFr
     rows where it made no such table."""
     if table is None:
         return pl.DataFrame(schema=dtypes)
+    if all(n in table.column_names for n in dtypes):  # one conversion, no cast when typed so
+        frame = pl.from_arrow(table.select(list(dtypes)))
+        if frame.schema == pl.Schema(dtypes):
+            return frame
     return pl.DataFrame(
         [pl.from_arrow(_column(table, n)).cast(t).alias(n) for n, t in dtypes.items()]
     )

@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.ingest.derive.nesting import rows_of
-from pipeline.ingest.result import columns, values_at
+from pipeline.ingest.result import ENGINE, columns, values_at
 from pipeline.ingest.vocab import PHASE_HINTS, phase_name_expr
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
@@ -51,6 +51,7 @@ _COLLECTIVE_COLUMNS = {
     "phase": pl.String,
     "layer": pl.String,
 }
+_WALK = ("call", "hops", "pos")
 #: The columns this module sets on ``collectives``.
 ADDED = ("launch_op_id", "phase", "layer", "attributed_by", "backward_op")
 
@@ -106,15 +107,20 @@ def _walk(launch: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     start = launch.filter(pl.col("pos").is_not_null())
     calls = start["call"].to_numpy().astype(np.int64)
     rows = start["pos"].to_numpy().astype(np.int64)
-    levels = [pl.DataFrame(schema={"call": pl.Int64, "hops": pl.Int64, "pos": pl.Int64})]
+    levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for hops in range(MAX_HOPS + 1):
         if rows.size == 0:
             break
-        levels.append(pl.DataFrame({"call": calls, "hops": np.full(rows.size, hops), "pos": rows}))
+        levels.append((calls, np.full(rows.size, hops, np.int64), rows))
         rows = parent[rows]
         keep = rows >= 0
         calls, rows = calls[keep], rows[keep]
-    return pl.concat(levels)
+    # one frame of the levels' arrays (a frame per level would be a query per level)
+    empty = np.empty(0, np.int64)
+    return pl.DataFrame(
+        {n: np.concatenate([level[i] for level in levels] or [empty]) for i, n in enumerate(_WALK)},
+        schema=dict.fromkeys(_WALK, pl.Int64),
+    )
 
 
 def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
@@ -127,30 +133,35 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             host.get_column("seq_nr").gather(walk["pos"]).to_frame(),
         ],
         how="horizontal",
-    ).with_columns(phase_name_expr(pl.col("name")).alias("lname"))
+    ).lazy()
+    ancestors = ancestors.with_columns(phase_name_expr(pl.col("name")).alias("lname"))
     name, lname, nvtx = pl.col("name"), pl.col("lname"), pl.col("kind") == "nvtx"
     autograd = name.str.starts_with(_AUTOGRAD)
-    return ancestors.group_by("call").agg(
-        autograd.any().alias("in_autograd"),
-        lname.str.contains(PHASE_HINTS["optimizer"]).any().alias("in_optimizer"),
-        lname.str.contains(PHASE_HINTS["backward"]).any().alias("in_backward"),
-        (lname.str.contains(PHASE_HINTS["forward"]) | (pl.col("kind") == "module"))
-        .any()
-        .alias("in_forward"),
-        pl.col("module_path").drop_nulls().first().alias("module_path"),
-        pl.col("seq_nr")
-        .filter(
-            pl.col("seq_nr").is_not_null()
-            & (autograd | name.str.contains("Backward", literal=True))
+    return (
+        ancestors.group_by("call")
+        .agg(
+            autograd.any().alias("in_autograd"),
+            lname.str.contains(PHASE_HINTS["optimizer"]).any().alias("in_optimizer"),
+            lname.str.contains(PHASE_HINTS["backward"]).any().alias("in_backward"),
+            (lname.str.contains(PHASE_HINTS["forward"]) | (pl.col("kind") == "module"))
+            .any()
+            .alias("in_forward"),
+            pl.col("module_path").drop_nulls().first().alias("module_path"),
+            pl.col("seq_nr")
+            .filter(
+                pl.col("seq_nr").is_not_null()
+                & (autograd | name.str.contains("Backward", literal=True))
+            )
+            .first()
+            .alias("backward_seq_nr"),
+            name.filter(nvtx).first().alias("nvtx_range"),
+            name.filter(autograd).first().alias("backward_op"),
         )
-        .first()
-        .alias("backward_seq_nr"),
-        name.filter(nvtx).first().alias("nvtx_range"),
-        name.filter(autograd).first().alias("backward_op"),
+        .collect(engine=ENGINE)
     )
 
 
-def _engine_threads(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
+def _engine_threads(host: pl.DataFrame, ops: pa.Table) -> pl.LazyFrame:
     """(rank, pid, tid) of the autograd engine's own threads: they run ``evaluate_function``
     ops and no ``ProfilerStep`` (CPU autograd runs on the calling thread, which has steps)."""
     name = columns(ops, {"name": pl.String}).get_column("name")
@@ -159,14 +170,15 @@ def _engine_threads(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
         name.str.starts_with("ProfilerStep#").alias("step"),
     )
     return (
-        threads.group_by("rank", "pid", "tid")
+        threads.lazy()
+        .group_by("rank", "pid", "tid")
         .agg(pl.col("autograd").any(), pl.col("step").any())
         .filter(pl.col("autograd") & ~pl.col("step"))
         .select("rank", "pid", "tid", pl.lit(True).alias("on_engine_thread"))
     )
 
 
-def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.DataFrame:
+def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.LazyFrame:
     """The module path of the first forward op of each of these autograd sequence numbers."""
     wanted = host.rename({"seq_nr": "backward_seq_nr"}).filter(
         (pl.col("backward_seq_nr") >= 0)
@@ -176,6 +188,7 @@ def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.Da
     name = pl.col("name")
     return (
         pl.concat([wanted, text], how="horizontal")
+        .lazy()
         .filter(
             pl.col("module_path").is_not_null()
             & ~name.str.contains("Backward", literal=True)
@@ -189,19 +202,28 @@ def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.Da
 def _context(
     launch: pl.DataFrame, host: pl.DataFrame, calls: pl.DataFrame, ops: pa.Table
 ) -> pl.DataFrame:
-    """Per collective (in row order): launch_op_id, phase, layer, attributed_by, backward_op."""
+    """Per collective (in row order): launch_op_id, phase, layer, attributed_by, backward_op.
+
+    Two lazy plans, each collected once (a file's frames are small: the fixed cost of each
+    query is most of the time)."""
     evidence = _evidence(launch, host, ops)
-    found = launch.join(evidence, on="call", how="left", maintain_order="left")
-    found = found.join(
-        _forward_ops(host, ops, evidence["backward_seq_nr"]),
-        on=["rank", "backward_seq_nr"],
-        how="left",
-        nulls_equal=True,
-        maintain_order="left",
-    ).sort("call")
+    found = (
+        launch.lazy()
+        .join(evidence.lazy(), on="call", how="left", maintain_order="left")
+        .join(
+            _forward_ops(host, ops, evidence["backward_seq_nr"]),
+            on=["rank", "backward_seq_nr"],
+            how="left",
+            nulls_equal=True,
+            maintain_order="left",
+        )
+        .sort("call")
+        .collect(engine=ENGINE)
+    )
     thread = host.select("pid", "tid").gather(found["pos"].fill_null(0))
     found = (
         pl.concat([found, thread], how="horizontal")
+        .lazy()
         .join(
             _engine_threads(host, ops),
             on=["rank", "pid", "tid"],
@@ -246,4 +268,4 @@ def _context(
         layer.alias("layer"),
         by.alias("attributed_by"),
         "backward_op",
-    )
+    ).collect(engine=ENGINE)

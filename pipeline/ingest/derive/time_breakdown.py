@@ -19,11 +19,12 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.result import columns, values_at
+from pipeline.ingest.result import ENGINE, columns, values_at
 
 _KEYS = ["rank", "step", "timeline"]
 _ZERO, _ONE = pl.lit(0, pl.Int64), pl.lit(1, pl.Int64)
 _INTERVAL = {"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+_ACTIVITY = ["rank", "step", "timeline", "start_ns", "end_ns", "compute", "comm"]
 
 
 def add_time_breakdown(tables: dict[str, pa.Table]) -> None:
@@ -35,7 +36,8 @@ def add_time_breakdown(tables: dict[str, pa.Table]) -> None:
     activity = _activity(tables)
     if activity.is_empty():
         return
-    tables["time_breakdown"] = _sweep(activity, columns(steps, _INTERVAL)).to_arrow()
+    breakdown = _sweep(activity.lazy(), columns(steps, _INTERVAL).lazy())
+    tables["time_breakdown"] = breakdown.collect(engine=ENGINE).to_arrow()
 
 
 def _timed() -> pl.Expr:
@@ -48,9 +50,12 @@ def _timed() -> pl.Expr:
 
 
 def _activity(tables: dict[str, pa.Table]) -> pl.DataFrame:
-    """Every timed interval of a step: rank, step, timeline, start_ns, end_ns, compute, comm."""
+    """Every timed interval of a step: rank, step, timeline, start_ns, end_ns, compute, comm.
+
+    Lazy plans, each collected once (a file's frames are small: the fixed cost of each query
+    is most of the time)."""
     timed = _timed()
-    kernels = columns(tables.get("kernels"), {**_INTERVAL, "kind": pl.String})
+    kernels = columns(tables.get("kernels"), {**_INTERVAL, "kind": pl.String}).lazy()
     gpu = kernels.filter(timed).select(
         "rank",
         "step",
@@ -61,7 +66,7 @@ def _activity(tables: dict[str, pa.Table]) -> pl.DataFrame:
         (pl.col("kind") == "comm").fill_null(False).cast(pl.Int64).alias("comm"),
     )
     gpu_steps = kernels.filter(pl.col("step").is_not_null()).select("rank", "step").unique()
-    calls = columns(tables.get("collectives"), {**_INTERVAL, "stream": pl.Int64})
+    calls = columns(tables.get("collectives"), {**_INTERVAL, "stream": pl.Int64}).lazy()
     comm = (
         calls.filter(timed)
         .join(gpu_steps, on=["rank", "step"], how="anti", nulls_equal=True)
@@ -72,21 +77,23 @@ def _activity(tables: dict[str, pa.Table]) -> pl.DataFrame:
         "rank", pl.col("stream").alias("tid")
     )
     compute = _host_compute(tables.get("ops"), gpu_steps, comm_threads.unique())
-    host = pl.concat([comm, compute]).with_columns(pl.lit("host").alias("timeline"))
-    return pl.concat([gpu, host.select(gpu.columns)])
+    host = pl.concat([comm, compute.lazy()]).with_columns(pl.lit("host").alias("timeline"))
+    return pl.concat([gpu, host.select(_ACTIVITY)]).collect(engine=ENGINE)
 
 
 def _host_compute(
-    ops: pa.Table | None, gpu_steps: pl.DataFrame, comm_threads: pl.DataFrame
+    ops: pa.Table | None, gpu_steps: pl.LazyFrame, comm_threads: pl.LazyFrame
 ) -> pl.DataFrame:
     """The ``aten::`` ops of steps without kernels, on threads that run no collective."""
     timed = _timed()
     host = (
         columns(ops, {**_INTERVAL, "tid": pl.Int64})
+        .lazy()
         .with_row_index("row")
         .filter(timed)
         .join(gpu_steps, on=["rank", "step"], how="anti", nulls_equal=True)
         .join(comm_threads, on=["rank", "tid"], how="anti", nulls_equal=True)
+        .collect(engine=ENGINE)
     )
     if host.is_empty() or ops is None:  # GPU runs: every step has kernels
         return host.select("rank", "step", "start_ns", "end_ns", compute=_ONE, comm=_ZERO)
@@ -97,7 +104,7 @@ def _host_compute(
     ).select("rank", "step", "start_ns", "end_ns", compute=_ONE, comm=_ZERO)
 
 
-def _sweep(activity: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def _sweep(activity: pl.LazyFrame, steps: pl.LazyFrame) -> pl.LazyFrame:
     """One row per (rank, step, timeline) from a sweep over the interval boundaries."""
     starts = activity.select(*_KEYS, pl.col("start_ns").alias("t"), "compute", "comm")
     ends = activity.select(*_KEYS, pl.col("end_ns").alias("t"), -pl.col("compute"), -pl.col("comm"))
@@ -106,7 +113,7 @@ def _sweep(activity: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .unique()
         .join(steps.select("rank", "step", pl.col("start_ns").alias("t")), on=["rank", "step"])
         .with_columns(compute=_ZERO, comm=_ZERO)
-        .select(starts.columns)
+        .select(*_KEYS, "t", "compute", "comm")
     )
     bounds = pl.concat([starts, ends, step_starts]).sort(
         *_KEYS, "t", pl.col("compute") + pl.col("comm")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import polars as pl
 
+from pipeline.ingest.result import ENGINE
 from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import (
     COLLECTIVE_LAUNCH_OP,
@@ -96,7 +97,7 @@ def collectives_table(
     if frame.is_empty():
         return _empty()
     frame = _finish(frame, groups, trace)
-    missing = frame.filter(pl.col("bytes").is_null()).height
+    missing = frame.get_column("bytes").null_count()
     if missing:
         warnings.add("collectives without size metadata (op taken from the kernel name)", missing)
     return frame
@@ -174,16 +175,13 @@ def process_groups(trace: Trace) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _enclosing(inner: pl.DataFrame, outer: pl.DataFrame, prefix: str) -> pl.DataFrame:
+def _enclosing(inner: pl.LazyFrame, outer: pl.LazyFrame, prefix: str) -> pl.LazyFrame:
     """Join to each ``inner`` row (pid, tid, start_ns, end_ns) the latest-starting ``outer``
-    range on the same thread that contains it; outer columns get ``prefix``."""
-    renamed = outer.rename({c: f"{prefix}{c}" for c in outer.columns if c not in ("pid", "tid")})
-    if outer.is_empty():  # (most traces lack one of the kinds of range: no join to run)
-        return inner.sort("start_ns").with_columns(
-            pl.lit(None, dtype).alias(c)
-            for c, dtype in renamed.schema.items()
-            if c not in ("pid", "tid")
-        )
+    range on the same thread that contains it; outer columns get ``prefix`` (null where none
+    does, and where ``outer`` has no rows)."""
+    names = outer.collect_schema().names()
+    renamed = outer.rename({c: f"{prefix}{c}" for c in names if c not in ("pid", "tid")})
+    added = [f"{prefix}{c}" for c in names if c not in ("pid", "tid")]
     joined = inner.sort("start_ns").join_asof(
         renamed.sort(f"{prefix}start_ns"),
         left_on="start_ns",
@@ -193,13 +191,7 @@ def _enclosing(inner: pl.DataFrame, outer: pl.DataFrame, prefix: str) -> pl.Data
         check_sortedness=False,
     )
     inside = pl.col(f"{prefix}end_ns") >= pl.col("end_ns")
-    return joined.with_columns(
-        [
-            pl.when(inside).then(pl.col(c)).alias(c)
-            for c in renamed.columns
-            if c not in ("pid", "tid")
-        ]
-    )
+    return joined.with_columns(pl.when(inside).then(pl.col(c)).alias(c) for c in added)
 
 
 def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -257,23 +249,31 @@ def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 def _nccl_kernel_collectives(
     events: pl.DataFrame, ops: pl.DataFrame, meta: pl.DataFrame, kernels: pl.DataFrame
 ) -> pl.DataFrame:
+    """The communication kernels with what the ops around their launch say of them: one lazy
+    plan, run once (each eager step would be a query of its own, and a small trace's time
+    goes to their fixed cost, not to its rows)."""
     comm_ids = kernels.filter(pl.col("kind") == "comm").select("kernel_id", "step")
     if comm_ids.is_empty():
         return pl.DataFrame()
-    k = events.join(comm_ids, left_on="event_id", right_on="kernel_id").select(
-        pl.col("event_id").alias("collective_id"),
-        "name",
-        "start_ns",
-        "end_ns",
-        "dur_ns",
-        "stream",
-        "correlation",
-        "external_id",
-        "step",
-        *COLLECTIVE_ARGS,
+    ops_ = ops.lazy()
+    k = (
+        events.lazy()
+        .join(comm_ids.lazy(), left_on="event_id", right_on="kernel_id")
+        .select(
+            pl.col("event_id").alias("collective_id"),
+            "name",
+            "start_ns",
+            "end_ns",
+            "dur_ns",
+            "stream",
+            "correlation",
+            "external_id",
+            "step",
+            *COLLECTIVE_ARGS,
+        )
     )
     launches = (
-        ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
+        ops_.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
         .select(
             "correlation", "pid", "tid", "start_ns", "end_ns", pl.col("op_id").alias("launch_op_id")
         )
@@ -294,8 +294,8 @@ def _nccl_kernel_collectives(
         pl.col("launch_end_ns").alias("end_ns"),
     ).filter(pl.col("start_ns").is_not_null())
     rpc = (
-        ops.filter(pl.col("name") == "record_param_comms")
-        .join(meta.rename({"event_id": "op_id"}), on="op_id", how="inner")
+        ops_.filter(pl.col("name") == "record_param_comms")
+        .join(meta.lazy().rename({"event_id": "op_id"}), on="op_id", how="inner")
         .filter(pl.col("collective_name").is_not_null())
         .sort("op_id")
     )
@@ -307,12 +307,12 @@ def _nccl_kernel_collectives(
     around_rpc = _enclosing(
         host, rpc.select("pid", "tid", "start_ns", "end_ns", *COLLECTIVE_ARGS), "r_"
     )
-    annotations = ops.filter(
+    annotations = ops_.filter(
         (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(r"^(nccl|rccl):")
     ).select("pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types")
     around_ann = _enclosing(host, annotations, "a_")
     # the op that launched the work: c10d::allreduce_, symm_mem::multimem_all_reduce_, ...
-    c10d = ops.filter(pl.col("name").str.contains(COLLECTIVE_LAUNCH_OP)).select(
+    c10d = ops_.filter(pl.col("name").str.contains(COLLECTIVE_LAUNCH_OP)).select(
         "pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types", "concrete_inputs"
     )
     around_c10d = _enclosing(host, c10d, "c_")
@@ -328,18 +328,22 @@ def _nccl_kernel_collectives(
         .when(pl.col("x_collective_name").is_not_null() | pl.col("r_collective_name").is_not_null())
         .then(pl.lit("record_param_comms"))
     )
-    meta = [pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in COLLECTIVE_ARGS]
-    return frame.with_columns(*meta, source.alias("size_source")).with_columns(
-        pl.coalesce(
-            "x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns"
-        ).alias("enqueue_ns"),
-        pl.coalesce("collective_name", "c_name", "a_name", "name").alias("op_name"),
-        pl.coalesce("a_input_dims", "c_input_dims").alias("input_dims"),
-        pl.coalesce("a_input_types", "c_input_types").alias("input_types"),
-        pl.coalesce("a_name", "c_name").alias("shape_from"),
-        pl.col("c_concrete_inputs").alias("concrete_inputs"),
-        pl.col("c_name").alias("launch_name"),
-        pl.col("c_input_dims").alias("launch_dims"),
+    meta_ = [pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in COLLECTIVE_ARGS]
+    return (
+        frame.with_columns(*meta_, source.alias("size_source"))
+        .with_columns(
+            pl.coalesce(
+                "x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns"
+            ).alias("enqueue_ns"),
+            pl.coalesce("collective_name", "c_name", "a_name", "name").alias("op_name"),
+            pl.coalesce("a_input_dims", "c_input_dims").alias("input_dims"),
+            pl.coalesce("a_input_types", "c_input_types").alias("input_types"),
+            pl.coalesce("a_name", "c_name").alias("shape_from"),
+            pl.col("c_concrete_inputs").alias("concrete_inputs"),
+            pl.col("c_name").alias("launch_name"),
+            pl.col("c_input_dims").alias("launch_dims"),
+        )
+        .collect(engine=ENGINE)
     )
 
 
@@ -450,33 +454,40 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
         both["out"],
         pl.when(pl.col("op").is_in(["all_gather", "gather"])).then(pl.col("_dims_numel") * group),
     )
-    frame = frame.with_columns(
-        count.alias("count"),
-        out_count.alias("out_count"),
-        group.alias("group_size"),
-    ).with_columns(
-        message_bytes_expr(pl.col("op"), pl.col("count"), pl.col("out_count"), size).alias("bytes"),
-        ("pg:" + pl.col("pg_name")).alias("comm"),
-        _peer(groups, frame).alias("peer"),
-    )
-    frame = frame.with_columns(
-        pl.lit(None, pl.Int64).alias(c)
-        for c in ("correlation", "external_id")
-        if c not in frame.columns
+    missing = [c for c in ("correlation", "external_id") if c not in frame.columns]
+    plan = (
+        frame.lazy()
+        .with_columns(
+            count.alias("count"),
+            out_count.alias("out_count"),
+            group.alias("group_size"),
+        )
+        .with_columns(
+            message_bytes_expr(pl.col("op"), pl.col("count"), pl.col("out_count"), size).alias(
+                "bytes"
+            ),
+            ("pg:" + pl.col("pg_name")).alias("comm"),
+            _peer(groups, frame).alias("peer"),
+        )
+        .with_columns(pl.lit(None, pl.Int64).alias(c) for c in missing)
     )
     # Like PyTorch's own counters, collectives and point-to-point calls count separately.
-    frame = frame.sort("enqueue_ns", "start_ns", nulls_last=True).with_columns(
+    plan = plan.sort("enqueue_ns", "start_ns", nulls_last=True).with_columns(
         pl.coalesce(
             "seq", pl.int_range(pl.len()).over("comm", pl.col("op").is_in(["send", "recv"]))
         )
         .cast(pl.Int64)
         .alias("seq")
     )
-    return frame.select(
-        *COLLECTIVE_COLUMNS,
-        pl.col("pg_desc").alias("_pg_desc"),
-        pl.col("pg_ranks").alias("_pg_ranks"),
-    ).sort("collective_id")
+    return (
+        plan.select(
+            *COLLECTIVE_COLUMNS,
+            pl.col("pg_desc").alias("_pg_desc"),
+            pl.col("pg_ranks").alias("_pg_ranks"),
+        )
+        .sort("collective_id")
+        .collect(engine=ENGINE)
+    )
 
 
 #: Launching ops whose Input Dims are [[output], [input]] (PyTorch's c10d registrations).
