@@ -253,9 +253,15 @@ def _record_inference(dest: Path) -> None:
     ids = torch.randint(0, VOCAB, INFER_PROMPT, generator=torch.Generator().manual_seed(7))
     dest.mkdir(parents=True)
     trace = dest / "rank0.pt.trace.json"
-    with torch.no_grad(), profile(
-        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True, with_modules=True
-    ) as prof:
+    with (
+        torch.no_grad(),
+        profile(
+            activities=[ProfilerActivity.CPU],
+            record_shapes=True,
+            with_stack=True,
+            with_modules=True,
+        ) as prof,
+    ):
         for i in range(INFER_TOKENS):
             with record_function(f"decode {i}"):
                 x = model.embed(ids)
