@@ -26,10 +26,22 @@ JOIN primary_sources p USING (job, rank, source)
 SEMI JOIN (SELECT DISTINCT job FROM predictions) j USING (job)
 WHERE l.step IS NOT NULL AND l.bytes IS NOT NULL;
 
+-- The layer of a row is its calls' most common one; a tie goes to the first name, so every
+-- link of the same dataset gives the same row (FSDP units of equal size tie).
 CREATE TEMP TABLE _ledger_observed AS
+WITH layer_calls AS (
+    SELECT job, step, parallel_dim, op, phase, message_bytes, layer, count(*) AS n
+    FROM _ledger_calls WHERE layer IS NOT NULL GROUP BY ALL
+), layers AS (
+    SELECT job, step, parallel_dim, op, phase, message_bytes,
+           first(layer ORDER BY n DESC, layer) AS layer
+    FROM layer_calls GROUP BY ALL
+)
 SELECT job, step, parallel_dim, op, phase, message_bytes, count(*) AS calls,
-       count(DISTINCT rank) AS ranks, mode(layer) AS layer
-FROM _ledger_calls GROUP BY ALL;
+       count(DISTINCT c.rank) AS ranks, any_value(y.layer) AS layer
+FROM _ledger_calls c
+LEFT JOIN layers y USING (job, step, parallel_dim, op, phase, message_bytes)
+GROUP BY job, step, parallel_dim, op, phase, message_bytes;
 
 -- Items of the ranks traced in each step, summed over those ranks.
 CREATE TEMP TABLE _ledger_predicted AS

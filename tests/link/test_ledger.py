@@ -156,3 +156,14 @@ def test_torch_conventions_on_the_recorded_ddp_run(tmp_path: Path) -> None:
         ("matched", "first gradient bucket", "backward", 2, 2, PARAMS * FP32),
         ("unpredicted", None, "other", 0, 2, LOSS),
     ]
+
+
+def test_a_tie_of_layers_goes_to_the_first_name(tmp_path: Path) -> None:
+    """FSDP's two blocks gather the same size forward: the row's layer is the first name,
+    whatever order the calls come in, so every link of the dataset gives the same row."""
+    ds = linked("fsdp", tmp_path / "ds")
+    rows = ds.sql(
+        "SELECT DISTINCT layer FROM ledger WHERE op = 'all_gather' AND phase = 'forward' "
+        "AND layer LIKE '%Block%'"
+    )
+    assert rows["layer"].to_list() == ["FSDPTinyGPT_0/FSDPBlock_0"]
