@@ -206,7 +206,8 @@ def _manifest_bytes(path: Path) -> bytes:
                 f"({MAX_MANIFEST_BYTES:,} at most)"
             )
         try:
-            return f.read(MAX_MANIFEST_BYTES + 1)
+            # (its size, not the limit: a read of the limit reserves 256 MiB up front)
+            return f.read(st.st_size + 1)
         except OSError as exc:
             raise DatasetError(f"{path}: cannot read the manifest: {exc.strerror}") from None
 

@@ -51,6 +51,11 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         A dataset of several jobs takes one job.yaml for all of them only when they share it.
     """
     dataset = Path(dataset)
+    if isinstance(config, (str, Path)):
+        from pipeline.model.config import load_job
+
+        # (a bad job.yaml is refused before the dataset is locked and DuckDB started)
+        config = load_job(config)
     with Transaction(dataset, create=False) as txn:
         # (the manifest is read once, by the transaction: 0.16 s for the 28 MB manifest of
         # 16,384 ranks, and the lock holds it)
