@@ -163,7 +163,7 @@ LINKED = {"billion-laughs", "deep-lists", "latin-1", "5000-digit-int", "tp-10**3
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    """The sample traces ingested: ``link`` reads its job.yaml only once the dataset opens."""
+    """The sample traces ingested: a real dataset, so that only the job.yaml is bad."""
     out = tmp_path_factory.mktemp("hostile") / "sample.tw"
     done = subprocess.run(
         [sys.executable, "-m", "pipeline", "ingest", "sample_traces", "-o", str(out)],
