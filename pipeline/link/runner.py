@@ -54,8 +54,13 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
     if isinstance(config, (str, Path)):
         from pipeline.model.config import load_job
 
-        # (a bad job.yaml is refused before the dataset is locked and DuckDB started)
         config = load_job(config)
+    if config is not None:
+        from pipeline.model.predict import predict
+
+        # (a bad job.yaml, or one whose bytes pass 64 bits, is refused before the dataset is
+        # locked and DuckDB started: rank 0's rows meet the model's checks)
+        predict(config, 0)
     with Transaction(dataset, create=False) as txn:
         # (the manifest is read once, by the transaction: 0.16 s for the 28 MB manifest of
         # 16,384 ranks, and the lock holds it)
@@ -97,16 +102,15 @@ def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]
 
 
 def _register_job_inputs(
-    con: duckdb.DuckDBPyConnection, jobs: list[str], config: Path | Job | None
+    con: duckdb.DuckDBPyConnection, jobs: list[str], config: Job | None
 ) -> None:
     layout = {"job": [], "comm": [], "parallel_dim": []}
     facts = {"job": [], "tokens_per_step": []}
     predictions = []
     if config is not None:
-        from pipeline.model.config import load_job
         from pipeline.model.predict import predictions_table
 
-        job_spec = load_job(config) if isinstance(config, (str, Path)) else config
+        job_spec = config
         world = job_spec.parallel.world_size
         for job in jobs:
             ranks = [
@@ -208,9 +212,10 @@ def _comm_dims_from_layout(
     return out
 
 
-def _label(config: Path | Job) -> str:
-    """How messages name the job description: its path, or ``job.yaml`` when given loaded."""
-    return str(config) if isinstance(config, (str, Path)) else "job.yaml"
+def _label(config: Job) -> str:
+    """How messages name the job description: the path it was loaded from, else
+    ``job.yaml``."""
+    return config.source or "job.yaml"
 
 
 def _materialize(txn: Transaction, tables: dict[str, dict[str, pa.Table]]) -> dict[str, int]:

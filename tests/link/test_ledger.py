@@ -167,3 +167,16 @@ def test_a_tie_of_layers_goes_to_the_first_name(tmp_path: Path) -> None:
         "AND layer LIKE '%Block%'"
     )
     assert rows["layer"].to_list() == ["FSDPTinyGPT_0/FSDPBlock_0"]
+
+
+def test_a_job_yaml_of_another_world_size_is_named_by_its_path(tmp_path: Path) -> None:
+    from pipeline.errors import ConfigError
+
+    ingested("ddp", tmp_path / "ds")  # 2 ranks; the sample job.yaml lays out 8
+    config = REPO_ROOT / "sample_traces" / "job.yaml"
+    with pytest.raises(ConfigError) as err:
+        link(tmp_path / "ds", config=config)
+    assert str(err.value).startswith(f"{config}: the layout gives 8 ranks but job 'ddp'")
+    assert link(tmp_path / "ds", config=DATA / "ddp" / "job.yaml").config == str(
+        DATA / "ddp" / "job.yaml"
+    )
