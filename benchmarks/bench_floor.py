@@ -66,12 +66,14 @@ def many_small(traces: list[Path], copies: int, out: Path) -> Path:
     return out
 
 
-def _json_mb(folder: Path) -> float:
-    total = 0
-    for path in folder.rglob("*.json*"):
-        raw = path.read_bytes()
-        total += len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    return total / 1e6
+def json_mb(path: Path) -> float:
+    """MB of JSON in one trace file, gzipped or not."""
+    raw = path.read_bytes()
+    return len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
+
+
+def _folder_json_mb(folder: Path) -> float:
+    return sum(json_mb(path) for path in folder.rglob("*.json*"))
 
 
 def compare(title: str, traces: Path, work: Path) -> str:
@@ -83,7 +85,7 @@ def compare(title: str, traces: Path, work: Path) -> str:
             runs[label].append(measure(f"{label} ({title})", code, str(traces), str(out)))
             shutil.rmtree(out, ignore_errors=True)
     floor, ours = median_run(runs["floor"]), median_run(runs["tokenwire"])
-    mb = _json_mb(traces)
+    mb = _folder_json_mb(traces)
     return "\n".join([
         f"== ingest --jobs 1, {title}: {mb:,.1f} MB of JSON",
         line(floor, mb),

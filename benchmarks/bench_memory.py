@@ -15,11 +15,10 @@ its base measured the same way.
 from __future__ import annotations
 
 import argparse
-import gzip
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_floor import FLOOR, INGEST, many_small
+from benchmarks.bench_floor import FLOOR, INGEST, json_mb, many_small
 from benchmarks.measure import REPO, measure
 
 
@@ -28,11 +27,6 @@ def _generated_trace(out: Path, file_mb: int) -> Path:
 
     synth([str(out), "--tp", "1", "--pp", "1", "--dp", "1", "--target-mb", str(file_mb)])
     return next(out.glob("*.json"))
-
-
-def _json_mb(path: Path) -> float:
-    raw = path.read_bytes()
-    return len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,11 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="tw-memory-") as tmp:
         work = Path(tmp)
         trace = args.trace or _generated_trace(work / "generated", args.file_mb)
-        file_mb = _json_mb(trace)
+        file_mb = json_mb(trace)
         base_in = many_small([small], 1, work / "base")
         base = measure("ingest of one small file", INGEST, str(base_in), str(work / "base-ds"))
         print(f"== ingest --jobs 1 memory: copies of {trace.name} ({file_mb:.1f} MB of JSON)")
-        print(f"  base (one {_json_mb(small):.2f} MB file): peak RSS {base.peak_rss_mb:,.0f} MB")
+        print(f"  base (one {json_mb(small):.2f} MB file): peak RSS {base.peak_rss_mb:,.0f} MB")
         floor_base = measure("floor, one small file", FLOOR, str(base_in), str(work / "fb"))
         count0 = int(args.counts.split(",")[0])
         first = many_small([trace], count0, work / "floor-job")

@@ -415,7 +415,7 @@ PART_NAME = re.compile(r"\.?part-[0-9a-z-]{1,64}\.parquet(\.tmp-\d+)?")
 def check_part_path(rel: object, *, where: str = "part path") -> str:
     """``rel`` if it is a part path of the shape :data:`PART_PATH`, else a DatasetError
     naming ``where`` (the manifest and its entry) and the value, cut short."""
-    if isinstance(rel, str) and PART_PATH.fullmatch(rel):
+    if _is_part_path(rel):
         return rel
     raise DatasetError(f"{where}: {shown(rel)} is not a part path of a tokenwire dataset")
 
