@@ -192,6 +192,57 @@ def test_moe_all_to_alls_carry_their_layer(datasets: dict[str, Dataset]) -> None
         assert counts(a2a, *_LAYER) == want, f"rank {rank}"
 
 
+#: The process group (pg_name) of each rank's collectives: TP groups {0,1} = "1", {2,3} = "2";
+#: DP groups {0,2} = "3", {1,3} = "4" (created in that order, after the default group "0").
+TP_DP_COMMS = {
+    0: {("pg:1", ACT): 20, ("pg:1", CE): 6, ("pg:3", TP_PARAMS * FP32): 2, ("pg:3", LOSS): 2},
+    1: {("pg:1", ACT): 20, ("pg:1", CE): 6, ("pg:4", TP_PARAMS * FP32): 2, ("pg:4", LOSS): 2},
+    2: {("pg:2", ACT): 20, ("pg:2", CE): 6, ("pg:3", TP_PARAMS * FP32): 2, ("pg:3", LOSS): 2},
+    3: {("pg:2", ACT): 20, ("pg:2", CE): 6, ("pg:4", TP_PARAMS * FP32): 2, ("pg:4", LOSS): 2},
+}
+
+
+def test_multi_group_calls_take_their_communicator_from_the_flight_recorder(
+    datasets: dict[str, Dataset],
+) -> None:
+    """TP x DP: a rank's gloo trace names no group per call; each call is paired with its
+    flight recorder entry (the same rank and op, sizes agreeing, mutually nearest in time)
+    and takes its group and sequence number, so the calls of one group on its ranks are one
+    instance each."""
+    ds = datasets["tp_dp"]
+    links = ds.sql(
+        "SELECT rank, instance_comm, bytes FROM collective_links "
+        "WHERE source = 'kineto' AND step IS NOT NULL"
+    )
+    for rank, want in TP_DP_COMMS.items():
+        assert counts(links.filter(rank=rank), "instance_comm", "bytes") == want, rank
+    instances = ds.sql(
+        "SELECT comm, ranks_seen FROM collective_instances WHERE source = 'kineto' "
+        "AND step IS NOT NULL"
+    )
+    assert counts(instances, "comm", "ranks_seen") == {
+        ("pg:1", 2): 26, ("pg:2", 2): 26, ("pg:3", 2): 4, ("pg:4", 2): 4
+    }  # fmt: skip
+
+
+def test_gloo_reduce_scatters_pair_with_their_flight_recorder_all_reduce(
+    datasets: dict[str, Dataset],
+) -> None:
+    """gloo runs FSDP's reduce-scatter as an all-reduce of the whole input, and the flight
+    recorder names it gloo:all_reduce: each profiled call still pairs with its entry, the
+    sizes agreeing."""
+    got = datasets["fsdp"].sql(
+        "SELECT c.op, m.method, m.sizes_agree FROM collectives c LEFT JOIN collective_matches m "
+        "ON m.primary_file_id = c.file_id AND m.primary_collective_id = c.collective_id "
+        "WHERE c.source = 'kineto'"
+    )
+    assert counts(got, "op", "method", "sizes_agree") == {
+        ("all_gather", "time", True): 32,
+        ("reduce_scatter", "time", True): 16,
+        ("all_reduce", "time", True): 4,
+    }
+
+
 _FSDP_UNITS = ["FSDPEmbed_0", "FSDPBlock_0", "FSDPBlock_1", "FSDPHead_0"]
 
 
