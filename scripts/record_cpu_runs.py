@@ -33,6 +33,7 @@ moe         2      every MLP is a 4-expert top-1 MoE with capacity factor 1 (fix
                    the other parameters under DDP
 straggler   2      ddp, with rank 1 sleeping 30 ms in ``blocks.1``'s forward in every step
 tp4         4      tp over 4 ranks (one head each)
+fsdp4       4      fsdp over 4 ranks
 pp4         4      pp over 4 stages of a 4-layer model, one block each
 moe4        4      moe with one expert per rank (ep 4, the other parameters under DDP over 4)
 ==========  =====  ==========================================================================
@@ -77,7 +78,7 @@ STEPS = 5
 STRAGGLER_RANK, STRAGGLER_LAYER, STRAGGLER_SLEEP_S = 1, 1, 0.030
 
 RUNS = {"ddp": 2, "fsdp": 2, "tp": 2, "tp_dp": 4, "pp": 2, "moe": 2, "straggler": 2,
-        "tp4": 4, "pp4": 4, "moe4": 4}  # fmt: skip
+        "tp4": 4, "pp4": 4, "moe4": 4, "fsdp4": 4}  # fmt: skip
 #: Transformer layers of each run: LAYERS, but one per stage of pp4
 RUN_LAYERS = {"pp4": 4}
 
@@ -361,7 +362,7 @@ def _build(run: str, rank: int, world: int):
         slow = STRAGGLER_RANK if run == "straggler" else None
         model = DDP(TinyGPT(range(LAYERS), first=True, last=True, slow_rank=slow))
         return model, _dp_step(model, rank, dist.group.WORLD)
-    if run == "fsdp":
+    if run in ("fsdp", "fsdp4"):
         from torch.distributed.fsdp import fully_shard
 
         model = TinyGPT(range(LAYERS), first=True, last=True)
@@ -521,6 +522,7 @@ def job_yaml(run: str, micro: int = MICRO) -> str:
         "ddp": "dp: 2",
         "straggler": "dp: 2",
         "fsdp": "dp: 2, fsdp: true",
+        "fsdp4": "dp: 4, fsdp: true",
         "tp": "tp: 2",
         "tp_dp": "tp: 2, dp: 2, order: tp-dp",
         "pp": "pp: 2",

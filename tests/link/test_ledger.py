@@ -13,7 +13,21 @@ import yaml
 import pipeline
 from pipeline.link.runner import link
 from tests.conftest import REPO_ROOT
-from tests.cpu_gloo import A2A, ACT, CE, DATA, FP32, LOSS, MOE_DENSE, PARAMS, ingested, linked
+from tests.cpu_gloo import (
+    A2A,
+    ACT,
+    BLOCK,
+    CE,
+    DATA,
+    EMBED,
+    FP32,
+    HEAD,
+    LOSS,
+    MOE_DENSE,
+    PARAMS,
+    ingested,
+    linked,
+)
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
         "calls", "message_bytes")  # fmt: skip
@@ -109,7 +123,9 @@ def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
 #: cross-entropy reductions; pp4 (4 stages, 2 micro-batches): 3 stage boundaries, each
 #: crossed by 2 activations forward and 2 gradients backward; moe4 (ep 4, one expert a
 #: rank): dispatch and combine per layer forward and backward, DDP's one bucket of the
-#: dense parameters and the loss report.
+#: dense parameters and the loss report; fsdp4 (FSDP2 over 4 ranks, a unit for the
+#: embedding, each block and the head): each unit gathered forward and again backward and
+#: its gradient reduce-scattered (gloo: an all-reduce of the whole unit), and the loss report.
 FOUR_RANKS = {
     "tp4": [
         ("tp", "all_reduce", "backward", "matched", 20, ACT, 20, ACT),
@@ -127,13 +143,27 @@ FOUR_RANKS = {
         ("ep", "all_to_all", "backward", "matched", 16, A2A, 16, A2A),
         ("ep", "all_to_all", "forward", "matched", 16, A2A, 16, A2A),
     ],
+    "fsdp4": sorted(
+        [
+            *(
+                ("dp", op, phase, "matched", 4 * n, unit * FP32, 4 * n, unit * FP32)
+                for op, phase in [
+                    ("all_gather", "forward"),
+                    ("all_gather", "backward"),
+                    ("reduce_scatter", "backward"),
+                ]
+                for unit, n in ((EMBED, 1), (BLOCK, 2), (HEAD, 1))
+            ),
+            ("dp", "all_reduce", "other", "matched", 4, LOSS, 4, LOSS),
+        ]
+    ),
 }
 
 
 @pytest.mark.parametrize("run", sorted(FOUR_RANKS))
 def test_four_rank_runs_match_row_by_row(tmp_path: Path, run: str) -> None:
-    """TP, PP and MoE over 4 ranks (a world-sized TP group, 4 stages, ep = dp = 4 on the same
-    ranks): every item matched, each dimension labelled from the evidence."""
+    """TP, PP, MoE and FSDP2 over 4 ranks (a world-sized TP group, 4 stages, ep = dp = 4 on
+    the same ranks): every item matched, each dimension labelled from the evidence."""
     ds = linked(run, tmp_path / "ds")
     assert _ledger(tmp_path / "ds") == FOUR_RANKS[run]
     assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
