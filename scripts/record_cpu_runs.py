@@ -34,6 +34,8 @@ moe         2      every MLP is a 4-expert top-1 MoE with capacity factor 1 (fix
 straggler   2      ddp, with rank 1 sleeping 30 ms in ``blocks.1``'s forward in every step
 tp4         4      tp over 4 ranks (one head each)
 fsdp4       4      fsdp over 4 ranks
+tp_fsdp     4      the TP of tp_dp (groups {0,1}, {2,3}) x FSDP2 over {0,2}, {1,3}: each rank's
+                   TP shard of the embedding, each block and the head a unit
 pp4         4      pp over 4 stages of a 4-layer model, one block each
 moe4        4      moe with one expert per rank (ep 4, the other parameters under DDP over 4)
 ==========  =====  ==========================================================================
@@ -78,7 +80,7 @@ STEPS = 5
 STRAGGLER_RANK, STRAGGLER_LAYER, STRAGGLER_SLEEP_S = 1, 1, 0.030
 
 RUNS = {"ddp": 2, "fsdp": 2, "tp": 2, "tp_dp": 4, "pp": 2, "moe": 2, "straggler": 2,
-        "tp4": 4, "pp4": 4, "moe4": 4, "fsdp4": 4}  # fmt: skip
+        "tp4": 4, "pp4": 4, "moe4": 4, "fsdp4": 4, "tp_fsdp": 4}  # fmt: skip
 #: Transformer layers of each run: LAYERS, but one per stage of pp4
 RUN_LAYERS = {"pp4": 4}
 
@@ -381,6 +383,8 @@ def _build(run: str, rank: int, world: int):
             model = DDP(model, process_group=dp_group)
             return model, _dp_step(model, rank // tp, dp_group)
         return model, _dp_step(model, 0, None)
+    if run == "tp_fsdp":
+        return _tp_fsdp(rank, world)
     if run in ("moe", "moe4"):
         model = TinyGPT(range(LAYERS), first=True, last=True, ep_group=dist.group.WORLD, ep=world)
         torch.manual_seed(1 + rank)  # each rank its own experts
@@ -398,6 +402,23 @@ def _build(run: str, rank: int, world: int):
         )
         return model, _pp_step(model, rank, world)
     raise ValueError(run)
+
+
+def _tp_fsdp(rank: int, world: int):
+    """TP over consecutive ranks, FSDP2 over the DP group of each TP rank; the step."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    tp_group, dp_group = _new_groups(rank, world, 2)
+    torch.manual_seed(rank % 2)  # each TP rank its own shard
+    model = TinyGPT(
+        range(LAYERS), first=True, last=True, tp=2, tp_rank=rank % 2, tp_group=tp_group
+    )
+    mesh = DeviceMesh.from_group(dp_group, "cpu")
+    for unit in (model.embed, *model.blocks, model.head):
+        fully_shard(unit, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, _dp_step(model, rank // 2, dp_group)
 
 
 def _dp_step(model, dp_rank: int, dp_group):
@@ -523,6 +544,7 @@ def job_yaml(run: str, micro: int = MICRO) -> str:
         "straggler": "dp: 2",
         "fsdp": "dp: 2, fsdp: true",
         "fsdp4": "dp: 4, fsdp: true",
+        "tp_fsdp": "tp: 2, dp: 2, fsdp: true, order: tp-dp",
         "tp": "tp: 2",
         "tp_dp": "tp: 2, dp: 2, order: tp-dp",
         "pp": "pp: 2",

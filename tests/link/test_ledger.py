@@ -25,6 +25,10 @@ from tests.cpu_gloo import (
     LOSS,
     MOE_DENSE,
     PARAMS,
+    TP_BLOCK,
+    TP_EMBED,
+    TP_HEAD,
+    counts,
     ingested,
     linked,
 )
@@ -167,6 +171,51 @@ def test_four_rank_runs_match_row_by_row(tmp_path: Path, run: str) -> None:
     ds = linked(run, tmp_path / "ds")
     assert _ledger(tmp_path / "ds") == FOUR_RANKS[run]
     assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
+
+
+#: tp_fsdp, step 2 over its 4 ranks: the TP items of tp_dp, and FSDP2 over each TP rank's
+#: DP group with that rank's shards as units (embedding, 2 blocks, head)
+TP_FSDP = sorted(
+    [
+        ("tp", "all_reduce", "backward", "matched", 20, ACT, 20, ACT),
+        ("tp", "all_reduce", "forward", "matched", 12, CE, 12, CE),
+        ("tp", "all_reduce", "forward", "matched", 20, ACT, 20, ACT),
+        ("dp", "all_reduce", "other", "matched", 4, LOSS, 4, LOSS),
+        *(
+            ("dp", op, phase, "matched", 4 * n, unit * FP32, 4 * n, unit * FP32)
+            for op, phase in [
+                ("all_gather", "forward"),
+                ("all_gather", "backward"),
+                ("reduce_scatter", "backward"),
+            ]
+            for unit, n in ((TP_EMBED, 1), (TP_BLOCK, 2), (TP_HEAD, 1))
+        ),
+    ]
+)
+
+
+def test_tp_by_fsdp_pairs_every_call_with_its_group(tmp_path: Path) -> None:
+    """TP 2 x FSDP2 2 (gloo): a rank's trace names none of its groups, so each call takes its
+    group from the flight recorder, by time, sizes agreeing; the gradient reduce-scatters too,
+    which gloo runs (and the recorder names) as all-reduces of the whole unit. Every item
+    matched, TP and DP told apart."""
+    ds = linked("tp_fsdp", tmp_path / "ds")
+    assert _ledger(tmp_path / "ds") == TP_FSDP
+    assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
+    calls = ds.sql(
+        "SELECT c.op, m.source, m.sizes_agree, l.instance_comm FROM collectives c "
+        "JOIN collective_links l USING (rank, source, file_id, collective_id) "
+        "LEFT JOIN collective_matches m ON m.primary_file_id = c.file_id "
+        "AND m.primary_collective_id = c.collective_id "
+        "WHERE c.source = 'kineto' AND c.step IS NOT NULL AND c.rank = 0"
+    )
+    # rank 0: TP group {0,1} is pg:1, its DP group {0,2} pg:3
+    assert counts(calls, "op", "source", "sizes_agree", "instance_comm") == {
+        ("all_reduce", "flight_recorder", True, "pg:1"): 26,
+        ("all_reduce", "flight_recorder", True, "pg:3"): 2,
+        ("all_gather", "flight_recorder", True, "pg:3"): 16,
+        ("reduce_scatter", "flight_recorder", True, "pg:3"): 8,
+    }
 
 
 def test_torch_conventions_on_the_recorded_ddp_run(tmp_path: Path) -> None:
