@@ -31,6 +31,53 @@ _OP_PATTERNS: list[tuple[str, str]] = [
     ("combine", "all_to_all"),
 ]
 
+#: Names sources write whole -> op: looked up exactly (case and underscores as written), where
+#: :data:`_OP_PATTERNS` reads names that hold an op inside a longer one.
+OP_NAMES: dict[str, str] = {
+    # NCCL's function names (ncclFuncToString, src/collectives.cc): the ``<Func>: opCount``
+    # INFO lines and the kernel symbols (``ncclDevKernel_<Func>_...``). SendRecv, the kernel
+    # of both sides of a send/recv, is neither and stays unknown.
+    "AllReduce": "all_reduce",
+    "Broadcast": "broadcast",
+    "Reduce": "reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "Send": "send",
+    "Recv": "recv",
+    "AlltoAll": "all_to_all",
+    "Gather": "gather",
+    "Scatter": "scatter",
+    # NCCL's API (nccl.h), the names of its NVTX ranges; ncclBcast is the in-place broadcast
+    "ncclAllReduce": "all_reduce",
+    "ncclBroadcast": "broadcast",
+    "ncclBcast": "broadcast",
+    "ncclReduce": "reduce",
+    "ncclAllGather": "all_gather",
+    "ncclReduceScatter": "reduce_scatter",
+    "ncclSend": "send",
+    "ncclRecv": "recv",
+    "ncclAlltoAll": "all_to_all",
+    "ncclGather": "gather",
+    "ncclScatter": "scatter",
+    # nccl-tests' binaries (``<name>_perf``); sendrecv sends to one peer and receives from
+    # another in one call, hypercube is a test of its own
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "send_recv",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
+    # PyTorch c10d profiling names (ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp) the patterns
+    # would read otherwise: the barrier runs as an all-reduce of one element; gloo's receive
+    # from any rank names no source, so it is no recv a send pairs with
+    "all_reduce_barrier": "barrier",
+    "recvAnySource": "unknown",
+}
+
 #: Bytes per element of every dtype name the dataset holds: the one table of element sizes
 #: (the parsers map their spellings to these names; sizes are looked up here).
 DTYPE_SIZES: dict[str, int] = {
@@ -91,6 +138,21 @@ def op_expr(name: pl.Expr) -> pl.Expr:
     for pattern, op in _OP_PATTERNS:
         expr = expr.when(key.str.contains(pattern, literal=True)).then(pl.lit(op))
     return expr.otherwise(pl.lit("unknown"))
+
+
+def op_name_expr(name: pl.Expr, default: str | None = "unknown") -> pl.Expr:
+    """The dataset's op for a name a source writes whole (:data:`OP_NAMES`); ``default`` for
+    any other name."""
+    return name.replace_strict(OP_NAMES, default=default, return_dtype=pl.String)
+
+
+def op_of(name: str) -> str:
+    """The dataset's op for one name: :data:`OP_NAMES` if it is one of them, else the first of
+    :data:`_OP_PATTERNS` it holds (what :func:`op_expr` gives), else ``unknown``."""
+    if name in OP_NAMES:
+        return OP_NAMES[name]
+    key = name.lower().replace("_", "")
+    return next((op for pattern, op in _OP_PATTERNS if pattern in key), "unknown")
 
 
 def dtype_expr(name: pl.Expr) -> pl.Expr:

@@ -32,7 +32,7 @@ from pipeline.ingest.nccl import lines as L
 from pipeline.ingest.nccl.version import infer_version
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 from pipeline.ingest.values import LineOutOfRange, check_line_numbers, product_fits
-from pipeline.ingest.vocab import DTYPE_SIZES
+from pipeline.ingest.vocab import DTYPE_SIZES, op_name_expr
 
 FORMAT = "nccl_log"
 
@@ -58,18 +58,6 @@ _DTYPES = {
     11: "float8_e5m2",
 }
 _REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
-_OPS = {
-    "AllReduce": "all_reduce",
-    "Broadcast": "broadcast",
-    "Reduce": "reduce",
-    "AllGather": "all_gather",
-    "ReduceScatter": "reduce_scatter",
-    "Send": "send",
-    "Recv": "recv",
-    "AlltoAll": "all_to_all",
-    "Gather": "gather",
-    "Scatter": "scatter",
-}
 _ALGOS = {
     "0": "tree",
     "1": "ring",
@@ -608,7 +596,7 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
     size = dt.replace_strict(
         {k: DTYPE_SIZES[v] for k, v in _DTYPES.items()}, default=None, return_dtype=pl.Int64
     )
-    op = pl.col("op_name").replace_strict(_OPS, default="unknown")
+    op = op_name_expr(pl.col("op_name"))
     times_n = op.is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"])
     full = pl.when(times_n).then(c * n).otherwise(c)
     count_in = (
