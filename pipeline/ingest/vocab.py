@@ -1,4 +1,4 @@
-"""The field's vocabulary, normalized once at ingest: collective op names and element types.
+"""The field's vocabulary: collective op names, element types and sizes, parallel dimensions.
 
 Every source spells these its own way (``ncclKernel_AllReduce_...``, ``c10d::allreduce_``,
 ``Collective name: _allgather_base``, ``gloo:all_to_all``; ``BFloat16``, ``c10::Half``,
@@ -30,6 +30,13 @@ _OP_PATTERNS: list[tuple[str, str]] = [
     ("dispatch", "all_to_all"),
     ("combine", "all_to_all"),
 ]
+
+#: The parallel dimensions, in the order tables show them: tensor, context, expert,
+#: pipeline, data.
+DIMS: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
+#: The dimensions whose degrees multiply to the world size (the experts' ranks are the data x
+#: context ranks).
+WORLD_DIMS: tuple[str, ...] = tuple(d for d in DIMS if d != "ep")
 
 #: Names sources write whole -> op: looked up exactly (case and underscores as written), where
 #: :data:`_OP_PATTERNS` reads names that hold an op inside a longer one.

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, one_line, shown
+from pipeline.ingest.vocab import DIMS, WORLD_DIMS
 from pipeline.model.presets import PRESETS, preset
 
 #: Bytes per element of each dtype name (fp8 scales are not counted).
@@ -85,7 +86,7 @@ _MLP = ("gelu", "swiglu")
 _NORM = ("layernorm", "rmsnorm")
 _POSITION = ("learned", "rope")
 _ALGORITHMS = ("ring", "tree", "nvls")
-_ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
+_ORDER_DIMS = tuple(DEFAULT_ORDER.split("-"))
 
 
 @dataclass(frozen=True)
@@ -689,11 +690,8 @@ def _parallel(raw: Any) -> tuple[Parallel, int | None]:
             f"parallel: must be a mapping with keys {', '.join(_PARALLEL_KEYS)}, got {shown(raw)}"
         )
     _check_keys(raw, _PARALLEL_KEYS, "parallel.")
-    ints = {
-        k: _pos_int(_opt(raw, k, 1), f"parallel.{k}", MAX_RANKS)
-        for k in ("tp", "pp", "dp", "cp", "ep")
-    }
-    world_product = ints["tp"] * ints["pp"] * ints["dp"] * ints["cp"]
+    ints = {k: _pos_int(_opt(raw, k, 1), f"parallel.{k}", MAX_RANKS) for k in DIMS}
+    world_product = math.prod(ints[d] for d in WORLD_DIMS)
     if world_product > MAX_RANKS:
         raise ConfigError(
             f"parallel: tp*pp*dp*cp = {world_product:,} ranks, more than the {MAX_RANKS:,} "
