@@ -175,6 +175,34 @@ def dtype_size_expr(dtype: pl.Expr) -> pl.Expr:
     return dtype.replace_strict(sizes, default=None, return_dtype=pl.Int64)
 
 
+#: Ops of which each of n ranks moves (n - 1)/n of the message over the bus.
+_SHARE_OPS = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of ``op`` on ``n`` ranks (nccl-tests
+    doc/PERFORMANCE.md: busbw = algbw x factor): all_reduce 2(n - 1)/n; all_gather,
+    reduce_scatter, all_to_all (n - 1)/n; others 1. It is also what a ring sends from each
+    rank per byte of message. The dataset's views have it as the SQL macro ``bus_factor``
+    (``pipeline/dataset/sources.sql``), tested equal to this."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in _SHARE_OPS:
+        return (n - 1) / n
+    return 1.0
+
+
+def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """:func:`bus_factor` of columns (``n`` as a float)."""
+    return (
+        pl.when(op == "all_reduce")
+        .then(2 * (n - 1) / n)
+        .when(op.is_in(_SHARE_OPS))
+        .then((n - 1) / n)
+        .otherwise(1.0)
+    )
+
+
 def message_bytes_expr(
     op: pl.Expr, in_count: pl.Expr, out_count: pl.Expr, size: pl.Expr
 ) -> pl.Expr:

@@ -20,11 +20,18 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, one_line, shown
-from pipeline.ingest.vocab import DIMS, WORLD_DIMS
+from pipeline.ingest.vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
 from pipeline.model.presets import PRESETS, preset
 
-#: Bytes per element of each dtype name (fp8 scales are not counted).
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: job.yaml's dtype names -> the dataset's (fp8: E4M3, as Transformer Engine's forward pass).
+JOB_DTYPES: dict[str, str] = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp8": "float8_e4m3",
+}
+#: Bytes per element of each job.yaml dtype name (vocab.DTYPE_SIZES; fp8 scales not counted).
+DTYPE_BYTES: dict[str, int] = {name: DTYPE_SIZES[dtype] for name, dtype in JOB_DTYPES.items()}
 
 #: Megatron's default rank order (``--rank-order``-free default in ``parallel_state``).
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"

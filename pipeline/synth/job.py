@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.gcpause import gc_paused
+from pipeline.ingest.vocab import DTYPE_SIZES, bus_factor
 from pipeline.synth.kineto import Event, KinetoTrace, render_trace
 
 COMPUTE_STREAM = 7
@@ -35,9 +36,9 @@ BASE_TIME_NS = 1764547200000000000  # 2025-12-01T00:00:00Z, Kineto rounds it to 
 TRACE_START_US = 2_315_420_000_000  # first ``ts``: Kineto ts are large µs offsets
 
 DTYPE = {  # torch dtype -> (record_param_comms dtype, Input type, bytes, NCCL kernel type)
-    "bf16": ("BFloat16", "c10::BFloat16", 2, "bf16"),
-    "fp32": ("Float", "float", 4, "f32"),
-    "int32": ("Int", "int", 4, "u32"),  # NCCL runs signed sums in the unsigned kernel
+    "bf16": ("BFloat16", "c10::BFloat16", DTYPE_SIZES["bfloat16"], "bf16"),
+    "fp32": ("Float", "float", DTYPE_SIZES["float32"], "f32"),
+    "int32": ("Int", "int", DTYPE_SIZES["int32"], "u32"),  # NCCL sums ints in the u32 kernel
 }
 
 
@@ -226,11 +227,12 @@ class CommRequest:
 def comm_duration_ns(op: str, nbytes: int, n: int, key: tuple[Any, ...]) -> int:
     """Alpha-beta time of one NCCL kernel on NVLink (H100-like), with a little fixed jitter."""
     if op == "all_reduce":
-        alpha, wire = 7_000 + 1_500 * (n - 1), 2 * (n - 1) / n * nbytes
+        alpha = 7_000 + 1_500 * (n - 1)
     elif op == "broadcast":
-        alpha, wire = 6_000 + 1_000 * (n - 1), nbytes
+        alpha = 6_000 + 1_000 * (n - 1)
     else:  # send / recv
-        alpha, wire = 5_500, nbytes
+        alpha = 5_500
+    wire = bus_factor(op, n) * nbytes
     busbw = 280e9 * nbytes / (nbytes + 512 * 1024)  # small messages reach less bandwidth
     jitter = zlib.crc32(repr(key).encode()) % 900
     return int(alpha + wire / busbw * 1e9) + jitter
