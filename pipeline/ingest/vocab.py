@@ -1,4 +1,5 @@
-"""The field's vocabulary: collective op names, element types and sizes, parallel dimensions.
+"""The field's vocabulary: collective op names, element types and sizes, the bus-bandwidth
+factor, the parallel dimensions.
 
 Every source spells these its own way (``ncclKernel_AllReduce_...``, ``c10d::allreduce_``,
 ``Collective name: _allgather_base``, ``gloo:all_to_all``; ``BFloat16``, ``c10::Half``,
