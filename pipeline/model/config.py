@@ -84,7 +84,10 @@ _RECOMPUTE = ("none", "selective", "full")
 _MLP = ("gelu", "swiglu")
 _NORM = ("layernorm", "rmsnorm")
 _POSITION = ("learned", "rope")
-_ALGORITHMS = ("ring", "tree", "nvls")
+#: Collective algorithms ``network.algorithm`` may name (one, a list, or ``auto``).
+ALGORITHMS = ("ring", "tree", "nvls", "hierarchical")
+#: What ``auto`` lets the time model choose among (NVLS needs NVLink SHARP hardware: list it).
+AUTO_ALGORITHMS = ("ring", "tree", "hierarchical")
 _ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 
@@ -227,6 +230,9 @@ class Network:
     """Per-GPU link bandwidths (GB/s, one direction), the collective algorithm and the
     alpha-beta time model's figures (``pipeline.model.timing``).
 
+    ``algorithm``: one of :data:`ALGORITHMS`, a tuple of them or ``auto``
+    (:data:`AUTO_ALGORITHMS`): the time model then picks the fastest per collective.
+
     ``efficiency``: the share of the line rate collectives reach (measured bus bandwidth
     tops out near 80% of NVLink's). Latencies: NCCL's Simple-protocol ring figures
     (``baseLat`` and ``hwLat`` in ``src/graph/tuning.cc``, NCCL 2.18 to 2.21). ``fitted``:
@@ -236,7 +242,7 @@ class Network:
     gpus_per_node: int = 8
     intra_node_GBps: float = 450.0
     inter_node_GBps: float = 50.0
-    algorithm: str = "ring"
+    algorithm: str | tuple[str, ...] = "ring"
     efficiency: float = 0.8
     base_latency_us: float = 8.4
     intra_node_latency_us: float = 3.4
@@ -814,7 +820,7 @@ def _network(raw: Any) -> Network:
         gpus_per_node=_pos_int(_opt(raw, "gpus_per_node", 8), "network.gpus_per_node", MAX_RANKS),
         intra_node_GBps=_pos_num(_opt(raw, "intra_node_GBps", 450.0), "network.intra_node_GBps"),
         inter_node_GBps=_pos_num(_opt(raw, "inter_node_GBps", 50.0), "network.inter_node_GBps"),
-        algorithm=_choice(_opt(raw, "algorithm", "ring"), _ALGORITHMS, "network.algorithm"),
+        algorithm=_algorithm(_opt(raw, "algorithm", "ring")),
         efficiency=_share(_opt(raw, "efficiency", 0.8), "network.efficiency"),
         **{
             k: _nonneg_num(_opt(raw, k, default), f"network.{k}")
@@ -825,6 +831,20 @@ def _network(raw: Any) -> Network:
             )
         },  # fmt: skip
     )
+
+
+def _algorithm(value: Any) -> str | tuple[str, ...]:
+    """One algorithm, ``auto``, or a non-empty list of distinct algorithms to choose among."""
+    key = "network.algorithm"
+    if isinstance(value, list):
+        if not value or len(value) > len(ALGORITHMS):
+            raise ConfigError(f"{key}: a list must name 1 to {len(ALGORITHMS)} algorithms, "
+                              f"got {len(value)}")  # fmt: skip
+        names = tuple(_choice(v, ALGORITHMS, f"{key}[{i}]") for i, v in enumerate(value))
+        if len(set(names)) < len(names):
+            raise ConfigError(f"{key}: lists an algorithm twice")
+        return names[0] if len(names) == 1 else names
+    return _choice(value, (*ALGORITHMS, "auto"), key)
 
 
 def _conventions(raw: Any, parallel: Parallel) -> Conventions:

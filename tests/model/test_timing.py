@@ -14,15 +14,17 @@ from pipeline.cli import cli
 from pipeline.ingest.nccl.nccl_tests import parse
 from pipeline.model.config import Network, build_job
 from pipeline.model.predict import predict
-from pipeline.model.timing import call_time, fit, steps, with_fits
+from pipeline.model.timing import call_time, choose, fit, steps, with_fits
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real_traces" / "nccl_tests"
 
 
 def test_steps_by_hand() -> None:
-    # NCCL src/graph/tuning.cc: ring all-reduce 2(n-1) steps, 2(g-1) of them between nodes;
-    # all-gather n-1, g-1; tree all-reduce 2(n/g-1) inside and 2·log2(g) between nodes
-    assert steps("all_reduce", 16, 2, "ring", intra=False) == (28, 2)
+    # NCCL src/graph/tuning.cc (2.18 to 2.21): ring all-reduce 2(n-1) steps, 2g of them
+    # between nodes (never more than all); all-gather n-1, g-1; tree all-reduce 2(n/g-1)
+    # inside and 2·log2(g) between nodes
+    assert steps("all_reduce", 16, 2, "ring", intra=False) == (26, 4)
+    assert steps("all_reduce", 2, 2, "ring", intra=False) == (0, 2)
     assert steps("all_gather", 16, 2, "ring", intra=False) == (14, 1)
     assert steps("all_reduce", 64, 8, "tree", intra=False) == (14, 6)
     assert steps("all_reduce", 8, 1, "nvls", intra=True) == (1, 0)
@@ -38,6 +40,62 @@ def test_call_time_by_hand() -> None:
     # all-to-all over 2 nodes of 4: 7 steps, 4 between nodes; inside and across at once
     t, _ = call_time(net, "all_to_all", 8, 4, wire=7e5, intra=3e5, inter=4e5, message=8e5)
     assert t == pytest.approx((8.4 + 3 * 3.4 + 4 * 14.0) * 1e-6 + max(3e5 / 50e9, 4e5 / 5e9))
+
+
+def test_hierarchical_and_the_fastest_algorithm_by_hand() -> None:
+    # 16 ranks on 2 nodes of 8, M = 8 MB; links at 50% of 100 GB/s inside, 10 GB/s across
+    net = Network(intra_node_GBps=100, inter_node_GBps=10, efficiency=0.5)
+    m = 8e6
+    # two-level: reduce-scatter inside (7 steps), all-reduce across the 2 nodes (2 steps), all-
+    # gather inside (7 steps), 3 launches; 2·7/8·M = 14 MB inside, 2·(1/2)·M/8 = 1 MB across,
+    # one phase after the other
+    algo, w, intra, inter, t, how = _pick(net, "hierarchical", m)
+    assert (algo, intra, inter, w) == ("hierarchical", 14e6, 1e6, 15e6)
+    lat = 3 * 8.4 + 14 * 3.4 + 2 * 14.0
+    assert t == pytest.approx(lat * 1e-6 + 14e6 / 50e9 + 1e6 / 5e9) and how == "model"
+    # ring: 30 steps, 4 between nodes; W = 15 MB, W/8 of it across, both parts at once
+    algo, w, intra, inter, t_ring, _ = _pick(net, "ring", m)
+    assert (w, inter) == (15e6, 15e6 / 8)
+    assert t_ring == pytest.approx((8.4 + 26 * 3.4 + 4 * 14.0) * 1e-6 + 1.875e6 / 5e9)
+    # tree: 2·7 steps inside, 2·log2(2) between, the ring's bytes at 0.9 of its bandwidth
+    _, _, _, _, t_tree, _ = _pick(net, "tree", m)
+    assert t_tree == pytest.approx((8.4 + 14 * 3.4 + 2 * 14.0) * 1e-6 + 1.875e6 / 5e9 / 0.9)
+    # auto takes the fastest: tree at 8 MB (its lower latency), ring at 64 MB (its bandwidth)
+    assert t_tree < t_ring < t
+    assert _pick(net, "auto", m)[0] == "tree"
+    assert _pick(net, "auto", 8 * m)[0] == "ring"
+    # an NVLink 10x slower makes the two-level scheme, which crosses with fewer bytes, fastest
+    slow = Network(intra_node_GBps=1000, inter_node_GBps=10, efficiency=0.5)
+    assert _pick(slow, "auto", 8 * m)[0] == "hierarchical"
+    # on one node the hierarchical choice falls back to the ring; all-to-all stays pairwise
+    assert choose(Network(algorithm="hierarchical"), "all_reduce", m, 8, 8)[0] == "ring"
+    assert choose(Network(algorithm="auto"), "all_to_all", m, 16, 8)[0] == "pairwise"
+
+
+def _pick(net: Network, algorithm: str, m: float) -> tuple:
+    import dataclasses
+
+    return choose(dataclasses.replace(net, algorithm=algorithm), "all_reduce", m, 16, 8)
+
+
+def test_rows_show_the_algorithm_picked() -> None:
+    # llama2-7b on 2 nodes of 8: DP 16 gradient all-reduces cross nodes, TP 8 stays inside
+    keys = {"model.preset": "llama2-7b", "parallel.tp": 8, "parallel.dp": 2,
+            "batch.global_batch": 16, "network.algorithm": ["ring", "hierarchical"]}  # fmt: skip
+    rows = predict(build_job(None, keys), 0).rows
+    tp = {r.algorithm for r in rows if r.parallel_dim == "tp"}
+    dp = {r.algorithm for r in rows if r.parallel_dim == "dp" and r.op == "all_reduce"}
+    assert tp == {"ring"}  # one node: no two-level form
+    # DP pairs are one rank a node: a ring over nodes, no two-level form either
+    assert dp == {"ring"}
+    keys |= {"parallel.tp": 1, "parallel.dp": 16, "network.algorithm": "hierarchical"}
+    rows = predict(build_job(None, keys), 0).rows
+    big = [r for r in rows if r.parallel_dim == "dp" and r.op == "all_reduce" and r.calls]
+    assert {r.algorithm for r in big if r.message > 8} == {"hierarchical"}
+    for r in big:
+        if r.message > 8:
+            assert r.intra_node_bytes == pytest.approx(r.calls * 2 * 7 / 8 * r.message)
+            assert r.inter_node_bytes == pytest.approx(r.calls * r.message / 8)
 
 
 def _table(alpha_us: float, busbw: float, n: int = 8) -> str:
