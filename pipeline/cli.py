@@ -375,7 +375,10 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     "--step-time", type=float, help="Step time in seconds: adds network requirements and MFU."
 )
 @click.option(
-    "--peak-tflops", type=float, help="Peak dense TFLOP/s of one GPU, for MFU with --step-time."
+    "--peak-tflops",
+    type=float,
+    help="Peak dense TFLOP/s of one GPU, for MFU with --step-time or --from (default: the "
+    "job.yaml's hardware section).",
 )
 @click.option(
     "--comm-budget",
@@ -448,7 +451,7 @@ def predict(  # noqa: ANN201
             if step_time is not None
             else None
         )
-        peak = None if peak_tflops is None else peak_tflops * 1e12
+        peak = job.peak_flops if peak_tflops is None else peak_tflops * 1e12
         compute = compute_summary(job, pred.coords["pp"], step_time, peak)
     except TokenwireError as exc:
         _fail(str(exc))
@@ -493,6 +496,7 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
             targets = [t for t in targets if t.parallel != base.parallel]
         targets = [dataclasses.replace(t, network=base.network) for t in targets]
         rows = whatif.project(base, obs, targets)
+        peak = base.peak_flops if peak is None else peak
         measured_mfu = None if peak is None else mfu(base, obs.step_s, peak)
     except TokenwireError as exc:
         _fail(str(exc))

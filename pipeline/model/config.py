@@ -54,7 +54,12 @@ MAX_BUCKET = 1 << 48
 #: table stores them as 64-bit integers.
 MAX_INT64 = (1 << 63) - 1
 
-_TOP_KEYS = ("model", "parallel", "batch", "dtypes", "recompute", "network", "conventions")
+_TOP_KEYS = (
+    "model", "parallel", "batch", "dtypes", "recompute", "network", "conventions", "hardware",
+)  # fmt: skip
+_HARDWARE_KEYS = ("accelerator", "peak_tflops")
+#: Largest ``hardware.peak_tflops`` accepted: a thousand times today's fastest accelerator.
+MAX_PEAK_TFLOPS = 1e7
 _MODEL_KEYS = (
     "preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
     "tied_embeddings", "mlp", "norm", "position", "moe", "mla",
@@ -281,6 +286,16 @@ class Conventions:
 
 
 @dataclass(frozen=True)
+class Hardware:
+    """The accelerator, for model FLOPs utilisation: ``peak_tflops`` (dense TFLOP/s of one
+    GPU) or an ``accelerator`` name whose datasheet figure for the activation dtype
+    ``pipeline.model.presets.ACCELERATORS`` holds; ``peak_tflops`` wins when both are given."""
+
+    accelerator: str | None = None
+    peak_tflops: float | None = None
+
+
+@dataclass(frozen=True)
 class Job:
     """A whole ``job.yaml``."""
 
@@ -291,6 +306,7 @@ class Job:
     recompute: str
     network: Network
     conventions: Conventions = Conventions()
+    hardware: Hardware = Hardware()
     #: The job.yaml it was read from, for error messages (not part of the job's identity).
     source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -303,6 +319,18 @@ class Job:
     def tokens_per_step(self) -> int:
         """``B·s``."""
         return self.batch.global_batch * self.model.seq_len
+
+    @property
+    def peak_flops(self) -> float | None:
+        """Dense peak FLOP/s of one GPU from ``hardware`` (None when not given)."""
+        hw = self.hardware
+        if hw.peak_tflops is not None:
+            return hw.peak_tflops * 1e12
+        if hw.accelerator is None:
+            return None
+        from pipeline.model.presets import ACCELERATORS
+
+        return ACCELERATORS[hw.accelerator][self.dtypes.activations] * 1e12
 
 
 # --------------------------------------------------------------------------- loading
@@ -557,7 +585,8 @@ def job_from_dict(doc: Any, *, world_size: int | None = None) -> Job:
     recompute = _choice(_opt(doc, "recompute", "none"), _RECOMPUTE, "recompute")
     network = _network(_opt(doc, "network", {}))
     conventions = _conventions(_opt(doc, "conventions", {}), parallel)
-    job = Job(model, parallel, batch, dtypes, recompute, network, conventions)
+    hardware = _hardware(_opt(doc, "hardware", {}), dtypes.activations)
+    job = Job(model, parallel, batch, dtypes, recompute, network, conventions, hardware)
     for key, ws in (("parallel.world_size", given_world), ("world size", world_size)):
         if ws is not None and ws != parallel.world_size:
             p = parallel
@@ -831,6 +860,33 @@ def _network(raw: Any) -> Network:
             )
         },  # fmt: skip
     )
+
+
+def _hardware(raw: Any, activations: str) -> Hardware:
+    from pipeline.model.presets import ACCELERATORS
+
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"hardware: must be a mapping with keys {', '.join(_HARDWARE_KEYS)}, got {shown(raw)}"
+        )
+    _check_keys(raw, _HARDWARE_KEYS, "hardware.")
+    name = _opt(raw, "accelerator", None)
+    if name is not None:
+        name = _choice(name, tuple(ACCELERATORS), "hardware.accelerator")
+    peak = _opt(raw, "peak_tflops", None)
+    if peak is not None:
+        peak = _pos_num(peak, "hardware.peak_tflops")
+        if peak > MAX_PEAK_TFLOPS:
+            raise ConfigError(
+                f"hardware.peak_tflops: at most {MAX_PEAK_TFLOPS:.0e} TFLOP/s per GPU, got "
+                f"{shown(raw['peak_tflops'])}"
+            )
+    elif name is not None and activations not in ACCELERATORS[name]:
+        raise ConfigError(
+            f"hardware.accelerator: {name} has no {activations} figure in the table "
+            f"(dtypes.activations); give hardware.peak_tflops"
+        )
+    return Hardware(name, peak)
 
 
 def _algorithm(value: Any) -> str | tuple[str, ...]:

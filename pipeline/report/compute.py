@@ -8,6 +8,7 @@ from __future__ import annotations
 from pipeline.errors import DatasetError
 from pipeline.model import whatif
 from pipeline.model.compute import compute_summary
+from pipeline.model.config import Job
 from pipeline.model.whatif import Observed, observed_in
 from pipeline.report import fmt
 from pipeline.report.context import Context
@@ -49,14 +50,28 @@ def section(ctx: Context) -> Section:
         ("measured compute in it", fmt.duration(obs.compute_s * 1e9)),
         ("achieved model TFLOP/s per rank", f"{per_rank / 1e12:.4g}"),
     ]
+    peak = job.peak_flops
+    if peak is not None:
+        pairs.append((f"MFU (peak {peak / 1e12:g} TFLOP/s per GPU, {_peak_from(job)})",
+                      f"{per_rank / peak:.2%}"))  # fmt: skip
     sec.add(Facts(pairs))
-    sec.add(
-        Note(
-            "MFU is the achieved model FLOP/s per rank over the GPU's peak: "
-            "tokenwire predict --config job.yaml --from DATASET --peak-tflops P prints it."
+    if peak is None:
+        sec.add(
+            Note(
+                "MFU is the achieved model FLOP/s per rank over the GPU's peak: give "
+                "hardware.peak_tflops or hardware.accelerator in the job.yaml "
+                "(docs/job-yaml.md)."
+            )
         )
-    )
     return sec.add(_what_if(ctx, obs))
+
+
+def _peak_from(job: Job) -> str:
+    """Where the peak came from, for the MFU line."""
+    hw = job.hardware
+    if hw.peak_tflops is not None:
+        return "hardware.peak_tflops"
+    return f"{hw.accelerator} datasheet, {job.dtypes.activations}"
 
 
 def _what_if(ctx: Context, obs: Observed) -> Table | Note:
