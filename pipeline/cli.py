@@ -453,10 +453,12 @@ def predict(  # noqa: ANN201
         )
         peak = job.peak_flops if peak_tflops is None else peak_tflops * 1e12
         compute = compute_summary(job, pred.coords["pp"], step_time, peak)
+        step = timing.step_summary(job, pred.rows, peak)
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        doc = pred.to_dict() | {"compute": compute, "timing": timing.summary(job)}
+        summary = timing.summary(job) | {"step": step}
+        doc = pred.to_dict() | {"compute": compute, "timing": summary}
         if reqs is not None:
             doc["requirements"] = {
                 "step_time_s": step_time,
@@ -467,6 +469,7 @@ def predict(  # noqa: ANN201
         return
     click.echo(format_table(pred))
     click.echo(timing.format_summary(job))
+    click.echo(timing.format_step(step))
     click.echo(format_compute(compute))
     if reqs is not None:
         click.echo("")
@@ -486,8 +489,8 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
     if config is None:
         raise click.UsageError("--from needs --config: the job.yaml of the observed run")
     try:
-        base = timing.with_fits(build_job(config, {}), nccl_tests)
         obs = whatif.observed(dataset, job_name)
+        base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)
         given = {k: v for k, v in overrides.items() if v is not None}
         if given or target is not None:
             targets = [whatif.target(config, given, target)]
@@ -501,9 +504,11 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        click.echo(json.dumps(whatif.as_dict(obs, rows) | {"mfu": measured_mfu}, indent=2))
+        doc = whatif.as_dict(obs, rows) | {"mfu": measured_mfu, "timing": timing.summary(base)}
+        click.echo(json.dumps(doc, indent=2))
         return
     click.echo(whatif.format_projections(obs, rows))
+    click.echo(timing.format_summary(base))
     if measured_mfu is not None:
         click.echo(f"MFU of the measured step: {measured_mfu:.1%}")
 

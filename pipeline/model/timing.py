@@ -290,3 +290,99 @@ def format_summary(job: Job) -> str:
             f"alpha {f.alpha_us:.3g} us, busbw {f.busbw_GBps:.4g} GB/s (used for {f.op})"
         )
     return "\n".join(lines)
+
+
+def hidden_behind(row: Any) -> str | None:
+    """The compute phase that can hide an item, or None when nothing does.
+
+    Data-parallel items of the forward and the backward: the gradient buckets reduce while
+    the backward computes the next ones (PyTorch DDP's bucketed all-reduce, Li et al.,
+    "PyTorch Distributed", VLDB 2020; Megatron-LM ``--overlap-grad-reduce``), and FSDP/ZeRO-3
+    gather the next unit's parameters while the current one computes (FSDP's forward and
+    backward prefetch, Zhao et al., "PyTorch FSDP", VLDB 2023). Tensor-, context- and
+    expert-parallel collectives sit on the layer's critical path (the next matmul needs
+    their output), pipeline sends and receives between the stages' compute, and the
+    optimizer's parameter gathers and the loss report after the backward: exposed.
+    """
+    if row.parallel_dim == "dp" and row.phase in ("forward", "backward"):
+        return str(row.phase)
+    return None
+
+
+def exposed(rows: Iterable[Any], forward_s: float, backward_s: float) -> dict[str, float]:
+    """Communication seconds of one rank's step, and how much of it compute cannot hide.
+
+    ``rows`` are the rank's items (``est_time_s``), ``forward_s`` and ``backward_s`` its
+    compute in each phase. Items that compute can hide (:func:`hidden_behind`) are exposed by
+    what exceeds their phase's compute, and at least one call of the longest of them (the
+    last bucket has no backward left behind it, the first unit's gather no forward before
+    it); the others are exposed whole.
+    """
+    rows = list(rows)
+    total = sum(r.est_time_s for r in rows)
+    out = sum(r.est_time_s for r in rows if hidden_behind(r) is None)
+    for phase, compute_s in (("forward", forward_s), ("backward", backward_s)):
+        items = [r for r in rows if hidden_behind(r) == phase and r.calls > 0]
+        if items:
+            hideable = sum(r.est_time_s for r in items)
+            last = max(r.est_time_s / r.calls for r in items)
+            out += max(hideable - compute_s, last)
+    return {"comm_s": total, "exposed_s": out}
+
+
+def dataset_fits(con: Any, job: str) -> list[Fitted]:
+    """Alpha and beta fitted to what the linked dataset holds for ``job``: its nccl-tests
+    tables (``bandwidth_tests``, ``fit_nccl_tests.sql``), else, per op and rank count they
+    leave out, its own collectives (``fit_collectives.sql``: the median shortest duration per
+    message size; two sizes or more)."""
+    import duckdb
+
+    here = Path(__file__).parent
+    fits: list[Fitted] = []
+    try:
+        tests = _query(con, here / "fit_nccl_tests.sql", job)
+    except duckdb.CatalogException:  # (no nccl-tests output in the dataset)
+        tests = pl.DataFrame()
+    if not tests.is_empty():
+        fits += fit(tests, f"nccl-tests tables of job {job}")
+    try:
+        seen = _query(con, here / "fit_collectives.sql", job)
+    except duckdb.CatalogException:  # (a dataset not linked: no collective_instances)
+        seen = pl.DataFrame()
+    if not seen.is_empty():
+        have = {(f.op, f.nranks) for f in fits}
+        for f in fit(seen):
+            if (f.op, f.nranks) in have:
+                continue
+            calls = seen.filter((pl.col("op") == f.op) & (pl.col("nranks") == f.nranks))
+            source = f"{int(calls['calls'].sum())} traced collectives of job {job}"
+            fits.append(dataclasses.replace(f, source=source))
+    return fits
+
+
+def _query(con: Any, sql: Path, job: str) -> pl.DataFrame:
+    out = pl.from_arrow(con.sql(sql.read_text(), params={"job": job}).to_arrow_table())
+    assert isinstance(out, pl.DataFrame)
+    return out
+
+
+def step_summary(job: Job, rows: Iterable[Any], peak_flops: float | None) -> dict[str, Any]:
+    """The rank's communication per step and, with a peak, how much of it compute at that
+    peak leaves exposed (the compute an ideal lower bound: the exposure an upper one)."""
+    from pipeline.model.compute import phase_split, step_flops
+
+    rows = list(rows)
+    out: dict[str, Any] = {"comm_s": sum(r.est_time_s for r in rows)}
+    if peak_flops is not None:
+        compute = step_flops(job)["hardware_flops"] / job.parallel.world_size / peak_flops
+        out |= {"compute_at_peak_s": compute} | exposed(rows, *phase_split(job, compute))
+    return out
+
+
+def format_step(step: dict[str, Any]) -> str:
+    """One line for :func:`step_summary`."""
+    line = f"communication per step: {step['comm_s']:.6g} s (alpha-beta, summed)"
+    if "exposed_s" in step:
+        line += (f"; exposed {step['exposed_s']:.6g} s beside {step['compute_at_peak_s']:.6g} s "
+                 "of compute at peak (DP overlaps its phase, the rest does not)")  # fmt: skip
+    return line

@@ -166,3 +166,41 @@ def test_recorded_nccl_tests_against_the_model() -> None:
     net = Network(algorithm="tree")
     t, _ = call_time(net, "all_reduce", 8, 8, wire=14.0, intra=14.0, inter=0, message=8)
     assert t / (row["time_us"] * 1e-6) == pytest.approx(1.32, abs=0.01)
+
+
+def test_exposed_communication_by_hand() -> None:
+    from types import SimpleNamespace as Item
+
+    from pipeline.model.timing import exposed
+
+    rows = [
+        Item(parallel_dim="tp", phase="forward", calls=10, est_time_s=1.0),  # exposed whole
+        Item(parallel_dim="dp", phase="backward", calls=4, est_time_s=2.0),  # buckets, 0.5 each
+        Item(parallel_dim="dp", phase="forward", calls=2, est_time_s=3.0),  # FSDP gathers
+        Item(parallel_dim="dp", phase="optimizer", calls=1, est_time_s=0.25),  # exposed whole
+    ]
+    # forward 2 s hides 3 s of gathers but 1: max(3 - 2, 1.5 per call) = 1.5; backward 4 s
+    # hides the 2 s of buckets but the last one, 0.5 s
+    got = exposed(rows, forward_s=2.0, backward_s=4.0)
+    assert got == {"comm_s": 6.25, "exposed_s": 1.0 + 0.25 + 1.5 + 0.5}
+    # no compute hides nothing
+    assert exposed(rows, 0.0, 0.0)["exposed_s"] == 6.25
+
+
+def test_cli_exposed_step() -> None:
+    # llama2-7b, DP 16 over 2 nodes: at 100 TFLOP/s the step computes 6·N·B·s / 16 / 1e14
+    args = ["predict", "--model", "llama2-7b", "--dp", "16", "--global-batch", "16",
+            "--peak-tflops", "100", "--format", "json"]  # fmt: skip
+    doc = json.loads(CliRunner().invoke(cli, args).output)
+    step = doc["timing"]["step"]
+    assert step["compute_at_peak_s"] == pytest.approx(
+        doc["compute"]["hardware_flops"] / 16 / 100e12
+    )
+    # the gradient buckets (backward, DP) hide behind the backward but the last bucket
+    dp = [r for r in doc["rows"] if r["parallel_dim"] == "dp" and r["phase"] == "backward"]
+    rest = sum(r["est_time_s"] for r in doc["rows"] if r not in dp)
+    last = max(r["est_time_s"] / r["calls"] for r in dp)
+    hidden = sum(r["est_time_s"] for r in dp)
+    bwd = step["compute_at_peak_s"] * 2 / 3
+    assert step["exposed_s"] == pytest.approx(rest + max(hidden - bwd, last))
+    assert step["comm_s"] == pytest.approx(sum(r["est_time_s"] for r in doc["rows"]))
