@@ -227,8 +227,14 @@ def choose(
 
 
 def fitted_for(fits: tuple[Fitted, ...], op: str, n: int) -> Fitted | None:
-    """The fit of ``op`` whose rank count is nearest ``n`` (None when ``op`` has none)."""
+    """The fit of ``op`` whose rank count is nearest ``n`` (None when ``op`` has none).
+
+    A send, recv or broadcast without a fit of its own takes that of any fitted collective
+    (nccl-tests' bus bandwidth of a point-to-point transfer is its ``M`` per second, the same
+    link the fitted collective's ring ran over)."""
     same = [f for f in fits if f.op == op]
+    if not same and op in ("send", "recv", "broadcast"):
+        same = list(fits)
     if not same:
         return None
     return min(same, key=lambda f: (abs(math.log2(f.nranks) - math.log2(n)), f.nranks))
@@ -283,6 +289,7 @@ def format_summary(job: Job) -> str:
         f"{net.intra_node_latency_us:g} us per step inside a node, "
         f"{net.inter_node_latency_us:g} us between nodes; {net.efficiency:.0%} of "
         f"{net.intra_node_GBps:g} / {net.inter_node_GBps:g} GB/s"
+        + ("" if net.fitted else "; nothing fitted: every item uses these figures")
     ]
     for f in net.fitted:
         lines.append(

@@ -245,3 +245,15 @@ def test_recorded_small_broadcast_against_the_model() -> None:
     algo, _, _, _, t, _ = choose(Network(), "broadcast", 8, 2, 1)
     assert algo == "p2p" and t == pytest.approx(22.4e-6, rel=1e-3)
     assert t / (row["time_us"] * 1e-6) - 1 == pytest.approx(-0.51, abs=0.01)
+
+
+def test_point_to_point_takes_a_fitted_collective() -> None:
+    from pipeline.model.timing import Fitted, fitted_for
+
+    fits = (Fitted("all_reduce", 2, 550.0, 0.275, 2, "run"), Fitted("all_gather", 8, 5, 90, 4, "t"))
+    # a send of 2 ranks without its own fit: the nearest rank count of any fitted op
+    assert fitted_for(fits, "send", 2) == fits[0]
+    assert fitted_for(fits, "all_to_all", 2) is None  # (collectives keep their own)
+    net = Network(fitted=fits)
+    t, how = call_time(net, "send", 2, 1, wire=1e6, intra=0, inter=1e6, message=1e6)
+    assert how == "fit" and t == pytest.approx(550e-6 + 1e6 / 0.275e9)
