@@ -375,7 +375,10 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     "--step-time", type=float, help="Step time in seconds: adds network requirements and MFU."
 )
 @click.option(
-    "--peak-tflops", type=float, help="Peak dense TFLOP/s of one GPU, for MFU with --step-time."
+    "--peak-tflops",
+    type=float,
+    help="Peak dense TFLOP/s of one GPU, for MFU with --step-time or --from (default: the "
+    "job.yaml's hardware section).",
 )
 @click.option(
     "--comm-budget",
@@ -448,12 +451,14 @@ def predict(  # noqa: ANN201
             if step_time is not None
             else None
         )
-        peak = None if peak_tflops is None else peak_tflops * 1e12
+        peak = job.peak_flops if peak_tflops is None else peak_tflops * 1e12
         compute = compute_summary(job, pred.coords["pp"], step_time, peak)
+        step = timing.step_summary(job, pred.rows, peak)
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        doc = pred.to_dict() | {"compute": compute, "timing": timing.summary(job)}
+        summary = timing.summary(job) | {"step": step}
+        doc = pred.to_dict() | {"compute": compute, "timing": summary}
         if reqs is not None:
             doc["requirements"] = {
                 "step_time_s": step_time,
@@ -464,6 +469,7 @@ def predict(  # noqa: ANN201
         return
     click.echo(format_table(pred))
     click.echo(timing.format_summary(job))
+    click.echo(timing.format_step(step))
     click.echo(format_compute(compute))
     if reqs is not None:
         click.echo("")
@@ -483,8 +489,8 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
     if config is None:
         raise click.UsageError("--from needs --config: the job.yaml of the observed run")
     try:
-        base = timing.with_fits(build_job(config, {}), nccl_tests)
         obs = whatif.observed(dataset, job_name)
+        base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)
         given = {k: v for k, v in overrides.items() if v is not None}
         if given or target is not None:
             targets = [whatif.target(config, given, target)]
@@ -493,13 +499,16 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
             targets = [t for t in targets if t.parallel != base.parallel]
         targets = [dataclasses.replace(t, network=base.network) for t in targets]
         rows = whatif.project(base, obs, targets)
+        peak = base.peak_flops if peak is None else peak
         measured_mfu = None if peak is None else mfu(base, obs.step_s, peak)
     except TokenwireError as exc:
         _fail(str(exc))
     if fmt == "json":
-        click.echo(json.dumps(whatif.as_dict(obs, rows) | {"mfu": measured_mfu}, indent=2))
+        doc = whatif.as_dict(obs, rows) | {"mfu": measured_mfu, "timing": timing.summary(base)}
+        click.echo(json.dumps(doc, indent=2))
         return
     click.echo(whatif.format_projections(obs, rows))
+    click.echo(timing.format_summary(base))
     if measured_mfu is not None:
         click.echo(f"MFU of the measured step: {measured_mfu:.1%}")
 

@@ -411,9 +411,7 @@ def _tp_fsdp(rank: int, world: int):
 
     tp_group, dp_group = _new_groups(rank, world, 2)
     torch.manual_seed(rank % 2)  # each TP rank its own shard
-    model = TinyGPT(
-        range(LAYERS), first=True, last=True, tp=2, tp_rank=rank % 2, tp_group=tp_group
-    )
+    model = TinyGPT(range(LAYERS), first=True, last=True, tp=2, tp_rank=rank % 2, tp_group=tp_group)
     mesh = DeviceMesh.from_group(dp_group, "cpu")
     for unit in (model.embed, *model.blocks, model.head):
         fully_shard(unit, mesh=mesh)

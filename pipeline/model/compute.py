@@ -165,3 +165,11 @@ def format_compute(summary: dict[str, Any]) -> str:
     if "mfu" in summary:
         lines.append(f"MFU: {summary['mfu']:.1%}")
     return "\n".join(lines)
+
+
+def phase_split(job: Job, compute_s: float) -> tuple[float, float]:
+    """``compute_s`` split into forward and backward: the forward is a third of the model
+    FLOPs (``2N`` of ``6N`` per token), the backward the rest with what recomputation adds."""
+    f = step_flops(job)
+    forward = compute_s * f["model_flops"] / 3 / f["hardware_flops"]
+    return forward, compute_s - forward

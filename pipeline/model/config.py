@@ -62,7 +62,12 @@ MAX_BUCKET = 1 << 48
 #: table stores them as 64-bit integers.
 MAX_INT64 = (1 << 63) - 1
 
-_TOP_KEYS = ("model", "parallel", "batch", "dtypes", "recompute", "network", "conventions")
+_TOP_KEYS = (
+    "model", "parallel", "batch", "dtypes", "recompute", "network", "conventions", "hardware",
+)  # fmt: skip
+_HARDWARE_KEYS = ("accelerator", "peak_tflops")
+#: Largest ``hardware.peak_tflops`` accepted: a thousand times today's fastest accelerator.
+MAX_PEAK_TFLOPS = 1e7
 _MODEL_KEYS = (
     "preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
     "tied_embeddings", "mlp", "norm", "position", "moe", "mla",
@@ -92,7 +97,10 @@ _RECOMPUTE = ("none", "selective", "full")
 _MLP = ("gelu", "swiglu")
 _NORM = ("layernorm", "rmsnorm")
 _POSITION = ("learned", "rope")
-_ALGORITHMS = ("ring", "tree", "nvls")
+#: Collective algorithms ``network.algorithm`` may name (one, a list, or ``auto``).
+ALGORITHMS = ("ring", "tree", "nvls", "hierarchical")
+#: What ``auto`` lets the time model choose among (NVLS needs NVLink SHARP hardware: list it).
+AUTO_ALGORITHMS = ("ring", "tree", "hierarchical")
 _ORDER_DIMS = tuple(DEFAULT_ORDER.split("-"))
 
 
@@ -235,6 +243,9 @@ class Network:
     """Per-GPU link bandwidths (GB/s, one direction), the collective algorithm and the
     alpha-beta time model's figures (``pipeline.model.timing``).
 
+    ``algorithm``: one of :data:`ALGORITHMS`, a tuple of them or ``auto``
+    (:data:`AUTO_ALGORITHMS`): the time model then picks the fastest per collective.
+
     ``efficiency``: the share of the line rate collectives reach (measured bus bandwidth
     tops out near 80% of NVLink's). Latencies: NCCL's Simple-protocol ring figures
     (``baseLat`` and ``hwLat`` in ``src/graph/tuning.cc``, NCCL 2.18 to 2.21). ``fitted``:
@@ -244,7 +255,7 @@ class Network:
     gpus_per_node: int = 8
     intra_node_GBps: float = 450.0
     inter_node_GBps: float = 50.0
-    algorithm: str = "ring"
+    algorithm: str | tuple[str, ...] = "ring"
     efficiency: float = 0.8
     base_latency_us: float = 8.4
     intra_node_latency_us: float = 3.4
@@ -283,6 +294,16 @@ class Conventions:
 
 
 @dataclass(frozen=True)
+class Hardware:
+    """The accelerator, for model FLOPs utilisation: ``peak_tflops`` (dense TFLOP/s of one
+    GPU) or an ``accelerator`` name whose datasheet figure for the activation dtype
+    ``pipeline.model.presets.ACCELERATORS`` holds; ``peak_tflops`` wins when both are given."""
+
+    accelerator: str | None = None
+    peak_tflops: float | None = None
+
+
+@dataclass(frozen=True)
 class Job:
     """A whole ``job.yaml``."""
 
@@ -293,6 +314,7 @@ class Job:
     recompute: str
     network: Network
     conventions: Conventions = Conventions()
+    hardware: Hardware = Hardware()
     #: The job.yaml it was read from, for error messages (not part of the job's identity).
     source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -305,6 +327,18 @@ class Job:
     def tokens_per_step(self) -> int:
         """``B·s``."""
         return self.batch.global_batch * self.model.seq_len
+
+    @property
+    def peak_flops(self) -> float | None:
+        """Dense peak FLOP/s of one GPU from ``hardware`` (None when not given)."""
+        hw = self.hardware
+        if hw.peak_tflops is not None:
+            return hw.peak_tflops * 1e12
+        if hw.accelerator is None:
+            return None
+        from pipeline.model.presets import ACCELERATORS
+
+        return ACCELERATORS[hw.accelerator][self.dtypes.activations] * 1e12
 
 
 # --------------------------------------------------------------------------- loading
@@ -559,7 +593,8 @@ def job_from_dict(doc: Any, *, world_size: int | None = None) -> Job:
     recompute = _choice(_opt(doc, "recompute", "none"), _RECOMPUTE, "recompute")
     network = _network(_opt(doc, "network", {}))
     conventions = _conventions(_opt(doc, "conventions", {}), parallel)
-    job = Job(model, parallel, batch, dtypes, recompute, network, conventions)
+    hardware = _hardware(_opt(doc, "hardware", {}), dtypes.activations)
+    job = Job(model, parallel, batch, dtypes, recompute, network, conventions, hardware)
     for key, ws in (("parallel.world_size", given_world), ("world size", world_size)):
         if ws is not None and ws != parallel.world_size:
             p = parallel
@@ -819,7 +854,7 @@ def _network(raw: Any) -> Network:
         gpus_per_node=_pos_int(_opt(raw, "gpus_per_node", 8), "network.gpus_per_node", MAX_RANKS),
         intra_node_GBps=_pos_num(_opt(raw, "intra_node_GBps", 450.0), "network.intra_node_GBps"),
         inter_node_GBps=_pos_num(_opt(raw, "inter_node_GBps", 50.0), "network.inter_node_GBps"),
-        algorithm=_choice(_opt(raw, "algorithm", "ring"), _ALGORITHMS, "network.algorithm"),
+        algorithm=_algorithm(_opt(raw, "algorithm", "ring")),
         efficiency=_share(_opt(raw, "efficiency", 0.8), "network.efficiency"),
         **{
             k: _nonneg_num(_opt(raw, k, default), f"network.{k}")
@@ -830,6 +865,47 @@ def _network(raw: Any) -> Network:
             )
         },  # fmt: skip
     )
+
+
+def _hardware(raw: Any, activations: str) -> Hardware:
+    from pipeline.model.presets import ACCELERATORS
+
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"hardware: must be a mapping with keys {', '.join(_HARDWARE_KEYS)}, got {shown(raw)}"
+        )
+    _check_keys(raw, _HARDWARE_KEYS, "hardware.")
+    name = _opt(raw, "accelerator", None)
+    if name is not None:
+        name = _choice(name, tuple(ACCELERATORS), "hardware.accelerator")
+    peak = _opt(raw, "peak_tflops", None)
+    if peak is not None:
+        peak = _pos_num(peak, "hardware.peak_tflops")
+        if peak > MAX_PEAK_TFLOPS:
+            raise ConfigError(
+                f"hardware.peak_tflops: at most {MAX_PEAK_TFLOPS:.0e} TFLOP/s per GPU, got "
+                f"{shown(raw['peak_tflops'])}"
+            )
+    elif name is not None and activations not in ACCELERATORS[name]:
+        raise ConfigError(
+            f"hardware.accelerator: {name} has no {activations} figure in the table "
+            f"(dtypes.activations); give hardware.peak_tflops"
+        )
+    return Hardware(name, peak)
+
+
+def _algorithm(value: Any) -> str | tuple[str, ...]:
+    """One algorithm, ``auto``, or a non-empty list of distinct algorithms to choose among."""
+    key = "network.algorithm"
+    if isinstance(value, list):
+        if not value or len(value) > len(ALGORITHMS):
+            raise ConfigError(f"{key}: a list must name 1 to {len(ALGORITHMS)} algorithms, "
+                              f"got {len(value)}")  # fmt: skip
+        names = tuple(_choice(v, ALGORITHMS, f"{key}[{i}]") for i, v in enumerate(value))
+        if len(set(names)) < len(names):
+            raise ConfigError(f"{key}: lists an algorithm twice")
+        return names[0] if len(names) == 1 else names
+    return _choice(value, (*ALGORITHMS, "auto"), key)
 
 
 def _conventions(raw: Any, parallel: Parallel) -> Conventions:

@@ -148,6 +148,19 @@ def attention_flops_per_token(model: Model) -> int:
     return 6 * model.seq_len * model.heads * model.head_dim
 
 
+def layer_flops_per_token(model: Model, index: int) -> int:
+    """Model FLOPs of 0-based layer ``index`` per trained token: ``6·`` the weights a token
+    touches in it (``top_k`` routed experts of an MoE layer) plus its attention term, the
+    per-layer part of :func:`flops_per_token`."""
+    p = layer_params(model, index)
+    weights = p.dense
+    if p.expert:
+        moe = model.moe
+        assert moe is not None
+        weights += moe.top_k * sum(_mlp(model, moe.ffn_hidden, 1))
+    return 6 * weights + attention_flops_per_token(model)
+
+
 def _whole(p: LayerParams) -> int:
     return p.dense + p.expert
 

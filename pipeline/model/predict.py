@@ -30,8 +30,8 @@ from pipeline.gcpause import gc_paused
 from pipeline.ingest.vocab import DIMS
 from pipeline.model import params as P
 from pipeline.model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
-from pipeline.model.timing import call_time
-from pipeline.model.traffic import ep_a2a_message, node_split, wire_bytes
+from pipeline.model.timing import call_time, choose
+from pipeline.model.traffic import ep_a2a_message
 
 #: Display and sort order of phases (of dimensions: vocab.DIMS).
 PHASES = ("forward", "backward", "optimizer", "other")
@@ -44,7 +44,7 @@ CE_BYTES = 4
 
 _ROW_COLUMNS = (
     "parallel_dim", "op", "phase", "layer_kind", "purpose", "calls", "bytes", "wire_bytes",
-    "intra_node_bytes", "inter_node_bytes", "est_time_s",
+    "intra_node_bytes", "inter_node_bytes", "est_time_s", "algorithm",
 )  # fmt: skip
 
 
@@ -57,6 +57,8 @@ class Row:
     (0 for recv), split into ``intra_node_bytes`` and ``inter_node_bytes`` (over links inside
     the node and across nodes, :func:`~pipeline.model.traffic.node_split`), ``est_time_s`` =
     transfer time at the link's bandwidth (recv: the time of the transfer it waits for).
+    ``algorithm`` is the one the time model picked (``ring``, ``tree``, ``nvls``,
+    ``hierarchical``; ``pairwise`` all-to-all, ``p2p`` send/recv).
     ``message``, ``group_size``, ``link`` (``intra``/``inter`` node) and ``timing`` (``model``
     or ``fit``: which figures gave ``est_time_s``) are kept for the requirements and the
     docs but are not output columns.
@@ -77,6 +79,7 @@ class Row:
     group_size: int
     link: str
     timing: str = "model"
+    algorithm: str = "ring"
 
     def public(self) -> dict[str, Any]:
         """The row as the ``predictions`` table and the JSON output carry it."""
@@ -364,21 +367,21 @@ class _Rows:
             dim, op, phase, kind, purpose, msg, n, local, link, limit = key
             if calls * msg > MAX_INT64:
                 raise _beyond_int64(self.job, dim, op, calls * msg)
-            w = wire_bytes(op, msg, n, net.algorithm, intra=link == "intra")
-            intra, inter = node_split(op, w, msg, n, local, crosses=link == "inter")
+            # (a recv takes as long as the send it waits for, and sends nothing itself)
+            algo, w, intra, inter, t, how = choose(net, "send" if op == "recv" else op, msg,
+                                                   n, local)  # fmt: skip
             if limit is not None:
                 # message = k·T·h·e: T·x·h·e across nodes, T·k·h·e forwarded inside them
                 k, x = limit
                 intra, inter = float(msg), msg * x / k
                 w = intra + inter
-            # (a recv takes as long as the send it waits for)
-            waits = (float(msg), 0.0) if link == "intra" else (0.0, float(msg))
-            t_in, t_out = waits if op == "recv" else (intra, inter)
-            t, how = call_time(net, op, n, local, wire=t_in + t_out, intra=t_in, inter=t_out,
-                               message=msg)  # fmt: skip
+                t, how = call_time(net, op, n, local, wire=w, intra=intra, inter=inter,
+                                   message=msg, algorithm=algo)  # fmt: skip
+            if op == "recv":
+                w = intra = inter = 0.0
             out.append(
                 Row(dim, op, phase, kind, purpose, calls, calls * msg, calls * w, calls * intra,
-                    calls * inter, calls * t, msg, n, link, how)
+                    calls * inter, calls * t, msg, n, link, how, algo)
             )  # fmt: skip
         return tuple(sorted(out, key=lambda r: (DIMS.index(r.parallel_dim), PHASES.index(r.phase))))
 
@@ -822,12 +825,12 @@ def format_table(pred: Prediction) -> str:
     ]
     head = ("dim", "op", "phase", "layer_kind", "calls", "message_B", "n", "link",
             "bytes", "wire_bytes", "intra_node_B", "inter_node_B", "est_time_s",
-            "purpose")  # fmt: skip
+            "algorithm", "purpose")  # fmt: skip
     body = [
         (r.parallel_dim, r.op, r.phase, r.layer_kind, f"{r.calls:,}", f"{r.message:,}",
          str(r.group_size), r.link, f"{r.bytes:,}", f"{r.wire_bytes:,.0f}",
          f"{r.intra_node_bytes:,.0f}", f"{r.inter_node_bytes:,.0f}", f"{r.est_time_s:.6f}",
-         r.purpose)
+         r.algorithm, r.purpose)
         for r in pred.rows
     ]  # fmt: skip
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]

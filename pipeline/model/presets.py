@@ -65,6 +65,19 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 # fmt: on
 
+#: Dense peak TFLOP/s of one accelerator per element type (``hardware.accelerator``): the
+#: vendors' datasheets, whose tensor-core figures "with sparsity" are halved here: NVIDIA
+#: A100 Tensor Core GPU datasheet (SXM), NVIDIA H100 Tensor Core GPU datasheet (SXM and PCIe;
+#: the H200's compute is the H100 SXM's, NVIDIA H200 datasheet), AMD Instinct MI300X
+#: datasheet. fp32 is the non-tensor vector figure.
+ACCELERATORS: MappingProxyType[str, dict[str, float]] = MappingProxyType({
+    "a100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+    "h100-sxm": {"bf16": 989.5, "fp16": 989.5, "fp8": 1979.0, "fp32": 67.0},
+    "h100-pcie": {"bf16": 756.5, "fp16": 756.5, "fp8": 1513.0, "fp32": 51.0},
+    "h200": {"bf16": 989.5, "fp16": 989.5, "fp8": 1979.0, "fp32": 67.0},
+    "mi300x": {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "fp32": 163.4},
+})  # fmt: skip
+
 #: Preset name -> ``model`` section (read-only).
 PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType(_PRESETS)
 

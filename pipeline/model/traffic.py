@@ -73,6 +73,23 @@ def node_split(
     return wire - inter, inter
 
 
+def hierarchical_split(op: str, message: float, n: int, local: int) -> tuple[float, float]:
+    """Bytes one rank sends inside and across nodes for one two-level collective over ``n``
+    ranks, ``local`` on each node and ``g = n/local`` nodes: a ring inside the node, then a
+    ring across nodes between the ranks of the same local index (one per rail), then the
+    inside ring again (Horovod's hierarchical all-reduce, ``NCCLHierarchicalAllreduce`` in
+    ``horovod/common/ops/nccl_operations.cc``: reduce-scatter in the node, all-reduce across,
+    all-gather in the node).
+
+    All-reduce ``2(local−1)/local·M`` inside and ``2(g−1)/g·M/local`` across; all-gather and
+    reduce-scatter half of each. Other ops have no two-level form (``ValueError``).
+    """
+    if op not in ("all_reduce", "all_gather", "reduce_scatter"):
+        raise ValueError(f"no hierarchical {op}")
+    # each level is a ring, so each sends its ring's share of what it carries
+    return bus_factor(op, local) * message, bus_factor(op, n / local) * message / local
+
+
 def ep_a2a_message(*, k: int, tokens: int, h: int, e: int, capacity_factor: float | None = None,
                    experts: int = 1) -> int:  # fmt: skip
     """All-to-all message ``M = k·T·h·e``; with a capacity factor ``C`` (Switch Transformers,

@@ -1,17 +1,23 @@
 """What-if: the step time and bytes per token of other layouts, projected from an observed run.
 
 A linked dataset gives the run's measured step and compute time per rank (``time_breakdown``:
-medians over ranks and profiled steps). Another layout's step is projected as
+medians over ranks and profiled steps) and how its compute splits among its layers (the
+profiler's ops, each placed in its module, a backward op in the module of its forward op:
+``whatif_layers.sql``). Another layout's step is projected per pipeline stage as
 
-* compute: the observed compute time scaled by the hardware FLOPs one rank runs per step
-  (``compute.step_flops`` over the world size), which carries the layout's split of the work
-  and its batch;
-* communication: the model's alpha-beta time of the busiest pipeline stage's items
-  (``est_time_s``, :mod:`pipeline.model.timing`), scaled by the observed run's own ratio of
-  non-compute time to the time the model predicts for it (the model calibrated on the run);
+* compute: each class of layers (transformer layers, embedding, LM head, the rest) keeps
+  its measured time per unit of work, and its work under the new layout is what one rank of
+  that stage does: the FLOPs of each of its layers (``params.layer_flops_per_token``) times
+  the tokens of its pipeline over ``tp``, the embedding's ``tokens·h`` lookups, the LM
+  head's ``6·V·h`` per token over ``tp``, and the rest the rank's share of the step's
+  hardware FLOPs; then the pipeline bubble, ``(m + p − 1)/m`` of it under 1F1B
+  (``(p − 1)/(v·m)`` interleaved; Narayanan et al., arXiv:2104.04473, section 2.2);
+* communication: the model's alpha-beta time of the stage's items less what its compute
+  hides (:func:`pipeline.model.timing.exposed`), scaled by the observed run's own ratio of
+  non-compute time to that exposed time (the model calibrated on the run);
 
-so the observed layout projects onto its own measured step. Overlap of communication with
-compute is not modelled beyond what that ratio carries.
+and the busiest stage sets the step. The observed layout (one stage) projects onto its own
+measured step and compute.
 """
 
 from __future__ import annotations
@@ -23,12 +29,18 @@ from typing import Any
 
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.ingest.vocab import WORLD_DIMS
-from pipeline.model.compute import step_flops
+from pipeline.model import params as P
+from pipeline.model.compute import phase_split, step_flops
 from pipeline.model.config import Job, build_job
 from pipeline.model.predict import _peer, predict_ranks
+from pipeline.model.timing import Fitted, dataset_fits, exposed
 
 #: The SQL that reads the observed step and compute time (what it answers is in the file).
 _SQL = Path(__file__).with_name("whatif.sql")
+#: The SQL that splits the observed compute among classes of layers.
+_LAYERS_SQL = Path(__file__).with_name("whatif_layers.sql")
+#: Classes of layers whose work :func:`class_work` measures.
+CLASSES = ("transformer", "embedding", "lm_head", "other")
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,11 @@ class Observed:
     step_s: float
     compute_s: float
     samples: int
+    #: Share of the compute of each class of layers (:data:`CLASSES`); all ``other`` when
+    #: the dataset holds no ops to place.
+    shares: tuple[tuple[str, float], ...] = (("other", 1.0),)
+    #: Alpha and beta fitted to the dataset's nccl-tests tables or traced collectives.
+    fits: tuple[Fitted, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,17 +107,89 @@ def observed_in(con: Any, job: str | None, where: str) -> Observed:
         raise DatasetError(
             f"{dataset}: no step timings (time_breakdown) for {what}; link the dataset first"
         )
-    return Observed(pick[0], pick[1] / 1e9, pick[2] / 1e9, pick[3])
+    name = pick[0]
+    return Observed(name, pick[1] / 1e9, pick[2] / 1e9, pick[3], _shares(con, name),
+                    tuple(dataset_fits(con, name)))  # fmt: skip
 
 
-def _comm_s(job: Job) -> float:
-    """Predicted communication seconds per step of the busiest pipeline stage."""
-    ranks = [_peer(job, 0, s) for s in range(job.parallel.pp)]
-    return max(sum(r.est_time_s for r in p.rows) for p in predict_ranks(job, ranks))
+def with_observed_fits(job: Job, obs: Observed) -> Job:
+    """``job`` timed with the dataset's fits for the ops and rank counts its own leave out."""
+    have = {(f.op, f.nranks) for f in job.network.fitted}
+    extra = tuple(f for f in obs.fits if (f.op, f.nranks) not in have)
+    if not extra:
+        return job
+    net = dataclasses.replace(job.network, fitted=job.network.fitted + extra)
+    return dataclasses.replace(job, network=net)
 
 
-def _flops_per_rank(job: Job) -> float:
-    return step_flops(job)["hardware_flops"] / job.parallel.world_size
+def _shares(con: Any, job: str) -> tuple[tuple[str, float], ...]:
+    """Each class's share of the job's placed compute time (all ``other`` without ops)."""
+    import duckdb
+
+    try:
+        rows = con.execute(_LAYERS_SQL.read_text()).fetchall()
+    except duckdb.CatalogException:  # (a dataset of NCCL logs only has no ops table)
+        rows = []
+    ns = {c: float(t) for j, c, t in rows if j == job and t}
+    total = sum(ns.values())
+    if not total:
+        return (("other", 1.0),)
+    return tuple((c, ns[c] / total) for c in CLASSES if c in ns)
+
+
+def class_work(job: Job, pp_rank: int) -> dict[str, float]:
+    """The work one rank of pipeline stage ``pp_rank`` does per step in each class of layers
+    (:data:`CLASSES`; units differ between classes, only ratios within one are used)."""
+    m, par = job.model, job.parallel
+    tokens = job.tokens_per_step / (par.dp * par.cp)  # (its pipeline's tokens, its share)
+    layer = sum(P.layer_flops_per_token(m, i) for i in P.stage_layers(job, pp_rank))
+    if job.recompute == "full":  # (one more forward: 2 of the 6)
+        layer *= 8 / 6
+    elif job.recompute == "selective":
+        layer += len(P.stage_layers(job, pp_rank)) * P.attention_flops_per_token(m) / 3
+    last = pp_rank == par.pp - 1
+    return {
+        "transformer": layer * tokens / par.tp,
+        "embedding": tokens * m.hidden if pp_rank == 0 else 0.0,
+        "lm_head": 6 * P.embedding_params(m, tp=P.vocab_tp(job)) * tokens if last else 0.0,
+        "other": step_flops(job)["hardware_flops"] / par.world_size,
+    }
+
+
+def _rates(base: Job, obs: Observed) -> dict[str, float]:
+    """Seconds per unit of work of each class, from the observed layout (its stages' mean
+    work: the observation is a median over all ranks)."""
+    stages = [class_work(base, r) for r in range(base.parallel.pp)]
+    rates: dict[str, float] = {}
+    spare = 0.0
+    for c, share in obs.shares:
+        work = sum(w[c] for w in stages) / len(stages)
+        if work > 0:
+            rates[c] = obs.compute_s * share / work
+        else:  # (time in a class the layout gives no work: carried with the rest)
+            spare += share
+    other = sum(w["other"] for w in stages) / len(stages)
+    rates["other"] = rates.get("other", 0.0) + obs.compute_s * spare / other
+    return rates
+
+
+def _bubble(job: Job) -> float:
+    """``(m + p − 1)/m`` under 1F1B, ``1 + (p − 1)/(v·m)`` interleaved."""
+    p, v, m = job.parallel.pp, job.parallel.vpp, job.microbatches
+    return 1 + (p - 1) / (v * m)
+
+
+def _stages(job: Job, rates: dict[str, float]) -> list[tuple[float, Any]]:
+    """Per pipeline stage: its projected compute (bubble included) and its exposed
+    communication before calibration."""
+    out = []
+    preds = predict_ranks(job, [_peer(job, 0, s) for s in range(job.parallel.pp)])
+    for stage, pred in enumerate(preds):
+        work = class_work(job, stage)
+        compute = sum(rate * work[c] for c, rate in rates.items())
+        fwd, bwd = phase_split(job, compute)
+        out.append((compute * _bubble(job), exposed(pred.rows, fwd, bwd)["exposed_s"]))
+    return out
 
 
 def _describe(job: Job) -> str:
@@ -110,18 +199,22 @@ def _describe(job: Job) -> str:
 
 def project(base: Job, obs: Observed, targets: list[Job]) -> list[Projection]:
     """``base`` (the observed layout) and each target projected, fastest step first."""
-    comm_base = _comm_s(base)
-    ratio = max(obs.step_s - obs.compute_s, 0.0) / comm_base if comm_base else 1.0
+    rates = _rates(base, obs)
+    base_stages = _stages(base, rates)
+    compute_base, comm_base = max(base_stages, key=lambda s: s[0] + s[1])
+    ratio = max(obs.step_s - compute_base, 0.0) / comm_base if comm_base else 1.0
     out = []
     for job in [base, *targets]:
+        stages = base_stages if job is base else _stages(job, rates)
+        compute, comm = max(stages, key=lambda s: s[0] + ratio * s[1])
         pred = predict_ranks(job, [0])[0]
         out.append(
             Projection(
                 _describe(job),
                 job.parallel.world_size,
                 job.tokens_per_step,
-                obs.compute_s * _flops_per_rank(job) / _flops_per_rank(base),
-                ratio * _comm_s(job),
+                compute,
+                ratio * comm,
                 pred.totals["bytes_per_token"],
                 job is base,
             )  # fmt: skip

@@ -5,9 +5,12 @@ table: every tp x pp x dp of the run's world projected from that measured step
 
 from __future__ import annotations
 
+import dataclasses
+
 from pipeline.errors import DatasetError
 from pipeline.model import whatif
 from pipeline.model.compute import compute_summary
+from pipeline.model.config import Job
 from pipeline.model.whatif import Observed, observed_in
 from pipeline.report import fmt
 from pipeline.report.context import Context
@@ -49,14 +52,44 @@ def section(ctx: Context) -> Section:
         ("measured compute in it", fmt.duration(obs.compute_s * 1e9)),
         ("achieved model TFLOP/s per rank", f"{per_rank / 1e12:.4g}"),
     ]
+    peak = job.peak_flops
+    if peak is not None:
+        pairs.append((f"MFU (peak {peak / 1e12:g} TFLOP/s per GPU, {_peak_from(job)})",
+                      f"{per_rank / peak:.2%}"))  # fmt: skip
     sec.add(Facts(pairs))
-    sec.add(
-        Note(
-            "MFU is the achieved model FLOP/s per rank over the GPU's peak: "
-            "tokenwire predict --config job.yaml --from DATASET --peak-tflops P prints it."
+    if peak is None:
+        sec.add(
+            Note(
+                "MFU is the achieved model FLOP/s per rank over the GPU's peak: give "
+                "hardware.peak_tflops or hardware.accelerator in the job.yaml "
+                "(docs/job-yaml.md)."
+            )
         )
-    )
     return sec.add(_what_if(ctx, obs))
+
+
+def _figures(job: Job, obs: Observed) -> str:
+    """Which alpha-beta figures the table used, and the measured compute's split."""
+    fits = job.network.fitted
+    if fits:
+        used = "; ".join(
+            f"{f.op} over {f.nranks} ranks fitted to {f.source} ({f.points} sizes): "
+            f"alpha {f.alpha_us:.3g} us, bus bandwidth {f.busbw_GBps:.4g} GB/s"
+            for f in fits
+        )
+    else:
+        used = ("no nccl-tests table or traced collectives of two sizes or more to fit: "
+                "the network section's figures (docs/model.md, Time)")  # fmt: skip
+    split = ", ".join(f"{c} {share:.0%}" for c, share in obs.shares)
+    return f"Time figures: {used}. Measured compute by layers: {split}."
+
+
+def _peak_from(job: Job) -> str:
+    """Where the peak came from, for the MFU line."""
+    hw = job.hardware
+    if hw.peak_tflops is not None:
+        return "hardware.peak_tflops"
+    return f"{hw.accelerator} datasheet, {job.dtypes.activations}"
 
 
 def _what_if(ctx: Context, obs: Observed) -> Table | Note:
@@ -72,6 +105,8 @@ def _what_if(ctx: Context, obs: Observed) -> Table | Note:
             "tokenwire predict --config job.yaml --from DATASET --tp T --pp P projects one.",
             "missing",
         )
+    job = whatif.with_observed_fits(job, obs)
+    targets = [dataclasses.replace(t, network=job.network) for t in targets]
     rows = whatif.project(job, obs, targets)
     return Table(
         ["layout", "compute", "communication", "step", "bytes per token", ""],
@@ -88,9 +123,10 @@ def _what_if(ctx: Context, obs: Observed) -> Table | Note:
         ],  # fmt: skip
         caption=(
             "What-if: the step of every tp x pp x dp of this world, fastest first. Compute is "
-            "the measured compute scaled by the hardware FLOPs per rank; communication the "
-            "model's alpha-beta time of the busiest stage, calibrated on the measured step "
-            "(tokenwire predict --from prints the same table)."
+            "the measured compute of each class of layers scaled by its work under the layout, "
+            "with the pipeline bubble; communication the model's alpha-beta time of the "
+            "busiest stage less what compute hides, calibrated on the measured step "
+            "(tokenwire predict --from prints the same table). " + _figures(job, obs)
         ),
         numeric=[False, True, True, True, True, False],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -123,3 +124,18 @@ def test_cli_prints_compute_and_mfu() -> None:
     )
     table = CliRunner().invoke(cli, args)
     assert "MFU:" in table.output and "memory per rank" in table.output
+
+
+def test_mfu_from_the_job_yaml_hardware(tmp_path: Path) -> None:
+    # hardware.accelerator: a100 gives the A100 datasheet's dense BF16 312 TFLOP/s (624 with
+    # sparsity), the same MFU as --peak-tflops 312
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "model: {preset: gpt3-175b}\nparallel: {tp: 8, pp: 8, dp: 4}\n"
+        "hardware: {accelerator: a100}\n"
+    )
+    args = ["predict", "--config", str(job), "--step-time", "20", "--format", "json"]
+    doc = json.loads(CliRunner().invoke(cli, args).output)
+    assert doc["compute"]["mfu"] == pytest.approx(
+        doc["compute"]["model_flops"] / (20 * 256 * 312e12)
+    )

@@ -122,6 +122,30 @@ def test_order_without_ep_and_llama_order():
          r"dtypes\.activations: must be one of"),
         ({"model": DIMS, "network": {"algorithm": "butterfly"}},
          r"network\.algorithm: must be one of ring, tree, nvls"),
+        ({"model": DIMS, "hardware": {"peak_tflops": "fast"}},
+         r"hardware\.peak_tflops: must be a positive number, got 'fast'"),
+        ({"model": DIMS, "hardware": {"peak_tflops": -1}},
+         r"hardware\.peak_tflops: must be a positive number"),
+        ({"model": DIMS, "hardware": {"peak_tflops": float("inf")}},
+         r"hardware\.peak_tflops: must be a finite number"),
+        ({"model": DIMS, "hardware": {"peak_tflops": 10**30}},
+         r"hardware\.peak_tflops: at most 1e\+07 TFLOP/s per GPU"),
+        ({"model": DIMS, "hardware": {"peak_tflops": True}},
+         r"hardware\.peak_tflops: must be a positive number, got True"),
+        ({"model": DIMS, "hardware": {"accelerator": "tpu-v9"}},
+         r"hardware\.accelerator: must be one of a100, h100-sxm"),
+        ({"model": DIMS, "hardware": {"accelerator": "a100"}, "dtypes": {"activations": "fp8"}},
+         r"hardware\.accelerator: a100 has no fp8 figure"),
+        ({"model": DIMS, "hardware": "h100"}, r"hardware: must be a mapping"),
+        ({"model": DIMS, "hardware": {"peak": 1}}, r"hardware\.peak: unknown key"),
+        ({"model": DIMS, "network": {"algorithm": []}},
+         r"network\.algorithm: a list must name 1 to 4 algorithms, got 0"),
+        ({"model": DIMS, "network": {"algorithm": ["ring", "auto"]}},
+         r"network\.algorithm\[1\]: must be one of ring, tree, nvls, hierarchical, got 'auto'"),
+        ({"model": DIMS, "network": {"algorithm": ["ring", "ring"]}},
+         r"network\.algorithm: lists an algorithm twice"),
+        ({"model": DIMS, "network": {"algorithm": {"a": 1}}},
+         r"network\.algorithm: must be one of ring, tree, nvls, hierarchical, auto"),
         ({"model": DIMS, "network": {"inter_node_GBps": -1}},
          r"network\.inter_node_GBps: must be a positive number"),
         ({"model": {"preset": "llama9"}},
@@ -165,6 +189,33 @@ def test_file_errors_name_the_file(tmp_path):
         load_job(scalar)
 
 
+def test_hardware_peak() -> None:
+    # NVIDIA H100 SXM datasheet: BF16 tensor 1,979 TFLOP/s with sparsity, 989.5 dense; the
+    # explicit peak wins over the name
+    job = build_job(None, {"model.preset": "llama2-7b", "hardware.accelerator": "h100-sxm"})
+    assert job.peak_flops == 989.5e12
+    fp32 = build_job(None, {"model.preset": "llama2-7b", "hardware.accelerator": "a100",
+                            "dtypes.activations": "fp32"})  # fmt: skip
+    assert fp32.peak_flops == 19.5e12
+    both = build_job(None, {"model.preset": "llama2-7b", "hardware.accelerator": "a100",
+                            "hardware.peak_tflops": 250})  # fmt: skip
+    assert both.peak_flops == 250e12
+    assert build_job(None, {"model.preset": "llama2-7b"}).peak_flops is None
+
+
+def test_hostile_hardware_is_one_line_exit_1(tmp_path):
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    bad = tmp_path / "job.yaml"
+    bad.write_text(yaml.safe_dump({"model": DIMS, "hardware": {"peak_tflops": "1e400"}}))
+    out = CliRunner().invoke(cli, ["predict", "--config", str(bad)])
+    assert out.exit_code == 1
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and f"{bad}: hardware.peak_tflops: must be a positive" in lines[0]
+
+
 def test_build_job_overrides():
     job = build_job(SAMPLE, {"parallel.tp": 4, "parallel.dp": 1, "recompute": "full",
                              "batch.global_batch": 8})  # fmt: skip
@@ -181,6 +232,6 @@ def test_every_key_is_documented():
 
     doc = (REPO / "docs" / "job-yaml.md").read_text()
     keys = (*c._TOP_KEYS, *c._MODEL_KEYS, *c._MOE_KEYS, *c._MLA_KEYS, *c._PARALLEL_KEYS,
-            *c._BATCH_KEYS, *c._DTYPE_KEYS, *c._NETWORK_KEYS)  # fmt: skip
+            *c._BATCH_KEYS, *c._DTYPE_KEYS, *c._NETWORK_KEYS, *c._HARDWARE_KEYS)  # fmt: skip
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

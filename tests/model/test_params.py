@@ -143,3 +143,15 @@ def test_stage_layers_interleaved():
     # virtual stages 0..3 hold layers [0,1],[2,3],[4,5],[6,7]; rank r holds stages r and r+2.
     assert stage_layers(job, 0) == [0, 1, 4, 5]
     assert stage_layers(job, 1) == [2, 3, 6, 7]
+
+
+@pytest.mark.parametrize("preset", ["gpt3-175b", "llama3-70b", "mixtral-8x7b", "deepseek-v3"])
+def test_layer_flops_add_up_to_the_model(preset: str) -> None:
+    # the what-if scales each layer by its own FLOPs: the layers, the LM head (6·V·h) and the
+    # final norm (6·h, or 6·2h for LayerNorm) make flops_per_token
+    from pipeline.model.params import embedding_params, layer_flops_per_token
+
+    m = _model(preset)
+    norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
+    layers = sum(layer_flops_per_token(m, i) for i in range(m.layers))
+    assert layers + 6 * embedding_params(m) + 6 * norm == flops_per_token(m)

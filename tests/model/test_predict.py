@@ -330,7 +330,7 @@ def test_json_shape():
     assert doc["tokens_per_step"] == 2048 and doc["rank"] == 3
     assert set(doc["rows"][0]) == {"parallel_dim", "op", "phase", "layer_kind", "purpose",
                                    "calls", "bytes", "wire_bytes", "intra_node_bytes",
-                                   "inter_node_bytes", "est_time_s"}  # fmt: skip
+                                   "inter_node_bytes", "est_time_s", "algorithm"}  # fmt: skip
     t = doc["totals"]
     split = {"wire_bytes", "intra_node_bytes", "inter_node_bytes"}
     assert set(t) == {"bytes", "bytes_per_token", "by_dim"} | split

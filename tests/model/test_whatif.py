@@ -3,6 +3,7 @@ parallelism, checked against the recorded DDP run of the same model and micro-ba
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -30,29 +31,56 @@ def linked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def test_tp_run_projected_onto_dp_matches_the_ddp_run(linked: dict[str, Path]) -> None:
+def test_tp_run_projected_onto_dp_against_the_ddp_run(linked: dict[str, Path]) -> None:
     # tests/data/cpu_gloo: the same 2-layer GPT, micro-batch 4, on 2 CPU ranks, recorded once
-    # as TP 2 and once as DDP 2 (twice the tokens per step). Projected from the TP run, the
-    # DP layout's step is 41.1 ms against the DDP run's measured 41.6 ms: -1.1%. Its parts are
-    # further off, in opposite directions: compute 33.3 ms projected (twice the TP rank's
-    # FLOPs) against 22.0 ms measured, +51% (gloo's TP run computes less efficiently per
-    # FLOP); communication and idle 7.8 ms against 19.6 ms, -60%.
+    # as TP 2 and once as DDP 2 (twice the tokens per step). The TP run's compute splits
+    # 62% transformer layers, 17% LM head, 3% embedding, 18% the rest; its 26 traced
+    # all-reduces of 512 B and 32 KiB fit alpha 550 us and 0.275 GB/s (gloo on CPU).
+    # Projected from it, the DP layout's step is 50.6 ms against the DDP run's measured
+    # 41.6 ms: +22%. Compute 32.8 ms against 22.0 ms, +49% (layers and head twice the TP
+    # rank's FLOPs, the embedding the same lookups: gloo's TP run computes less per second);
+    # communication and idle 17.8 ms against 19.6 ms, -9%.
     tp = whatif.observed(linked["tp"])
     ddp = whatif.observed(linked["ddp"])
-    base = load_job(DATA / "tp" / "job.yaml")
+    assert dict(tp.shares)["transformer"] == pytest.approx(0.62, abs=0.01)
+    (f,) = tp.fits
+    assert (f.op, f.nranks, f.points) == ("all_reduce", 2, 2)
+    assert f.alpha_us == pytest.approx(550, rel=0.01)
+    assert f.busbw_GBps == pytest.approx(0.275, rel=0.01)
+    base = whatif.with_observed_fits(load_job(DATA / "tp" / "job.yaml"), tp)
     dp = whatif.target(DATA / "tp" / "job.yaml", {"parallel.tp": 1, "parallel.dp": 2}, None)
-    rows = whatif.project(base, tp, [dp])
+    rows = whatif.project(base, tp, [dataclasses.replace(dp, network=base.network)])
     mine = {p.observed: p for p in rows}
     # the observed layout projects onto its own measured step
     assert mine[True].step_s == pytest.approx(tp.step_s)
     assert mine[True].compute_s == pytest.approx(tp.compute_s)
     got = mine[False]
     assert got.tokens_per_step == 256 and got.world_size == 2
-    assert got.step_s / ddp.step_s - 1 == pytest.approx(-0.011, abs=0.01)
-    assert got.compute_s / ddp.compute_s - 1 == pytest.approx(0.51, abs=0.02)
-    assert got.compute_s == pytest.approx(2 * tp.compute_s)
+    assert got.step_s / ddp.step_s - 1 == pytest.approx(0.22, abs=0.01)
+    assert got.compute_s / ddp.compute_s - 1 == pytest.approx(0.49, abs=0.01)
+    assert got.comm_s / (ddp.step_s - ddp.compute_s) - 1 == pytest.approx(-0.09, abs=0.01)
+    # per class: 2x the transformer, LM head and rest, 1x the embedding lookups
+    share = dict(tp.shares)
+    assert got.compute_s == pytest.approx(tp.compute_s * (2 - share["embedding"]))
     # ranked fastest first
     assert [p.step_s for p in rows] == sorted(p.step_s for p in rows)
+
+
+def test_dp_run_projected_onto_tp_against_the_tp_run(linked: dict[str, Path]) -> None:
+    # The other way round: the DDP run's collectives give no fit (its 8-byte loss all-reduce
+    # took longer than its 527 KiB gradient all-reduce), so the network section's NVLink
+    # figures are calibrated on its step; the TP 2 layout's 26 small all-reduces then project
+    # to 122 ms against 48.6 ms of communication and idle measured, +151%; compute 11.1 ms
+    # against 16.7 ms, -33%; the step 133 ms against 65.2 ms, +104%. The calibration ratio
+    # carries the latency of gloo no better than its bandwidth: a fit needs two sizes.
+    tp = whatif.observed(linked["tp"])
+    ddp = whatif.observed(linked["ddp"])
+    assert ddp.fits == ()
+    base = load_job(DATA / "ddp" / "job.yaml")
+    target = whatif.target(DATA / "ddp" / "job.yaml", {"parallel.tp": 2, "parallel.dp": 1}, None)
+    got = next(p for p in whatif.project(base, ddp, [target]) if not p.observed)
+    assert got.step_s / tp.step_s - 1 == pytest.approx(1.04, abs=0.02)
+    assert got.compute_s / tp.compute_s - 1 == pytest.approx(-0.33, abs=0.01)
 
 
 def test_cli_ranks_every_layout_of_the_world(linked: dict[str, Path]) -> None:
@@ -68,6 +96,9 @@ def test_cli_ranks_every_layout_of_the_world(linked: dict[str, Path]) -> None:
     )  # fmt: skip
     steps = [p["step_s"] for p in doc["projections"]]
     assert steps == sorted(steps)
+    # the figures est_time_s used: the run's own all-reduces
+    (fitted,) = doc["timing"]["fitted"]
+    assert fitted["source"] == "26 traced collectives of job tp" and fitted["points"] == 2
     text = CliRunner().invoke(cli, [*args, "--dp", "2", "--tp", "1"])
     assert text.exit_code == 0 and "(observed)" in text.output and "dp=2" in text.output
 
@@ -106,10 +137,23 @@ def test_report_compute_section(linked: dict[str, Path], tmp_path: Path) -> None
     assert "achieved model TFLOP/s per rank" in page and f"{per_rank:.4g}" in page
     # the what-if table: the DP 2 layout's projected step (the test above checks it against
     # the DDP run) and the observed layout's, which projects onto its measured step
-    rows = whatif.project(job, obs, whatif.layouts(DATA / "tp" / "job.yaml", 2, {}))
+    fitted = whatif.with_observed_fits(job, obs)
+    targets = [dataclasses.replace(t, network=fitted.network)
+               for t in whatif.layouts(DATA / "tp" / "job.yaml", 2, {})]  # fmt: skip
+    rows = whatif.project(fitted, obs, targets)
     dp2 = next(p for p in rows if p.layout.startswith("tp=1 pp=1 dp=2"))
+    # the figures used: fitted to the run's own all-reduces
+    assert "all_reduce over 2 ranks fitted to 26 traced collectives of job tp" in page
     assert f"<td>{fmt.duration(dp2.step_s * 1e9)}</td>" in page.replace(' class="num"', "")
     assert fmt.duration(obs.step_s * 1e9) in page and "What-if: the step of every" in page
+    assert "give hardware.peak_tflops or hardware.accelerator" in page
+    # with a peak in the job.yaml the section shows MFU: achieved over peak per rank
+    yaml = tmp_path / "job.yaml"
+    yaml.write_text((DATA / "tp" / "job.yaml").read_text() + "hardware: {peak_tflops: 0.5}\n")
+    build_report(linked["tp"], config=yaml, output=tmp_path / "m.html")
+    page = (tmp_path / "m.html").read_text()
+    assert "MFU (peak 0.5 TFLOP/s per GPU, hardware.peak_tflops)" in page
+    assert f"{per_rank / 0.5:.2%}" in page
     # without a job.yaml the section says what it needs
     bare = build_report(linked["tp"], output=tmp_path / "b.html")
     assert "compute" in bare.sections

@@ -274,7 +274,18 @@ def _context(
         calls.get_column("phase").alias("given_phase"),
         calls.get_column("layer").alias("given_layer"),
     )
-    phase = (
+    return found.select(
+        "launch_op_id",
+        _phase().alias("phase"),
+        _layer().alias("layer"),
+        _attributed_by().alias("attributed_by"),
+        "backward_op",
+    ).collect(engine=ENGINE)
+
+
+def _phase() -> pl.Expr:
+    """A collective's phase: the source's own, else the strongest structural evidence."""
+    return (
         pl.when(pl.col("given_phase").is_not_null())
         .then(pl.col("given_phase"))
         .when(pl.col("in_autograd"))
@@ -288,7 +299,11 @@ def _context(
         .when(pl.col("on_engine_thread"))
         .then(pl.lit("backward"))
     )
-    by = (
+
+
+def _attributed_by() -> pl.Expr:
+    """Which evidence gave the layer, in the order :func:`_layer` takes it."""
+    return (
         pl.when(pl.col("given_layer").is_not_null())
         .then(pl.lit("source"))
         .when(pl.col("module_path").is_not_null())
@@ -300,13 +315,10 @@ def _context(
         .when(pl.col("nvtx_range").is_not_null())
         .then(pl.lit("nvtx"))
     )
-    layer = pl.coalesce(
+
+
+def _layer() -> pl.Expr:
+    """The layer: the first evidence present, strongest first."""
+    return pl.coalesce(
         "given_layer", "module_path", "fsdp_layer", "forward_module_path", "nvtx_range"
     )
-    return found.select(
-        "launch_op_id",
-        phase.alias("phase"),
-        layer.alias("layer"),
-        by.alias("attributed_by"),
-        "backward_op",
-    ).collect(engine=ENGINE)
