@@ -4,8 +4,10 @@ the same Parquet.
 The job is made from the ingested sample job (8 ranks, 2 steps) by copying its Parquet rows:
 each of ``--ranks`` ranks takes the rows of sample rank ``r % 8`` and repeats its steps
 ``--repeat`` times, shifted in time, with ids kept unique, until the dataset holds at least
-``--events`` events (ops + kernels + collectives). The baseline reads every column of
-every table of the same dataset (a hash of each column), in the same run; the report is
+``--events`` events (ops + kernels + collectives); or, with ``--many-ranks N``, the tests'
+generated job of N ranks. The baseline reads every column of every table of the same
+dataset (a hash of each column), in the same run; beside it, the least any link does: a
+rewrite of the collectives as they are (link writes a row per collective too). The report is
 written from the linked dataset. Each is a whole process (imports included), run
 ``--repeats`` times in turn; the best run of each is compared, by wall time and by CPU time
 (user + system), which other work on a shared machine disturbs less.
@@ -50,6 +52,15 @@ REPORT = """
 import sys
 from pipeline.cli import cli
 cli(["report", sys.argv[1], "-o", sys.argv[2]], standalone_mode=False)
+"""
+REWRITE = """
+import sys, tempfile
+from pathlib import Path
+from pipeline.dataset.views import connect
+con = connect(sys.argv[1], derived=False)
+with tempfile.TemporaryDirectory() as tmp:
+    out = Path(tmp) / "collectives.parquet"
+    con.execute(f"COPY (SELECT * FROM collectives) TO '{out}' (FORMAT parquet)")
 """
 SCAN = """
 import sys
@@ -140,19 +151,30 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--events", type=int, default=20_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--many-ranks",
+        type=int,
+        metavar="N",
+        help="instead: the tests' generated job of N ranks (tests/report/fixtures.large_job)",
+    )
     parser.add_argument("--work", type=Path, default=REPO / "bench_out")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
-        probe = Path(tmp) / "probe"
-        per_copy = build_job(REPO / "sample_traces", probe, ranks=args.ranks, repeat=1)
-        shutil.rmtree(probe)
-        repeat = max(1, -(-args.events // per_copy))
         dataset = Path(tmp) / "job"
-        events = build_job(REPO / "sample_traces", dataset, ranks=args.ranks, repeat=repeat)
+        if args.many_ranks:
+            ranks, events = args.many_ranks, many_ranks_job(dataset, args.many_ranks)
+        else:
+            probe = Path(tmp) / "probe"
+            per_copy = build_job(REPO / "sample_traces", probe, ranks=args.ranks, repeat=1)
+            shutil.rmtree(probe)
+            repeat = max(1, -(-args.events // per_copy))
+            ranks = args.ranks
+            events = build_job(REPO / "sample_traces", dataset, ranks=ranks, repeat=repeat)
         page = Path(tmp) / "report.html"
         steps = (
             ("DuckDB scan of every column", SCAN, (str(dataset),)),
+            ("DuckDB rewrite of the collectives", REWRITE, (str(dataset),)),
             ("tokenwire link", LINK, (str(dataset),)),
             ("tokenwire report", REPORT, (str(dataset), str(page))),
         )
@@ -160,19 +182,32 @@ def main() -> None:
         for _ in range(args.repeats):
             for label, code, paths in steps:
                 runs[label].append(measure(label, code, *paths))
-    scan, linked, report = (best(runs[label]) for label, _, _ in steps)
-    print(f"== link and report: {args.ranks} ranks, {events:,} events, best of {args.repeats}")
-    for m in (scan, linked, report):
+    scan, rewrite, linked, report = (best(runs[label]) for label, _, _ in steps)
+    print(f"== link and report: {ranks} ranks, {events:,} events, best of {args.repeats}")
+    for m in (scan, rewrite, linked, report):
         print(
             f"  {m.label:<32} {m.seconds:8.2f} s  CPU {m.cpu_seconds:8.2f} s  "
             f"peak RSS {m.peak_rss_mb:8.0f} MB"
         )
-    for m, name in ((linked, "link"), (report, "report")):
+    for m, name in ((rewrite, "rewrite"), (linked, "link"), (report, "report")):
         print(
             f"  ratio {name}/scan: time x{m.seconds / scan.seconds:.2f}, "
             f"CPU x{m.cpu_seconds / scan.cpu_seconds:.2f}, "
             f"peak RSS x{m.peak_rss_mb / scan.peak_rss_mb:.1f}"
         )
+
+
+def many_ranks_job(dataset: Path, ranks: int) -> int:
+    """The tests' job of ``ranks`` ranks (3 steps; per rank and step 10 collectives and 6
+    kernels), written and linked; its number of events."""
+    from tests.report.fixtures import large_job
+
+    large_job(dataset, ranks=ranks)
+    con = connect(dataset, derived=False)
+    return sum(
+        con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+        for t in ("ops", "kernels", "collectives")
+    )
 
 
 def best(runs: list[Measurement]) -> Measurement:
