@@ -37,6 +37,9 @@ class Measurement:
     note: str = ""
     inner_seconds: float | None = None  # the timed part only, when the child reports it
     runs: list[float] = field(default_factory=list)  # each run's time, when repeated
+    #: user + system CPU time of the child and its waited-for descendants: steadier than
+    #: wall time on a machine that other work keeps busy
+    cpu_seconds: float | None = None
 
 
 def timed(m: Measurement) -> float:
@@ -131,7 +134,7 @@ def measure(label: str, code: str, *args: str, check: bool = True) -> Measuremen
     if proc.stderr is not None:
         with proc.stderr:
             stderr = proc.stderr.read()
-    _, status, _ = os.wait4(proc.pid, 0)
+    _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     done.set()
     sampler.join()
@@ -146,7 +149,8 @@ def measure(label: str, code: str, *args: str, check: bool = True) -> Measuremen
         if check:
             raise SystemExit(f"benchmark step {label!r} failed: {note}")
         return Measurement(label, seconds, peak_mb, ok=False, note=note)
-    return Measurement(label, seconds, peak_mb, inner_seconds=inner)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Measurement(label, seconds, peak_mb, inner_seconds=inner, cpu_seconds=cpu)
 
 
 def report(title: str, mb: float, base: Measurement, ours: Measurement) -> str:

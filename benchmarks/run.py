@@ -32,6 +32,8 @@ def main() -> None:
     bench_nsys.main()
     sys.argv = ["bench_link", "--events", "2000000" if args.quick else "20000000"]
     bench_link.main()
+    sys.argv = ["bench_link", "--many-ranks", "1024" if args.quick else "16384"]
+    bench_link.main()
     bench_ranks.main(["--quick"] if args.quick else [])
     bench_floor.main(["--copies", "4"] if args.quick else [])
     bench_memory.main(["--file-mb", "10", "--counts", "2,8"] if args.quick else [])

@@ -196,6 +196,15 @@ def empty_select(schema: TableSchema) -> str:
     return f"SELECT {nulls} WHERE false"
 
 
+def typed_columns(schema: TableSchema) -> str:
+    """The select list of every column of ``schema``, each cast to its type (a no-op where
+    DuckDB already has it; a ``sum`` is HUGEINT, which Arrow would get as a decimal)."""
+    return ", ".join(
+        f"CAST({_ident(c.name)} AS {_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}"
+        for c in schema.columns
+    )
+
+
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 

@@ -14,34 +14,35 @@
 -- The key (instance_comm, instance_seq) is the communicator itself for a collective, NULL
 -- where the source names none (NULL-safe: every join on it uses IS NOT DISTINCT FROM), and
 -- `<comm> p2p <src>-><dst>` for a send/recv (`p2p <src>-><dst>` without a communicator).
-CREATE TEMP TABLE _instance_rows AS
-SELECT job, rank, source, file_id, collective_id, comm AS instance_comm,
-       seq AS instance_seq, op, bytes, group_size, start_ns, end_ns, dur_ns,
-       step, phase, layer, layer_kind, parallel_dim
-FROM _links_dimmed WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL
-UNION ALL
--- (numbered apart: a window over every call would sort them all)
-SELECT job, rank, source, file_id, collective_id,
-       concat_ws(' ', comm, 'p2p')
-           || ' ' || CAST(CASE WHEN op = 'send' THEN rank ELSE peer END AS VARCHAR) || '->'
-           || CAST(CASE WHEN op = 'send' THEN peer ELSE rank END AS VARCHAR),
-       row_number() OVER (PARTITION BY job, source, rank, comm, op, peer
-                          ORDER BY enqueue_ns, start_ns, seq, collective_id) - 1,
-       op, bytes, group_size, start_ns, end_ns, dur_ns,
-       step, phase, layer, layer_kind, parallel_dim
-FROM _links_dimmed WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
-
 -- Every per-rank row carries its instance key, so a call joins to its collective_instances
 -- row directly (job, source, instance_comm, instance_seq); instance_seq is NULL where it is
--- in no instance (no sequence number, or a send/recv whose peer is unknown).
+-- in no instance (no sequence number, or a send/recv whose peer is unknown). A collective's
+-- key is its own columns, set without a join; only the send/recv rows, numbered apart (a
+-- window over every call would sort them all), are joined back to their calls.
 ALTER TABLE _links_dimmed RENAME TO _links_keyed;
 ALTER TABLE _links_keyed ADD COLUMN instance_comm VARCHAR;
 ALTER TABLE _links_keyed ADD COLUMN instance_seq BIGINT;
+UPDATE _links_keyed SET instance_comm = comm, instance_seq = seq
+WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL;
+CREATE TEMP TABLE _p2p_keys AS
+SELECT job, rank, source, file_id, collective_id,
+       concat_ws(' ', comm, 'p2p')
+           || ' ' || CAST(CASE WHEN op = 'send' THEN rank ELSE peer END AS VARCHAR) || '->'
+           || CAST(CASE WHEN op = 'send' THEN peer ELSE rank END AS VARCHAR) AS instance_comm,
+       row_number() OVER (PARTITION BY job, source, rank, comm, op, peer
+                          ORDER BY enqueue_ns, start_ns, seq, collective_id) - 1 AS instance_seq
+FROM _links_keyed WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
 UPDATE _links_keyed l
 SET instance_comm = r.instance_comm, instance_seq = r.instance_seq
-FROM _instance_rows r
+FROM _p2p_keys r
 WHERE r.job = l.job AND r.rank = l.rank AND r.source = l.source AND r.file_id = l.file_id
   AND r.collective_id = l.collective_id;
+
+-- The calls that are in an instance, with what the files after this one match them by.
+CREATE TEMP TABLE _instance_rows AS
+SELECT job, rank, source, file_id, collective_id, instance_comm, instance_seq, op, bytes,
+       group_size, start_ns, end_ns, dur_ns, step, phase, layer, layer_kind, parallel_dim
+FROM _links_keyed WHERE instance_seq IS NOT NULL;
 
 -- (sources may spell a host differently; the first name in sort order, so every run agrees)
 CREATE VIEW _rank_hosts AS

@@ -66,7 +66,11 @@ JOIN collectives c
  AND c.collective_id = l.collective_id
 LEFT JOIN (SELECT job, source, comm, rank_in_comm, min(rank) AS rank FROM communicators
            WHERE rank_in_comm IS NOT NULL GROUP BY ALL HAVING count(DISTINCT rank) = 1) g
-  ON g.job = c.job AND g.source = c.source AND g.comm = c.comm AND g.rank_in_comm = c.root;
+  ON g.job = c.job AND g.source = c.source AND g.comm = c.comm AND g.rank_in_comm = c.root
+-- (only the calls that say something: an instance none of whose calls does gets no
+-- evidence row, which reads as one of NULLs)
+WHERE c.algorithm IS NOT NULL OR c.protocol IS NOT NULL OR c.root IS NOT NULL
+   OR c.source = 'nccl_log';
 
 -- What the calls say of each instance (the NCCL log's word first, then Nsight's kernel name).
 CREATE MACRO _wire_trust(source) AS CASE source WHEN 'nccl_log' THEN 0 WHEN 'nsys' THEN 1
@@ -182,13 +186,18 @@ WITH base AS (
     WHERE i.bytes > 0 AND i.op NOT IN ('barrier', 'unknown')
 ),
 -- a call nothing placed in a step when its instance was made may have one since
--- (instance_context.sql)
+-- (instance_context.sql); only the calls of instances without a step are looked up (in a
+-- profiled job, few or none)
 late_steps AS (
     SELECT r.job, r.source, r.instance_comm AS comm, r.instance_seq AS seq,
            arg_min(l.step, l.rank) AS step
-    FROM _instance_rows r
-    JOIN _wire_source USING (job, source)
-    JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+    FROM (SELECT DISTINCT job, source, comm, seq FROM base WHERE step IS NULL) u
+    JOIN _instance_rows r
+      ON r.job = u.job AND r.source = u.source AND r.instance_comm IS NOT DISTINCT FROM u.comm
+     AND r.instance_seq = u.seq
+    JOIN collective_links l
+      ON l.job = r.job AND l.rank = r.rank AND l.source = r.source AND l.file_id = r.file_id
+     AND l.collective_id = r.collective_id
     WHERE l.step IS NOT NULL
     GROUP BY ALL
 ),
