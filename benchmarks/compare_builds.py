@@ -59,7 +59,9 @@ def run_build(root: Path, out: Path, inputs: dict[str, Path]) -> None:
     """Ingest and link every input with the package under ``root``."""
     env = {**os.environ, "PYTHONPATH": str(root), "TOKENWIRE_SCHEMAS": str(root / "schemas")}
     args = [f"{job}={path}" for job, path in inputs.items()]
-    subprocess.run([sys.executable, "-c", _RUN, str(out), *args], env=env, check=True)
+    # (in root: `python -c` puts its working directory ahead of PYTHONPATH, and run from the
+    # repository that would import the working tree's package for both builds)
+    subprocess.run([sys.executable, "-c", _RUN, str(out), *args], env=env, check=True, cwd=root)
 
 
 def tables(dataset: Path) -> dict[str, object]:

@@ -1,12 +1,23 @@
 -- collective_instances: one collective seen across all ranks of its communicator (matched
 -- as in clock_offsets.sql), with arrival skew on the aligned clock, duration across ranks
--- and nccl-tests bandwidths. One row per job, source, communicator and sequence number.
+-- and nccl-tests bandwidths. One row per collective, whatever the sources that recorded it.
+--
+-- Each source first makes its own rows (_source_instances: one per job, source,
+-- communicator and sequence number, which the other link files join per source). A rank
+-- seen by two sources (a profiler trace and its NCCL log or flight recorder dump) then holds
+-- each collective twice; where a call of one source's instance matched a call of a more
+-- trusted source's instance (collective_matches; source_preference, dataset/sources.sql),
+-- the less trusted instance is left out and the row that stands lists both in `sources`.
+-- The row that stands is the more trusted source's, whole, even where the other source saw
+-- more ranks (an NCCL log of ranks the profiler skipped): its ranks_seen, skew, late rank
+-- and durations then all come from the same records; the other source's calls of those
+-- ranks stay in collective_links and collective_waits.
 -- busbw uses nccl-tests' factors (nccl-tests doc/PERFORMANCE.md; bus_factor, defined by
 -- every connection in dataset/sources.sql): all_reduce 2(n-1)/n; all_gather,
 -- reduce_scatter, all_to_all (n-1)/n; others 1.
 --
--- reads: _instance_rows, bus_factor, clock_offsets
--- creates: collective_instances
+-- reads: _instance_rows, bus_factor, clock_offsets, collective_matches, source_preference
+-- creates: _source_instances, collective_instances
 
 CREATE VIEW _instance_aligned AS
 SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns,
@@ -15,7 +26,7 @@ SELECT r.*, r.start_ns - o.offset_ns AS aligned_start_ns,
 FROM _instance_rows r
 JOIN clock_offsets o USING (job, rank);
 
-CREATE TEMP TABLE collective_instances AS
+CREATE TEMP TABLE _source_instances AS
 WITH g AS (
     SELECT job, source, instance_comm AS comm, instance_seq AS seq,
            -- (op is never null: min = max says every rank reports the same op)
@@ -73,3 +84,31 @@ SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,
            AS busbw_gbps,
        step, phase, layer, layer_kind, parallel_dim
 FROM i;
+
+-- Pairs of instances of the same collective: one of a less trusted source (dropped) and
+-- one of a more trusted source (kept), linked by a matched call of one rank.
+CREATE TEMP TABLE _same_instances AS
+SELECT DISTINCT s.job, s.source, s.instance_comm AS comm, s.instance_seq AS seq,
+       p.source AS kept_source, p.instance_comm AS kept_comm, p.instance_seq AS kept_seq
+FROM collective_matches m
+JOIN _instance_rows s USING (job, rank, source, file_id, collective_id)
+JOIN _instance_rows p
+  ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source
+ AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id
+WHERE source_preference(p.source) < source_preference(s.source);
+
+CREATE TEMP TABLE collective_instances AS
+WITH also AS (
+    SELECT job, kept_source AS source, kept_comm AS comm, kept_seq AS seq,
+           list(DISTINCT source) AS others
+    FROM _same_instances
+    GROUP BY ALL
+)
+SELECT i.*, list_sort(list_distinct(coalesce(a.others, []) || [i.source])) AS sources
+FROM _source_instances i
+LEFT JOIN also a
+  ON a.job = i.job AND a.source = i.source AND a.comm IS NOT DISTINCT FROM i.comm
+ AND a.seq = i.seq
+ANTI JOIN _same_instances d
+  ON d.job = i.job AND d.source = i.source AND d.comm IS NOT DISTINCT FROM i.comm
+ AND d.seq = i.seq;

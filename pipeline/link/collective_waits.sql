@@ -9,14 +9,14 @@
 -- (a send and its recv are one instance of two ranks: collective_instances.sql).
 -- Instances that only one rank recorded have no one to wait for and are left out.
 --
--- reads: _instance_rows, clock_offsets, collective_instances, source_preference
+-- reads: _instance_rows, _source_instances, clock_offsets, source_preference
 -- creates: collective_waits
 
 -- The timed source of each job: of those with instances seen on several ranks, the most
 -- trusted (source_preference, dataset/sources.sql: the profiler's, else Nsight's, ...).
 CREATE TEMP TABLE _wait_source AS
 SELECT job, arg_min(source, source_preference(source)) AS source
-FROM (SELECT DISTINCT job, source FROM collective_instances
+FROM (SELECT DISTINCT job, source FROM _source_instances
       WHERE ranks_seen > 1 AND first_start_ns IS NOT NULL)
 GROUP BY job;
 
@@ -29,7 +29,7 @@ WITH calls AS (
     FROM _instance_rows r
     JOIN _wait_source s USING (job, source)
     JOIN clock_offsets o USING (job, rank)
-    JOIN collective_instances i
+    JOIN _source_instances i
       ON i.job = r.job AND i.source = r.source AND i.comm IS NOT DISTINCT FROM r.instance_comm
      AND i.seq = r.instance_seq
     WHERE i.ranks_seen > 1 AND r.start_ns IS NOT NULL AND r.dur_ns IS NOT NULL

@@ -1,11 +1,11 @@
 -- collective_links, completed across ranks: a call that nothing of its own rank places in a
 -- step (a rank that was not profiled, seen only in its NCCL log or flight recorder dump)
 -- takes the step, phase and layer of the same collective on the ranks that were
--- (collective_instances), and says so (attributed_by 'instance'). Jobs where only some
+-- (_source_instances), and says so (attributed_by 'instance'). Jobs where only some
 -- ranks ran the profiler then count every rank's calls in the right step.
 -- (The table built since collective_links.sql, taken under its final name.)
 --
--- reads: _instance_rows, _layer_index, _links_keyed, collective_instances
+-- reads: _instance_rows, _layer_index, _links_keyed, _source_instances
 -- creates: collective_links
 -- takes: _links_keyed
 
@@ -21,7 +21,7 @@ SELECT u.job, u.rank, u.source, u.file_id, u.collective_id, i.step, i.phase, i.l
        i.layer_kind
 FROM _unplaced u
 JOIN _instance_rows r USING (job, rank, source, file_id, collective_id)
-JOIN collective_instances i
+JOIN _source_instances i
   ON i.job = r.job AND i.source = r.source AND i.comm IS NOT DISTINCT FROM r.instance_comm
  AND i.seq = r.instance_seq
 WHERE i.step IS NOT NULL;

@@ -5,7 +5,7 @@
 -- windows from the first rank's arrival to its own, on its own clock, and the layer it was
 -- busy in.
 --
--- reads: clock_offsets, collective_instances, collective_waits, kernels, ops
+-- reads: _source_instances, clock_offsets, collective_waits, kernels, ops
 -- creates: step_stragglers, straggler_ops
 
 -- The wait each late rank caused in each collective (not send/recv) it arrived at last.
@@ -55,7 +55,7 @@ WITH w AS (
            i.last_start_ns + o.offset_ns AS end_ns
     FROM _step_straggler s
     JOIN _caused c USING (job, step, rank)
-    JOIN collective_instances i
+    JOIN _source_instances i
       ON i.job = c.job AND i.source = c.source AND i.comm IS NOT DISTINCT FROM c.comm
      AND i.seq = c.seq
     JOIN clock_offsets o USING (job, rank)

@@ -17,7 +17,7 @@
 -- (NVLS, CollNet, PAT). Each instance comes from one source per job, so a call held in a
 -- profiler trace, an NCCL log and an Nsight export moves its bytes once.
 --
--- reads: _comm_sets, _instance_rows, _rank_hosts, bus_factor, collective_instances,
+-- reads: _comm_sets, _instance_rows, _rank_hosts, _source_instances, bus_factor,
 --        collective_links, collective_matches, collectives, communicators,
 --        source_preference, topology
 -- creates: wire
@@ -178,7 +178,7 @@ WITH base AS (
     SELECT i.*, regexp_extract(coalesce(i.comm, ''), '^(?:.* )?p2p (-?\d+)->(-?\d+)$',
                                ['src', 'dst']) AS p2p,
            e.algorithm AS logged, e.protocol, e.log_comm, e.root_rank
-    FROM collective_instances i
+    FROM _source_instances i
     JOIN _wire_source USING (job, source)
     LEFT JOIN _wire_evidence e
       ON e.job = i.job AND e.source = i.source AND e.comm IS NOT DISTINCT FROM i.comm

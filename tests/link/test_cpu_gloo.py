@@ -153,6 +153,27 @@ def test_tp_dp_instances_are_per_group(datasets: dict[str, Dataset]) -> None:
     assert set(got.rows()) == want
 
 
+def test_tp_dp_collectives_are_one_instance_each(datasets: dict[str, Dataset]) -> None:
+    """Every rank left a trace and a flight recorder dump: each of the 60 collectives the
+    profiler saw is one row that names both sources (the trace's, the more trusted), and the
+    recorder's 101 calls outside the profiled steps are its alone: one row per collective
+    the recorder holds, none twice."""
+    ds = datasets["tp_dp"]
+    rows = ds.sql(
+        "SELECT source, sources, count(*), count(step) FROM collective_instances "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert rows == [
+        ("flight_recorder", ["flight_recorder"], 101, 0),
+        ("kineto", ["flight_recorder", "kineto"], 60, 60),
+    ]
+    recorded = ds.sql(
+        "SELECT count(DISTINCT (comm, seq)) FROM collectives WHERE source = 'flight_recorder'"
+    ).item()
+    keys = ds.sql("SELECT count(*), count(DISTINCT (comm, seq)) FROM collective_instances")
+    assert keys.row(0) == (recorded, recorded) == (161, 161)
+
+
 def _links(ds: Dataset, rank: int):
     return ds.sql(
         "SELECT c.op, l.phase, l.layer, l.layer_index, l.layer_kind, l.attributed_by, c.bytes "

@@ -186,6 +186,19 @@ def test_a_job_profiled_on_some_ranks_counts_every_rank(
         (False, "log_order", False),
         (True, "instance", True),
     ]
+    # one row per collective, as in the fully profiled job: where the profiler saw one
+    # rank and the log both, the profiler's row stands whole (its ranks_seen and skew)
+    instances = partial.sql(
+        "SELECT source, sources, ranks_seen, count(*) FROM collective_instances "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert instances == [
+        ("kineto", ["kineto", "nccl_log"], 1, 64),
+        ("kineto", ["kineto", "nccl_log"], 2, 148),
+        ("nccl_log", ["nccl_log"], 2, 200),
+    ]
+    everything = "SELECT count(*) FROM collective_instances"
+    assert partial.sql(everything).item() == full.sql(everything).item() == 412
 
 
 def test_straggler_is_found(linked_sample: Path) -> None:
@@ -328,13 +341,30 @@ def test_nccl_logs_match_profiler_calls(linked_sample: Path) -> None:
     # send/recv peers are group ranks in a log (and in Nsight's NCCL payloads): mapped to
     # global ranks, every p2p transfer pairs its two sides, as the profiler's do
     instances = ds.sql(
-        "SELECT source, op, count(*), count(*) FILTER (ranks_seen < group_size) "
-        "FROM collective_instances GROUP BY ALL ORDER BY ALL"
+        "SELECT source, op, count(*), count(*) FILTER (ranks < group_size) FROM ("
+        "  SELECT source, instance_comm, instance_seq, max(group_size) AS group_size,"
+        "         count(DISTINCT rank) AS ranks,"
+        "         CASE WHEN min(op) = max(op) THEN min(op) ELSE 'send_recv' END AS op"
+        "  FROM collectives_linked WHERE instance_seq IS NOT NULL GROUP BY ALL) "
+        "GROUP BY ALL ORDER BY ALL"
     ).rows()
     by_source = {s: [(op, n, partial) for src, op, n, partial in instances if src == s]
                  for s in ("kineto", "nccl_log", "nsys")}  # fmt: skip
     assert by_source["nccl_log"] == by_source["kineto"] == by_source["nsys"]
     assert all(partial == 0 for _, _, partial in by_source["kineto"])
+
+
+def test_each_collective_is_one_instance_whatever_the_sources(linked_sample: Path) -> None:
+    """The sample job's ranks are each traced by the profiler, logged by NCCL and exported
+    by Nsight: each of its 412 collectives is one row, the profiler's, naming all three."""
+    ds = pipeline.open(linked_sample)
+    rows = ds.sql("SELECT source, sources, count(*) FROM collective_instances GROUP BY ALL").rows()
+    assert rows == [("kineto", ["kineto", "nccl_log", "nsys"], 412)]
+    per_source = ds.sql(
+        "SELECT count(DISTINCT (instance_comm, instance_seq)) FROM collectives_linked "
+        "WHERE source = 'kineto'"
+    ).item()
+    assert per_source == 412
 
 
 def test_nccl_logs_fill_sizes_an_old_trace_lacks(linked_sample: Path, tmp_path: Path) -> None:
