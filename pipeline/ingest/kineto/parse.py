@@ -378,7 +378,7 @@ def _batch_frame(
     # (only communication kernels and record_param_comms become collectives)
     kernels = pl.Series(list({e.name for e in evs if e.cat == "kernel"}), dtype=pl.String)
     comm = kernels.filter(kernels.str.contains(f"(?i){COMM_KERNEL}"))
-    carries_meta = pl.col("name").is_in(comm.implode()) & (pl.col("cat") == "kernel")
+    carries_meta = pl.col("name").is_in(comm.to_list()) & (pl.col("cat") == "kernel")
     event_id = (pl.int_range(pl.len(), dtype=pl.Int64) + first_id).alias("event_id")
     frame = (
         frame.lazy()
