@@ -3,21 +3,30 @@ their imports: a plain script that gzip-decompresses each file, parses it with `
 builds one pyarrow table of every event's name, cat, ph, ts, dur, pid, tid and args (as JSON
 text) with list comprehensions and writes it as zstd Parquet, one part per file.
 
-    python -m benchmarks.bench_floor [--traces DIR] [--copies N]
+    python -m benchmarks.bench_floor [--traces DIR] [--copies N] [--cpu]
 
 Two sets: the traces as they are (``--traces``: few big files; default the public Kineto
 traces beside the repository, else the sample job), and many small files (the 8 DLRM ranks
 of the public traces, else the first 8 traces, copied ``--copies`` times,
 ``distributedInfo.rank`` rewritten so each copy is a rank of its own). tokenwire runs
 ``ingest --jobs 1``; each step is the median of 3 runs.
+
+``--cpu`` measures the work alone instead, steadier on a shared machine: in one process,
+imports and a first warm-up round excluded, the CPU time (user + system, every thread) of
+the floor's loop and of ``ingest([folder], out, jobs=1)`` per file, best of 3 rounds, the
+two alternating.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -47,6 +56,31 @@ INGEST = """
 import sys
 from pipeline.ingest.run import ingest
 summary = ingest([sys.argv[1]], sys.argv[2], jobs=1)
+"""
+
+#: CPU time of the work alone: FLOOR's loop and ingest, in one process, best of 3 rounds.
+CPU = """
+import json, shutil, sys, time
+from pathlib import Path
+from pipeline.ingest.run import ingest
+floor_code = compile(sys.argv[3], "floor", "exec")
+def floor(src, out):
+    sys.argv[1:3] = [src, out]
+    exec(floor_code, {"__name__": "floor"})
+def ours(src, out):
+    ingest([src], out, jobs=1)
+src, work = sys.argv[1], Path(sys.argv[2])
+best = {}
+for k in range(4):  # (round 0 warms up: the first call's imports and caches)
+    for label, run in (("floor", floor), ("tokenwire", ours)):
+        out = work / f"cpu-{label}-{k}"
+        start = time.process_time()
+        run(src, str(out))
+        took = time.process_time() - start
+        shutil.rmtree(out, ignore_errors=True)
+        if k:
+            best[label] = min(best.get(label, took), took)
+print(json.dumps(best))
 """
 
 _RANK = re.compile(rb'("distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*)\d+')
@@ -95,20 +129,38 @@ def compare(title: str, traces: Path, work: Path) -> str:
     ])  # fmt: skip
 
 
+def compare_cpu(title: str, traces: Path, work: Path) -> str:
+    """CPU time per file of the floor and of tokenwire's ingest on ``traces`` (see ``CPU``)."""
+    files = len(list(traces.rglob("*.json*")))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", CPU, str(traces), str(work), FLOOR],
+        check=True, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    best = json.loads(done.stdout.splitlines()[-1])
+    floor, ours = (best[k] / files * 1e3 for k in ("floor", "tokenwire"))
+    return (
+        f"== CPU time per file, {title}, best of 3: floor {floor:.1f} ms, "
+        f"tokenwire {ours:.1f} ms, ratio x{ours / floor:.2f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, help="a folder of Kineto traces")
     parser.add_argument("--copies", type=int, default=32, help="copies of 8 traces")
+    parser.add_argument("--cpu", action="store_true", help="CPU time of the work alone")
     args = parser.parse_args(argv)
+    run = compare_cpu if args.cpu else compare
     traces = args.traces or (PUBLIC if PUBLIC.is_dir() else REPO / "sample_traces")
     files = sorted(p for p in traces.rglob("*.json*") if "trace" in p.name)
     with tempfile.TemporaryDirectory(prefix="tw-floor-") as tmp:
         work = Path(tmp)
-        print(compare(f"{len(files)} files of {traces.name}", traces, work), flush=True)
+        print(run(f"{len(files)} files of {traces.name}", traces, work), flush=True)
         dlrm = sorted((PUBLIC / "dlrm_v100_8ranks").glob("*.json*"))
         small = many_small(dlrm if not args.traces and dlrm else files[:8], args.copies,
                            work / "small")  # fmt: skip
-        print(compare(f"{8 * args.copies} rank files", small, work), flush=True)
+        print(run(f"{8 * args.copies} rank files", small, work), flush=True)
 
 
 if __name__ == "__main__":

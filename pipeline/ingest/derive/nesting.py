@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from pipeline.ingest.result import ENGINE
+
 #: Bits of a boundary's position in the packed (thread, depth, position) sort key.
 _POS_BITS = 34
 
@@ -95,15 +97,18 @@ def add_scope_path(
     frame = ranges.select("op_id", "parent_id", is_scope.alias("_is_scope"))
     innermost = _innermost_scopes(frame).alias("_scope")
     # a scope's enclosing scope: that of its parent range
+    parent_scopes = pl.DataFrame([frame.get_column("op_id").alias("parent_id"), innermost])
     scopes = (
-        ranges.filter(is_scope)
+        ranges.lazy()
+        .filter(is_scope)
         .select("op_id", "parent_id", "depth", label.alias("_label"))
         .join(
-            frame.select(pl.col("op_id").alias("parent_id"), innermost.alias("parent_scope")),
+            parent_scopes.lazy().rename({"_scope": "parent_scope"}),
             on="parent_id",
             how="left",
         )
         .select("op_id", pl.col("parent_scope").alias("parent_id"), "depth", "_label")
+        .collect(engine=ENGINE)
     )
     paths = _by_level(
         scopes,
@@ -117,9 +122,11 @@ def add_scope_path(
         {"op_id": pl.Int64, "_scope": pl.String},
     ).rename({"op_id": "_scope", "_scope": out})
     return (
-        ranges.with_columns(innermost)
-        .join(paths, on="_scope", how="left", maintain_order="left")
+        ranges.lazy()
+        .with_columns(innermost)
+        .join(paths.lazy(), on="_scope", how="left", maintain_order="left")
         .drop("_scope")
+        .collect(engine=ENGINE)
     )
 
 
@@ -132,9 +139,14 @@ def rows_of(op_ids: pl.Series, wanted: pl.Series) -> np.ndarray:
     ids = op_ids.to_numpy()
     order = None if np.all(ids[1:] > ids[:-1]) else np.argsort(ids, kind="stable")
     ordered = ids if order is None else ids[order]
-    want = wanted.fill_null(-1).to_numpy()
+    if wanted.null_count():
+        want = wanted.fill_null(-1).to_numpy()
+        known = wanted.is_not_null().to_numpy()
+    else:  # (no query for what every row has)
+        want = wanted.to_numpy()
+        known = np.ones(len(want), dtype=bool)
     at = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
-    found = wanted.is_not_null().to_numpy() & (ordered[at] == want)
+    found = known & (ordered[at] == want)
     rows = at if order is None else order[at]
     return np.where(found, rows, -1)
 

@@ -207,6 +207,9 @@ def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     (packing a buffer is not the transfer). Its collective then takes the op from the
     launching op, as any kernel without metadata does (:func:`_nccl_kernel_collectives`).
     """
+    kinds = kernels.get_column("kind")
+    if not (kinds == "other").any():
+        return kernels
     named = pl.col("name").str.contains(COLLECTIVE_LAUNCH_OP) & ~pl.col("name").str.contains("wait")
     annotated = (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(
         r"^(nccl|rccl):"
@@ -214,11 +217,13 @@ def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     launchers = ops.filter(named | annotated).select(
         "pid", "tid", "start_ns", "end_ns", pl.col("op_id").alias("launcher_id")
     )
-    candidates = kernels.filter(pl.col("kind").is_in(["comm", "other"]))
-    if launchers.is_empty() or candidates.filter(pl.col("kind") == "other").is_empty():
+    if launchers.is_empty():
         return kernels
+    # the rest is one lazy plan: on a small trace each eager step's fixed cost outweighs its rows
+    candidates = kernels.lazy().filter(pl.col("kind").is_in(["comm", "other"]))
     calls = (
-        ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
+        ops.lazy()
+        .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
         .select("correlation", "pid", "tid", "start_ns", "end_ns")
         .drop_nulls("correlation")
         .unique("correlation", keep="first")
@@ -230,7 +235,7 @@ def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         "kernel_id", "pid", "tid", pl.col("call_start_ns").alias("start_ns"),
         pl.col("call_end_ns").alias("end_ns"),
     )  # fmt: skip
-    around = _enclosing(host, launchers, "l_").select("kernel_id", "l_launcher_id")
+    around = _enclosing(host, launchers.lazy(), "l_").select("kernel_id", "l_launcher_id")
     by_op = launched.join(around, on="kernel_id").drop_nulls("l_launcher_id")
     unnamed = by_op.filter(
         (pl.col("kind") == "other") & ~(pl.col("kind") == "comm").any().over("l_launcher_id")
@@ -238,8 +243,9 @@ def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     first = unnamed.sort("start_ns", "kernel_id").unique(
         "l_launcher_id", keep="first", maintain_order=True
     )
+    first_ids = first.select("kernel_id").collect(engine=ENGINE).get_column("kernel_id")
     return kernels.with_columns(
-        pl.when(pl.col("kernel_id").is_in(first["kernel_id"].implode()))
+        pl.when(pl.col("kernel_id").is_in(first_ids.implode()))
         .then(pl.lit("comm"))
         .otherwise(pl.col("kind"))
         .alias("kind")
@@ -444,8 +450,8 @@ def _gloo_runs_as(call_op: pl.Expr, work_ops: pl.Series) -> pl.Expr:
 def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace) -> pl.DataFrame:
     """Normalize op and dtype, compute sizes and peers, number the calls per communicator."""
     only_group = next(iter(groups.values())) if len(groups) == 1 else None
-    dims = pl.col("input_dims").map_elements(_first_numel, return_dtype=pl.Int64)
-    dims_dtype = pl.col("input_types").map_elements(_first_type, return_dtype=pl.String)
+    dims = _per_text(frame, "input_dims", _first_numel, pl.Int64)
+    dims_dtype = _per_text(frame, "input_types", _first_type, pl.String)
     frame = frame.with_columns(
         op_expr(pl.coalesce("collective_name", "shape_from", "name")).alias("op"),
         dtype_expr(pl.coalesce("dtype", dims_dtype)).alias("dtype"),
@@ -516,9 +522,8 @@ def _launch_buffers(frame: pl.DataFrame) -> dict[str, pl.Expr]:
     records both buffers (null elsewhere)."""
     if "launch_dims" not in frame.columns:
         return {k: pl.lit(None, pl.Int64) for k in ("in", "out", "group")}
-    dims = pl.col("launch_dims")
-    out_n = dims.map_elements(_first_numel, return_dtype=pl.Int64)
-    in_n = dims.map_elements(lambda t: _nth_numel(t, 1), return_dtype=pl.Int64)
+    out_n = _per_text(frame, "launch_dims", _first_numel, pl.Int64)
+    in_n = _per_text(frame, "launch_dims", lambda t: _nth_numel(t, 1), pl.Int64)
     flat = pl.col("launch_name").str.contains(_OUT_IN_OPS).fill_null(False)
     flat = flat & out_n.is_not_null() & in_n.is_not_null() & (in_n > 0)
     gather = pl.col("op") == "all_gather"
@@ -543,18 +548,30 @@ def _nth_numel(text: str | None, n: int) -> int | None:
 def _peer(groups: dict[str, dict[str, Any]], frame: pl.DataFrame) -> pl.Expr:
     """Send/recv peer from ``c10d::send``/``recv_`` Concrete Inputs (group rank), made global
     through the group's rank list when it is known."""
-    local = pl.col("concrete_inputs").map_elements(_peer_from_inputs, return_dtype=pl.Int64)
+    local = _per_text(frame, "concrete_inputs", _peer_from_inputs, pl.Int64)
     # only the groups of this rank's sends and receives: every trace lists the world group,
     # and a table of its 16,384 ranks cost each trace of a 16,384-rank job 2.6 ms
-    p2p = frame.filter(pl.col("op").is_in(["send", "recv"]))["pg_name"].unique().to_list()
-    table = {
-        (name, i): r for name in p2p for i, r in enumerate(groups.get(name, {}).get("ranks") or [])
-    }
-    key = pl.struct(pl.col("pg_name"), local.alias("local"))
-    global_rank = key.map_elements(
-        lambda s: table.get((s["pg_name"], s["local"]), s["local"]), return_dtype=pl.Int64
+    ops = frame.get_column("op").to_list()
+    names = frame.get_column("pg_name").to_list()
+    p2p = sorted(
+        {n for n, op in zip(names, ops, strict=True) if op in ("send", "recv") and n is not None}
     )
+    global_rank = local
+    for name in p2p:
+        ranks = groups.get(name, {}).get("ranks") or []
+        if ranks:
+            in_group = local.replace_strict(dict(enumerate(ranks)), default=local)
+            global_rank = pl.when(pl.col("pg_name") == name).then(in_group).otherwise(global_rank)
     return pl.when(pl.col("op").is_in(["send", "recv"])).then(global_rank)
+
+
+def _per_text(frame: pl.DataFrame, column: str, read: Any, dtype: pl.DataType) -> pl.Expr:
+    """``read`` (a function of one JSON text to a value or None) of each value of text
+    ``column`` of ``frame``: run once per distinct text (a rank's collectives repeat a few
+    shapes) and mapped in the plan, null where the text is null."""
+    texts = {t for t in frame.get_column(column).to_list() if t is not None}
+    values = {t: read(t) for t in texts}
+    return pl.col(column).replace_strict(values, default=None, return_dtype=dtype)
 
 
 def _peer_from_inputs(text: str | None) -> int | None:

@@ -15,6 +15,7 @@ hosts did.
 
 from __future__ import annotations
 
+import itertools
 import re
 from operator import attrgetter
 from pathlib import Path
@@ -35,7 +36,7 @@ from pipeline.ingest.kineto.comms import (
     process_groups,
 )
 from pipeline.ingest.kineto.stream import BATCH_BYTES, EventStream
-from pipeline.ingest.result import ParseResult, Warnings
+from pipeline.ingest.result import ENGINE, ParseResult, Warnings
 from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
@@ -237,9 +238,9 @@ def parse(
         "ranks": _ranks_table(trace, ops, gpu, rank),
         "communicators": communicators_table(groups, rank, comms),
         "steps": _steps_table(steps, ops),
-        "ops": ops.select(OPS_COLUMNS),
+        "ops": ops[OPS_COLUMNS],  # (columns picked by name: no query)
         "kernels": kernels,
-        "collectives": comms.drop("_pg_desc", "_pg_ranks"),
+        "collectives": comms[[c for c in comms.columns if c not in ("_pg_desc", "_pg_ranks")]],
     }
     tables = {name: _with_rank(frame, rank) for name, frame in tables.items()}
     version = f"schema {trace.schemaVersion}" if trace.schemaVersion is not None else None
@@ -250,23 +251,6 @@ def parse(
         rank_source=rank_source,
         warnings=warnings,
     )
-
-
-def _check_times(path: Path, frame: pl.DataFrame) -> None:
-    """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`:
-    the texts as read into ``start_ns`` and ``_dur_ns`` (:func:`us_text_to_ns`)."""
-    limit = MAX_ABS_US * 1000
-    for col, ns in (("ts", "start_ns"), ("dur", "_dur_ns")):
-        text = pl.col(col)
-        ok = pl.col(ns).is_between(-limit, limit).fill_null(False) | (text == "")
-        bad = frame.filter(~ok)
-        if bad.height:
-            index, value = bad.select("_index", text).row(0)
-            raise TraceFormatError(
-                path,
-                f"$.traceEvents[{index}].{col}: {value} is not a time in microseconds "
-                f"(a number within +-{MAX_ABS_US:.0e})",
-            )
 
 
 def _rank(path: Path, trace: Trace, warnings: Warnings) -> tuple[int, str]:
@@ -326,52 +310,57 @@ class _Batches:
         evs = [batch[i] for i in kept]
         if not evs:
             return
-        frame, meta = _batch_frame(evs, warnings, path, [first + i for i in kept])
-        frame = frame.with_columns(
-            (pl.int_range(pl.len(), dtype=pl.Int64) + self.count).alias("event_id")
-        )
+        frame = _batch_frame(evs, warnings, path, [first + i for i in kept], self.count)
         self.count += frame.height
-        is_gpu = pl.col("cat").is_in(GPU_KINDS)
-        self.host.append(frame.filter(~is_gpu).select(_HOST_FRAME))
-        self.gpu.append(frame.filter(is_gpu).select(_GPU_FRAME))
-        if meta.height:  # (an event skipped for its time or pid drops out here)
-            ids = frame.select("_index", "event_id")
-            meta = ids.join(meta, on="_index").sort("event_id")
-            self.meta.append(meta.select("event_id", *_META_COLUMNS))
+        args = [e.args or _NO_ARGS for e in evs]
+        parts = frame.partition_by("_gpu", as_dict=True, include_key=False)
+        if (False,) in parts:
+            self.host.append(_with_args(parts[False,], args, _HOST_ONLY_ARGS, _HOST_FRAME))
+        if (True,) in parts:
+            self.gpu.append(_with_args(parts[True,], args, _GPU_ONLY_ARGS, _GPU_FRAME))
+        meta = _meta_frame(frame, args)
+        if meta.height:  # (an event skipped for its time or pid is not in ``frame``)
+            self.meta.append(meta)
 
     def frames(self, base_ns: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         """(host, gpu, meta), times made unix-epoch with ``base_ns`` and ``end_ns`` added."""
 
         def whole(parts: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
-            frame = pl.concat(parts, how="vertical") if parts else _EMPTY_BATCH.select(columns)
+            if not parts:
+                return _EMPTY_BATCH.select(columns).with_columns(pl.col("start_ns").alias("end_ns"))
+            frame = pl.concat(parts, how="vertical")
             parts.clear()
-            return frame
-
-        def timed(frame: pl.DataFrame) -> pl.DataFrame:
-            return frame.with_columns(pl.col("start_ns") + base_ns).with_columns(
-                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
+            start = pl.col("start_ns") + base_ns
+            return frame.with_columns(
+                start.alias("start_ns"), (start + pl.col("dur_ns")).alias("end_ns")
             )
 
+        meta = pl.concat(self.meta, how="vertical") if self.meta else None
+        self.meta.clear()
         return (
-            timed(whole(self.host, _HOST_FRAME)),
-            timed(whole(self.gpu, _GPU_FRAME)),
-            whole(self.meta, ["event_id", *_META_COLUMNS]),
+            whole(self.host, _HOST_FRAME),
+            whole(self.gpu, _GPU_FRAME),
+            meta if meta is not None else _EMPTY_BATCH.select("event_id", *_META_COLUMNS),
         )
 
 
+#: The args of an event that has none.
+_NO_ARGS = Args()
+
+
 def _batch_frame(
-    evs: list[Event], warnings: Warnings, path: Path, index: list[int]
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The events' columns, with ``start_ns`` still relative to ``baseTimeNanoseconds``
-    (which may come after the events in the file), and apart from them the collective
-    metadata of the events that carry some; both keep ``_index`` (the place in
-    ``traceEvents``).
+    evs: list[Event], warnings: Warnings, path: Path, index: list[int], first_id: int
+) -> pl.DataFrame:
+    """The events' own columns (their args come after, on the rows that keep them), with
+    ``start_ns`` still relative to ``baseTimeNanoseconds`` (which may come after the events
+    in the file); ``event_id`` numbers the events kept from ``first_id``, ``_pos`` is each
+    one's place in ``evs``, ``_index`` in ``traceEvents``, ``_gpu`` and ``_meta`` say whether
+    it is GPU activity and whether it may carry collective metadata.
 
     Each column is one ``map(attrgetter)`` over the structs (C loops, no Python frame per
-    event).
+    event), and the rest two lazy plans: on a small file the fixed cost of each query
+    outweighs its rows.
     """
-    none = Args()
-    args = [e.args or none for e in evs]
     frame = pl.DataFrame(
         [
             pl.Series("cat", _values(evs, "cat"), dtype=CAT),
@@ -379,65 +368,107 @@ def _batch_frame(
             # strict=False turns a value of another type (a string where an int belongs) into null.
             pl.Series("pid", _values(evs, "pid"), dtype=pl.Int64, strict=False),
             pl.Series("tid", _values(evs, "tid"), dtype=pl.Int64, strict=False),
-            _raw_column("ts", _values(evs, "ts")),
-            _raw_column("dur", _values(evs, "dur")),
+            *_raw_columns({"ts": _values(evs, "ts"), "dur": _values(evs, "dur")}),
             pl.Series("_index", index, dtype=pl.Int64),
         ]
     )
-    # Args are read only on the events whose tables keep them (measured: reading every
-    # field of every event would be the largest part of the time spent here).
-    is_gpu = frame.get_column("cat").is_in(GPU_KINDS)
-    # (only communication kernels and record_param_comms become collectives)
-    carries_meta = frame.select(
-        (pl.col("cat") == "kernel") & pl.col("name").str.contains(f"(?i){COMM_KERNEL}")
-        | (pl.col("name") == "record_param_comms")
-    ).to_series()
-    frame = frame.with_columns(
-        *_args_at(args, None, _COMMON_ARGS),
-        *_args_at(args, is_gpu, _GPU_ONLY_ARGS),
-        *_args_at(args, ~is_gpu, _HOST_ONLY_ARGS),
-    )
-    meta = _meta_frame(args, index, carries_meta)
     # pid: an int where the trace has one (null marks a string pid, never a default)
     bad = pl.col("pid").is_null() | (pl.col("ts") == "")
-    skipped = frame.select(bad.sum()).item()
+    limit = MAX_ABS_US * 1000
+    # (only communication kernels and record_param_comms become collectives)
+    kernels = pl.Series(list({e.name for e in evs if e.cat == "kernel"}), dtype=pl.String)
+    comm = kernels.filter(kernels.str.contains(f"(?i){COMM_KERNEL}"))
+    carries_meta = pl.col("name").is_in(comm.to_list()) & (pl.col("cat") == "kernel")
+    event_id = (pl.int_range(pl.len(), dtype=pl.Int64) + first_id).alias("event_id")
+    frame = (
+        frame.lazy()
+        .select(
+            event_id,
+            "cat",
+            "name",
+            "pid",
+            "tid",
+            us_text_to_ns(pl.col("ts")).alias("start_ns"),
+            us_text_to_ns(pl.col("dur")).alias("_dur_ns"),
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("_pos"),
+            "_index",
+            "ts",
+            "dur",
+            pl.col("cat").is_in(GPU_KINDS).alias("_gpu"),
+            (carries_meta | (pl.col("name") == "record_param_comms")).alias("_meta"),
+            bad.alias("_skip"),
+        )
+        .with_columns(
+            (~pl.col(ns).is_between(-limit, limit).fill_null(False) & (pl.col(text) != "")).alias(
+                f"_bad_{text}"
+            )
+            for text, ns in _TIMES
+        )
+        .with_columns(
+            pl.col("_dur_ns").fill_null(0).clip(lower_bound=0).alias("dur_ns")
+        )  # (none: 0)
+        .collect(engine=ENGINE)
+    )
+    skipped = frame.get_column("_skip").sum()
     if skipped:
         warnings.add("events without a time or with a non-numeric pid were skipped", skipped)
-        frame = frame.filter(~bad)
-    frame = frame.with_columns(
-        us_text_to_ns(pl.col("ts")).alias("start_ns"), us_text_to_ns(pl.col("dur")).alias("_dur_ns")
-    )
+        frame = frame.filter(~pl.col("_skip")).with_columns(event_id)
     _check_times(path, frame)
-    frame = frame.select(
-        "cat",
-        "name",
-        "pid",
-        "tid",
-        _int_list(pl.col("grid")).alias("grid"),
-        _int_list(pl.col("block")).alias("block"),
-        _raw_text(pl.col("input_dims")).alias("input_dims"),
-        _raw_text(pl.col("input_type")).alias("input_types"),
-        _raw_text(pl.col("concrete_inputs")).alias("concrete_inputs"),
-        *(c for c in _ARG_COLUMNS if c not in _META_ARGS),
-        "start_ns",
-        pl.col("_dur_ns").fill_null(0).clip(lower_bound=0).alias("dur_ns"),  # (none given: 0)
-        "_index",
-    )
-    return frame, meta
+    return frame
 
 
-def _meta_frame(args: list[Args], index: list[int], rows: pl.Series) -> pl.DataFrame:
-    """``_index`` and the collective metadata of the events at ``rows`` that carry any: few
-    events, so the columns are built at their length, not the batch's."""
-    where = rows.arg_true().to_list()
-    picked = list(map(args.__getitem__, where))
-    frame = pl.DataFrame(
+#: The time fields of an event (JSON text) and the columns they are read into.
+_TIMES = (("ts", "start_ns"), ("dur", "_dur_ns"))
+
+
+def _check_times(path: Path, frame: pl.DataFrame) -> None:
+    """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`:
+    the texts as read into ``start_ns`` and ``_dur_ns`` (:func:`us_text_to_ns`), flagged
+    ``_bad_ts`` and ``_bad_dur`` by :func:`_batch_frame`."""
+    for col, _ in _TIMES:
+        if not frame.get_column(f"_bad_{col}").any():
+            continue
+        index, value = frame.filter(pl.col(f"_bad_{col}")).select("_index", col).row(0)
+        raise TraceFormatError(
+            path,
+            f"$.traceEvents[{index}].{col}: {value} is not a time in microseconds "
+            f"(a number within +-{MAX_ABS_US:.0e})",
+        )
+
+
+def _with_args(
+    part: pl.DataFrame, args: list[Args], only: dict[str, Any], columns: list[str]
+) -> pl.DataFrame:
+    """The host or GPU events of a batch (``part``) with the args their table keeps (the
+    common ones and ``only``), as ``columns``.
+
+    Args are read only on the events whose tables keep them (measured: reading every field
+    of every event would be the largest part of the time spent here).
+    """
+    picked = list(map(args.__getitem__, part.get_column("_pos").to_list()))
+    fields = {**_COMMON_ARGS, **only}
+    raws = {f: _values(picked, f) for f, kind in fields.items() if kind == "raw"}
+    read = [_arg_column(f, kind, _values(picked, f)) for f, kind in fields.items() if f not in raws]
+    read += _raw_columns(raws)
+    out = [_ARG_TEXTS.get(c, pl.col(c)).alias(c) for c in columns]
+    return part.hstack(read).lazy().select(out).collect(engine=ENGINE)
+
+
+def _meta_frame(frame: pl.DataFrame, args: list[Args]) -> pl.DataFrame:
+    """``event_id`` and the collective metadata of the events of ``frame`` that may carry
+    some (``_meta``) and do: few events, so the columns are built at their length, not the
+    batch's."""
+    rows = np.flatnonzero(frame.get_column("_meta").to_numpy())
+    if not len(rows):
+        return frame.select("event_id").clear()
+    picked = list(map(args.__getitem__, frame.get_column("_pos").to_numpy()[rows].tolist()))
+    meta = pl.DataFrame(
         [
-            pl.Series("_index", list(map(index.__getitem__, where)), dtype=pl.Int64),
+            pl.Series("event_id", frame.get_column("event_id").to_numpy()[rows]),
             *(_arg_column(f, kind, _values(picked, f)) for f, kind in _META_ARGS.items()),
         ]
     )
-    return frame.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in _META_COLUMNS))
+    return meta.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in _META_COLUMNS))
 
 
 #: A JSON list of integers, nothing else (what :func:`int_list` accepts).
@@ -449,41 +480,31 @@ def _values(objs: list, field: str) -> list:
     return list(map(attrgetter(field), objs))
 
 
-def _args_at(args: list[Args], rows: pl.Series | None, fields: dict[str, Any]) -> list[pl.Series]:
-    """Columns of ``fields`` (name -> column type, or ``"raw"`` for JSON text) read from the
-    args where ``rows`` holds (all of them when None); null elsewhere."""
-    if rows is None:
-        return [_arg_column(field, kind, _values(args, field)) for field, kind in fields.items()]
-    where = rows.arg_true()
-    picked = list(map(args.__getitem__, where.to_list()))
-    out = []
-    for field, kind in fields.items():
-        dtype = pl.String if kind == "raw" else kind
-        column = pl.Series(field, dtype=dtype).extend_constant(None, len(args))
-        if picked:
-            column = column.scatter(where, _arg_column(field, kind, _values(picked, field)))
-        out.append(column)
-    return out
-
-
 def _arg_column(field: str, kind: Any, values: list) -> pl.Series:
     if kind == "raw":
-        return _raw_column(field, values)
+        return _raw_columns({field: values})[0]
     return pl.Series(field, values, dtype=kind, strict=False)
 
 
-def _raw_column(name: str, raws: list[msgspec.Raw]) -> pl.Series:
-    """Raw JSON values as one text column, ``""`` where the event had none.
+def _raw_columns(raws: dict[str, list[msgspec.Raw]]) -> list[pl.Series]:
+    """Raw JSON values as text columns, one per name of ``raws``, ``""`` where the event had
+    none.
 
-    One join and one split in Rust instead of a Python ``bytes`` per value (measured: the
-    per-value copies were a third of building a batch's frame). NUL cannot occur in JSON
-    text (a control character in a string must be escaped), so it can separate the values.
+    One join and one split in Rust for all the columns instead of a Python ``bytes`` per
+    value (measured: the per-value copies were a third of building a batch's frame), the
+    columns then slices of one. NUL cannot occur in JSON text (a control character in a
+    string must be escaped), so it can separate the values.
     """
-    if not raws:  # an empty text would split into one empty value
-        return pl.Series(name, [], dtype=pl.String)
+    if not any(raws.values()):  # an empty text would split into one empty value
+        return [pl.Series(name, [], dtype=pl.String) for name in raws]
     # msgspec does not check UTF-8 inside a raw value: a bad byte becomes U+FFFD, not an error
-    text = b"\0".join(raws).decode(errors="replace")
-    return pl.Series(name, [text], dtype=pl.String).str.split("\0").explode()
+    text = b"\0".join(itertools.chain.from_iterable(raws.values())).decode(errors="replace")
+    values = pl.select(pl.lit(text, pl.String).str.split("\0").explode()).to_series()
+    out, at = [], 0
+    for name, column in raws.items():
+        out.append(values.slice(at, len(column)).alias(name))
+        at += len(column)
+    return out
 
 
 def _int_list(text: pl.Expr) -> pl.Expr:
@@ -494,6 +515,16 @@ def _int_list(text: pl.Expr) -> pl.Expr:
 def _raw_text(text: pl.Expr) -> pl.Expr:
     """Raw JSON text; an absent value (empty) -> null."""
     return pl.when(text != "").then(text)
+
+
+#: The args kept as JSON text, as their columns hold them: lists of integers, or the text.
+_ARG_TEXTS = {
+    "grid": _int_list(pl.col("grid")),
+    "block": _int_list(pl.col("block")),
+    "input_dims": _raw_text(pl.col("input_dims")),
+    "input_types": _raw_text(pl.col("input_type")),
+    "concrete_inputs": _raw_text(pl.col("concrete_inputs")),
+}
 
 
 def us_text_to_ns(text: pl.Expr) -> pl.Expr:
@@ -519,7 +550,8 @@ def _steps(events: pl.DataFrame, gpu: pl.DataFrame, step_marker: str | None = No
     a step.
     """
     steps = (
-        events.filter(
+        events.lazy()
+        .filter(
             (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#")
         )
         .select(
@@ -531,6 +563,7 @@ def _steps(events: pl.DataFrame, gpu: pl.DataFrame, step_marker: str | None = No
         .drop_nulls("step")
         .unique("step", keep="first")
         .sort("start_ns")
+        .collect(engine=ENGINE)
     )
     if not steps.is_empty():
         return steps
@@ -582,21 +615,29 @@ def _marked_steps(events: pl.DataFrame, pattern: str) -> pl.DataFrame:
 def step_of(frame: pl.DataFrame, steps: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
     """Add ``step``: the step whose host range holds ``frame[at]``, else null.
 
-    A sorted search of the (few) step starts; the rows keep their order, so a wide frame is
-    never sorted or joined (each would be another copy of it).
+    A sorted search of the (few) step starts, on numpy arrays; the rows keep their order, so
+    a wide frame is never sorted or joined (each would be another copy of it).
     """
     if steps.is_empty():
         return frame.with_columns(pl.lit(None, pl.Int64).alias("step"))
-    marks = steps.sort("start_ns")
+    starts = steps.get_column("start_ns").to_numpy()
+    marks = steps if np.all(starts[1:] > starts[:-1]) else steps.sort("start_ns")
     times = frame.get_column(at)
-    known = times.is_not_null().to_numpy()
-    t = times.fill_null(0).to_numpy()
+    if times.null_count():
+        known = times.is_not_null().to_numpy()
+        t = times.fill_null(0).to_numpy()
+    else:  # (no query for what every row has)
+        known = np.ones(len(times), dtype=bool)
+        t = times.to_numpy()
     # the last step that starts at or before each time (-1: none)
     i = np.searchsorted(marks.get_column("start_ns").to_numpy(), t, side="right") - 1
     found = np.maximum(i, 0)
     inside = known & (i >= 0) & (t <= marks.get_column("end_ns").to_numpy()[found])
     step = pl.Series("step", marks.get_column("step").to_numpy()[found], dtype=pl.Int64)
-    return frame.with_columns(pl.when(pl.Series(inside)).then(step).alias("step"))
+    step = step.set(pl.Series(~inside), None)
+    if "step" in frame.columns:
+        return frame.with_columns(step)
+    return frame.hstack([step])
 
 
 def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -607,8 +648,9 @@ def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """
     is_module = (pl.col("cat") == "python_function") & pl.col("name").str.starts_with("nn.Module: ")
     narrow = host.select(
-        pl.col("event_id").alias("op_id"), "pid", "tid", "start_ns", "end_ns", "name", "cat"
-    ).with_columns(is_module.alias("is_module"))
+        pl.col("event_id").alias("op_id"), "pid", "tid", "start_ns", "end_ns", "name", "cat",
+        is_module.alias("is_module"),
+    )  # fmt: skip
     narrow = add_nesting(narrow)
     narrow = add_scope_path(
         narrow,
@@ -616,19 +658,27 @@ def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         label=pl.col("name").str.strip_prefix("nn.Module: "),
         out="module_path",
     )
-    narrow = step_of(narrow.drop("name", "cat"), steps).sort("op_id")
-    ops = host.rename({"event_id": "op_id"}).with_columns(
-        pl.when(narrow.get_column("is_module"))
-        .then(pl.lit("module"))
-        .otherwise(pl.col("cat").cast(pl.String))
-        .alias("kind"),
-        narrow.get_column("depth"),
-        narrow.get_column("parent_id"),
-        narrow.get_column("module_path"),
-        narrow.get_column("step"),
-        narrow.get_column("is_module"),
+    narrow = step_of(narrow, steps)
+    ids = narrow.get_column("op_id").to_numpy()
+    if not np.all(ids[1:] > ids[:-1]):
+        narrow = narrow.sort("op_id")
+    return (
+        host.lazy()
+        .rename({"event_id": "op_id"})
+        .with_columns(
+            pl.when(narrow.get_column("is_module"))
+            .then(pl.lit("module"))
+            .otherwise(pl.col("cat").cast(pl.String))
+            .alias("kind"),
+            narrow.get_column("depth"),
+            narrow.get_column("parent_id"),
+            narrow.get_column("module_path"),
+            narrow.get_column("step"),
+            narrow.get_column("is_module"),
+        )
+        .select(*OPS_COLUMNS, "is_module", "concrete_inputs")
+        .collect(engine=ENGINE)
     )
-    return ops.select(*OPS_COLUMNS, "is_module", "concrete_inputs")
 
 
 def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
@@ -645,30 +695,36 @@ def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
 def _kernels(gpu: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """GPU activity, each with the step of the runtime call that launched it."""
     launches = (
-        ops.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
+        ops.lazy()
+        .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
         .select("correlation", pl.col("step").alias("launch_step"))
         .drop_nulls("correlation")
         .unique("correlation", keep="first")
     )
-    gpu = step_of(gpu, steps).join(launches, on="correlation", how="left")
     kind = per_distinct(gpu, ["name", "cat"], kernel_kind(pl.col("name"), pl.col("cat")))
-    gpu = gpu.with_columns(kind.alias("kind"))
-    return gpu.select(
-        pl.col("event_id").alias("kernel_id"),
-        "device",
-        pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
-        "name",
-        "kind",
-        "start_ns",
-        "end_ns",
-        "dur_ns",
-        "correlation",
-        "external_id",
-        "bytes",
-        "grid",
-        "block",
-        pl.coalesce("launch_step", "step").alias("step"),
-    ).sort("kernel_id")
+    gpu = step_of(gpu, steps).hstack([kind.alias("kind")])
+    return (
+        gpu.lazy()
+        .join(launches, on="correlation", how="left", maintain_order="left")
+        .select(
+            pl.col("event_id").alias("kernel_id"),
+            "device",
+            pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
+            "name",
+            "kind",
+            "start_ns",
+            "end_ns",
+            "dur_ns",
+            "correlation",
+            "external_id",
+            "bytes",
+            "grid",
+            "block",
+            pl.coalesce("launch_step", "step").alias("step"),
+        )
+        .sort("kernel_id")
+        .collect(engine=ENGINE)
+    )
 
 
 def _steps_table(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -683,10 +739,12 @@ def _steps_table(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         )
     tokens = embedding_tokens(ops)
     return (
-        steps.join(tokens, on="step", how="left")
+        steps.lazy()
+        .join(tokens.lazy(), on="step", how="left")
         .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
         .select("step", "start_ns", "end_ns", "dur_ns", "tokens", "tokens_source", "marker")
         .sort("step")
+        .collect(engine=ENGINE)
     )
 
 
@@ -737,11 +795,10 @@ def _embedding_dims(dims: Any) -> bool:
 def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) -> pl.DataFrame:
     info = trace.distributedInfo or {}
     # one column at a time: filtering the whole frame would copy its strings (GBs for a big trace)
-    pids = ops.select(pl.col("pid").filter(pl.col("kind") == "cpu_op")).to_series()
-    pid = pids.mode().min() if len(pids) else None
-    devices = gpu.select(pl.col("device").filter(pl.col("cat") == "kernel")).to_series()
-    devices = devices.drop_nulls()
-    device = int(devices.mode().min()) if len(devices) else None
+    pid = ops.select(pl.col("pid").filter(pl.col("kind") == "cpu_op").mode().min()).item()
+    kernel_devices = pl.col("device").filter(pl.col("cat") == "kernel").drop_nulls()
+    device = gpu.select(kernel_devices.mode().min()).item()
+    device = int(device) if device is not None else None
     gpu_name = None
     for props in trace.deviceProperties or []:
         if isinstance(props, dict) and device is not None and props.get("id") == device:
@@ -771,10 +828,11 @@ def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) 
 
 
 def _with_rank(frame: pl.DataFrame, rank: int) -> pa.Table:
-    keep = [c for c in frame.columns if c not in ("rank",)]
+    keep = [frame.get_column(c) for c in frame.columns if c not in ("rank",)]
+    ranks = pl.Series("rank", np.full(frame.height, rank, dtype=np.int64))
     # Arrow's string views share Polars' buffers; the default export copies every string of
     # every table at once (the writer casts one table at a time instead)
-    framed = frame.select(pl.lit(rank, pl.Int64).alias("rank"), *keep)
+    framed = pl.DataFrame([ranks, *keep])  # (the columns as they are: no query)
     return framed.to_arrow(compat_level=pl.CompatLevel.newest())
 
 
