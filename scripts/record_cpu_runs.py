@@ -37,6 +37,9 @@ straggler_step
                    (long enough to outlast the other rank's forward and backward on a loaded
                    machine: the wait it causes starts only when that rank is done)
 tp4         4      tp over 4 ranks (one head each)
+fsdp4       4      fsdp over 4 ranks
+tp_fsdp     4      the TP of tp_dp (groups {0,1}, {2,3}) x FSDP2 over {0,2}, {1,3}: each rank's
+                   TP shard of the embedding, each block and the head a unit
 pp4         4      pp over 4 stages of a 4-layer model, one block each
 moe4        4      moe with one expert per rank (ep 4, the other parameters under DDP over 4)
 ==========  =====  ==========================================================================
@@ -88,7 +91,7 @@ SLOWED = {
 _STEP = [0]  # the step the worker is running (a slowed block reads it)
 
 RUNS = {"ddp": 2, "fsdp": 2, "tp": 2, "tp_dp": 4, "pp": 2, "moe": 2, "straggler": 2,
-        "straggler_step": 2, "tp4": 4, "pp4": 4, "moe4": 4}  # fmt: skip
+        "straggler_step": 2, "tp4": 4, "pp4": 4, "moe4": 4, "fsdp4": 4, "tp_fsdp": 4}  # fmt: skip
 #: Transformer layers of each run: LAYERS, but one per stage of pp4
 RUN_LAYERS = {"pp4": 4}
 
@@ -380,7 +383,7 @@ def _build(run: str, rank: int, world: int):
         model = DDP(TinyGPT(range(LAYERS), first=True, last=True, slow_rank=slow[0],
                             slow_layer=slow[1], slow_step=slow[2], sleep_s=slow[3]))  # fmt: skip
         return model, _dp_step(model, rank, dist.group.WORLD)
-    if run == "fsdp":
+    if run in ("fsdp", "fsdp4"):
         from torch.distributed.fsdp import fully_shard
 
         model = TinyGPT(range(LAYERS), first=True, last=True)
@@ -399,6 +402,8 @@ def _build(run: str, rank: int, world: int):
             model = DDP(model, process_group=dp_group)
             return model, _dp_step(model, rank // tp, dp_group)
         return model, _dp_step(model, 0, None)
+    if run == "tp_fsdp":
+        return _tp_fsdp(rank, world)
     if run in ("moe", "moe4"):
         model = TinyGPT(range(LAYERS), first=True, last=True, ep_group=dist.group.WORLD, ep=world)
         torch.manual_seed(1 + rank)  # each rank its own experts
@@ -416,6 +421,21 @@ def _build(run: str, rank: int, world: int):
         )
         return model, _pp_step(model, rank, world)
     raise ValueError(run)
+
+
+def _tp_fsdp(rank: int, world: int):
+    """TP over consecutive ranks, FSDP2 over the DP group of each TP rank; the step."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    tp_group, dp_group = _new_groups(rank, world, 2)
+    torch.manual_seed(rank % 2)  # each TP rank its own shard
+    model = TinyGPT(range(LAYERS), first=True, last=True, tp=2, tp_rank=rank % 2, tp_group=tp_group)
+    mesh = DeviceMesh.from_group(dp_group, "cpu")
+    for unit in (model.embed, *model.blocks, model.head):
+        fully_shard(unit, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, _dp_step(model, rank // 2, dp_group)
 
 
 def _dp_step(model, dp_rank: int, dp_group):
@@ -542,6 +562,8 @@ def job_yaml(run: str, micro: int = MICRO) -> str:
         "straggler": "dp: 2",
         "straggler_step": "dp: 2",
         "fsdp": "dp: 2, fsdp: true",
+        "fsdp4": "dp: 4, fsdp: true",
+        "tp_fsdp": "tp: 2, dp: 2, fsdp: true, order: tp-dp",
         "tp": "tp: 2",
         "tp_dp": "tp: 2, dp: 2, order: tp-dp",
         "pp": "pp: 2",

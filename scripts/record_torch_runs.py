@@ -19,6 +19,9 @@ pp_1f1b     2      ``torch.distributed.pipelining``: one block per stage (embedd
 ddp4        4      DistributedDataParallel over 4 ranks, one gradient bucket; no loss report
 fsdp1       2      FSDP1 ``FullyShardedDataParallel``, each block wrapped
                    (``ModuleWrapPolicy``), then the root (embedding and head); no loss report
+tp_dtensor4 4      tp_dtensor over 4 ranks (one head each)
+pp_1f1b4    4      pp_1f1b with 4 layers over 4 stages, one block each
+fsdp1_4     4      fsdp1 over 4 ranks
 infer_cpu   1      inference, no process group: greedy decoding of 4 tokens after a prompt of
                    2 x 16 under ``torch.no_grad``, each token in ``record_function("decode
                    <i>")``; profiled whole, without a schedule (so no ``ProfilerStep#N``),
@@ -72,7 +75,10 @@ from record_cpu_runs import (  # noqa: E402
     _gzip_file,
 )
 
-RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2, "infer_cpu": 1, "recsys_a2a": 2}
+RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2, "tp_dtensor4": 4, "pp_1f1b4": 4,
+        "fsdp1_4": 4, "infer_cpu": 1, "recsys_a2a": 2}  # fmt: skip
+#: Transformer layers of each run: LAYERS, but one per stage of pp_1f1b4
+RUN_LAYERS = {"pp_1f1b4": 4}
 PP_MICRO = 4  # micro-batches per step of pp_1f1b
 
 
@@ -115,7 +121,7 @@ def _tp_dtensor(rank: int, world: int):
 
 
 class _First(nn.Module):
-    """Stage 0: embedding and the first block."""
+    """Stage 0: embedding and its blocks."""
 
     def __init__(self, gpt: TinyGPT) -> None:
         super().__init__()
@@ -128,8 +134,21 @@ class _First(nn.Module):
         return x
 
 
+class _Middle(nn.Module):
+    """A stage between the first and the last: its blocks alone."""
+
+    def __init__(self, gpt: TinyGPT) -> None:
+        super().__init__()
+        self.blocks = gpt.blocks
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 class _Last(nn.Module):
-    """Stage 1: the second block, final LayerNorm and LM head (the loss is the schedule's)."""
+    """The last stage: its blocks, final LayerNorm and LM head (the loss is the schedule's)."""
 
     def __init__(self, gpt: TinyGPT) -> None:
         super().__init__()
@@ -145,15 +164,16 @@ def _loss(logits, target):
     return F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
 
 
-def _pp_1f1b(rank: int, world: int):
-    """torch.distributed.pipelining, one block per stage, Schedule1F1B; the step function."""
+def _pp_1f1b(rank: int, world: int, layers: int = LAYERS):
+    """torch.distributed.pipelining, ``layers // world`` blocks per stage, Schedule1F1B; the
+    step function."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     torch.manual_seed(0)
-    half = LAYERS // world
+    half = layers // world
     first, last = rank == 0, rank == world - 1
     gpt = TinyGPT(range(rank * half, rank * half + half), first=first, last=last)
-    module = _First(gpt) if first else _Last(gpt)
+    module = _First(gpt) if first else _Last(gpt) if last else _Middle(gpt)
     stage = PipelineStage(module, rank, world, torch.device("cpu"))
     sched = Schedule1F1B(stage, n_microbatches=PP_MICRO, loss_fn=_loss)
     opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
@@ -167,6 +187,8 @@ def _pp_1f1b(rank: int, world: int):
                 sched.step(ids)
             elif last:
                 sched.step(target=target)
+            else:
+                sched.step()
         with record_function("optimizer"):
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -192,6 +214,11 @@ def _fsdp1(rank: int, world: int):
     model = TinyGPT(range(LAYERS), first=True, last=True)
     model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=torch.device("cpu"))
     return _dp_step(model, rank, None)
+
+
+def _pp_1f1b4(rank: int, world: int):
+    """pp_1f1b over 4 stages of a 4-layer model; the step function."""
+    return _pp_1f1b(rank, world, RUN_LAYERS["pp_1f1b4"])
 
 
 # ------------------------------------------------------------- recommendation model (a2a)
@@ -248,13 +275,9 @@ def _recsys_a2a(rank: int, world: int):
     return step
 
 
-_BUILD = {
-    "tp_dtensor": _tp_dtensor,
-    "pp_1f1b": _pp_1f1b,
-    "ddp4": _ddp4,
-    "fsdp1": _fsdp1,
-    "recsys_a2a": _recsys_a2a,
-}
+_BUILD = {"tp_dtensor": _tp_dtensor, "pp_1f1b": _pp_1f1b, "ddp4": _ddp4, "fsdp1": _fsdp1,
+          "tp_dtensor4": _tp_dtensor, "pp_1f1b4": _pp_1f1b4, "fsdp1_4": _fsdp1,
+          "recsys_a2a": _recsys_a2a}  # fmt: skip
 #: Runs recorded without ``with_modules`` (as the public DLRM traces are)
 NO_MODULES = {"recsys_a2a"}
 #: Runs with no job.yaml (a model tokenwire's analytic model does not describe)
@@ -296,13 +319,17 @@ def job_yaml(run: str) -> str:
         "pp_1f1b": ("pp: 2", PP_MICRO),
         "ddp4": ("dp: 4", 1),
         "fsdp1": ("dp: 2, fsdp: true", 1),
+        "tp_dtensor4": ("tp: 4", 1),
+        "pp_1f1b4": ("pp: 4", PP_MICRO),
+        "fsdp1_4": ("dp: 4, fsdp: true", 1),
     }[run]
     # (Q, K, V are separate projections; FSDP1's root unit holds the embedding and head)
-    extra = {"tp_dtensor": ", separate_qkv: true", "fsdp1": ", fsdp_root_unit: true"}
+    extra = dict.fromkeys(("tp_dtensor", "tp_dtensor4"), ", separate_qkv: true")
+    extra.update(dict.fromkeys(("fsdp1", "fsdp1_4"), ", fsdp_root_unit: true"))
     return (
         f"# {run}: recorded by scripts/record_torch_runs.py ({RUNS[run]} ranks, gloo, CPU)\n"
-        f"model: {{layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, ffn_hidden: {FFN}, "
-        f"vocab: {VOCAB}, seq_len: {SEQ}}}\n"
+        f"model: {{layers: {RUN_LAYERS.get(run, LAYERS)}, hidden: {HIDDEN}, heads: {HEADS}, "
+        f"ffn_hidden: {FFN}, vocab: {VOCAB}, seq_len: {SEQ}}}\n"
         f"parallel: {{{par}, world_size: {RUNS[run]}}}\n"
         f"batch: {{micro_batch: {MICRO}, grad_accum: {accum}}}\n"
         "dtypes: {params: fp32, activations: fp32, grad_reduce: fp32}\n"

@@ -396,90 +396,27 @@ def _group(
 ) -> GroupReport:
     have = set(dumped)
     expected = [r for r in members if r in have]
-    missing_dump = [r for r in members if r not in have]
     bounds = mine.group_by("rank").agg(
         lo=pl.col("seq").min(),
         hi=pl.col("seq").max(),
         done=pl.col("seq").filter(pl.col("progress") == _PROGRESS["completed"]).max(),
     )
     lo = bounds.filter(pl.col("rank").is_in(expected))["lo"].max()
-    hi = mine["seq"].max()
-    ranks_df = pl.DataFrame({"rank": expected}, schema={"rank": pl.Int64})
-    # the sequence ids some rank has from lo on, not every id from lo to hi: ids are any int64
-    # (one entry at 10**18 must not make a grid of 10**18 rows); an id no rank has is no finding
-    seqs = (
-        mine.select("seq").filter(pl.col("seq") >= lo).unique().sort("seq")
-        if lo is not None
-        else pl.DataFrame(schema={"seq": pl.Int64})
-    )
-    grid = seqs.join(ranks_df, how="cross").join(mine, on=["seq", "rank"], how="left")
-    present = pl.col("op_sig").is_not_null()
-    per_seq = (
-        grid.group_by("seq")
-        .agg(
-            n_present=present.sum(),
-            n_completed=(pl.col("progress") == _PROGRESS["completed"]).sum(),
-            n_op=pl.col("op_sig").drop_nulls().n_unique(),
-            n_count=pl.col("count_sig").drop_nulls().n_unique(),
-            n_out=pl.col("out_sig").drop_nulls().n_unique(),
-            n_dtype=pl.col("dtype_sig").drop_nulls().n_unique(),
-            all_a2a=(pl.col("op_sig") == "all_to_all").all(),
-            in_total=pl.col("count_total").sum(),
-            out_total=pl.col("out_total").sum(),
-            op=pl.col("op_names").sort_by("rank").drop_nulls().first(),
-        )
-        .with_columns(
-            a2a_unbalanced=pl.col("all_a2a")
-            & (pl.col("n_present") == len(expected))
-            & (pl.col("in_total") != pl.col("out_total"))
-        )
-        .sort("seq")
-    )
-    n = len(expected)
-    mismatch_any = pl.any_horizontal(
-        [pl.col(c) > 1 for c in ("n_op", "n_count", "n_out", "n_dtype")]
-    ) | pl.col("a2a_unbalanced")
-    state_split = (pl.col("n_completed") > 0) & (pl.col("n_completed") < pl.col("n_present"))
-    disagree = per_seq.filter((pl.col("n_present") < n) | mismatch_any | state_split)
-    all_done = per_seq.filter(pl.col("n_completed") == n)
-    unfinished = per_seq.filter(pl.col("n_completed") < n)
-    first_disagreement = disagree["seq"].min() if disagree.height else None
-    last_done = all_done["seq"].max() if all_done.height else None
-    focus = unfinished["seq"].min() if unfinished.height else first_disagreement
+    grid = _grid(mine, expected, lo)
+    per_seq = _per_seq(grid, len(expected))
+    first_disagreement, last_done, focus = _landmarks(per_seq, len(expected))
     mismatches, more = _mismatches(grid, per_seq)
-
-    never: list[int] = []
-    stuck: list[RankState] = []
-    completed_at: list[int] = []
-    focus_op = None
-    if focus is not None:
-        at = grid.filter(pl.col("seq") == focus).sort("rank")
-        focus_op = per_seq.filter(pl.col("seq") == focus)["op"].first()
-        for r in at.iter_rows(named=True):
-            if r["op_sig"] is None:
-                never.append(r["rank"])
-            elif r["progress"] == _PROGRESS["completed"]:
-                completed_at.append(r["rank"])
-            else:
-                stuck.append(
-                    RankState(
-                        r["rank"], _STATUS[r["progress"]], r["state"], r["retired"], r["op_names"]
-                    )
-                )
-    last_completed = dict.fromkeys(expected)
-    last_entered = dict.fromkeys(expected)
-    for r, entered, completed in bounds.select("rank", "hi", "done").iter_rows():
-        if r in last_entered:
-            last_entered[r], last_completed[r] = entered, completed
+    focus_op, never, stuck, completed_at = _at_focus(grid, per_seq, focus)
+    last_entered, last_completed = _last_seqs(bounds, expected)
     return GroupReport(
         comm=comm,
         pg_name=name,
         pg_desc=desc,
         ranks=members,
         membership=membership,
-        ranks_without_dump=missing_dump,
+        ranks_without_dump=[r for r in members if r not in have],
         seq_first=lo,
-        seq_last=hi,
+        seq_last=mine["seq"].max(),
         last_completed_by_all=last_done,
         last_completed_op=(
             per_seq.filter(pl.col("seq") == last_done)["op"].first()
@@ -497,6 +434,99 @@ def _group(
         mismatches=mismatches,
         more_mismatches=more,
     )
+
+
+def _grid(mine: pl.DataFrame, expected: list[int], lo: int | None) -> pl.DataFrame:
+    """Every expected rank's entry (or nulls) at each sequence id from ``lo`` on."""
+    ranks_df = pl.DataFrame({"rank": expected}, schema={"rank": pl.Int64})
+    # the sequence ids some rank has from lo on, not every id from lo to hi: ids are any int64
+    # (one entry at 10**18 must not make a grid of 10**18 rows); an id no rank has is no finding
+    seqs = (
+        mine.select("seq").filter(pl.col("seq") >= lo).unique().sort("seq")
+        if lo is not None
+        else pl.DataFrame(schema={"seq": pl.Int64})
+    )
+    return seqs.join(ranks_df, how="cross").join(mine, on=["seq", "rank"], how="left")
+
+
+def _per_seq(grid: pl.DataFrame, n: int) -> pl.DataFrame:
+    """Per sequence id: how many of the ``n`` ranks have it and completed it, how many
+    signatures each field has, and whether an all-to-all's totals disagree."""
+    present = pl.col("op_sig").is_not_null()
+    return (
+        grid.group_by("seq")
+        .agg(
+            n_present=present.sum(),
+            n_completed=(pl.col("progress") == _PROGRESS["completed"]).sum(),
+            n_op=pl.col("op_sig").drop_nulls().n_unique(),
+            n_count=pl.col("count_sig").drop_nulls().n_unique(),
+            n_out=pl.col("out_sig").drop_nulls().n_unique(),
+            n_dtype=pl.col("dtype_sig").drop_nulls().n_unique(),
+            all_a2a=(pl.col("op_sig") == "all_to_all").all(),
+            in_total=pl.col("count_total").sum(),
+            out_total=pl.col("out_total").sum(),
+            op=pl.col("op_names").sort_by("rank").drop_nulls().first(),
+        )
+        .with_columns(
+            a2a_unbalanced=pl.col("all_a2a")
+            & (pl.col("n_present") == n)
+            & (pl.col("in_total") != pl.col("out_total"))
+        )
+        .sort("seq")
+    )
+
+
+def _landmarks(per_seq: pl.DataFrame, n: int) -> tuple[int | None, int | None, int | None]:
+    """(first sequence id the ``n`` ranks disagree on, last all completed, the focus: first
+    not all completed, else the first disagreement)."""
+    mismatch_any = pl.any_horizontal(
+        [pl.col(c) > 1 for c in ("n_op", "n_count", "n_out", "n_dtype")]
+    ) | pl.col("a2a_unbalanced")
+    state_split = (pl.col("n_completed") > 0) & (pl.col("n_completed") < pl.col("n_present"))
+    disagree = per_seq.filter((pl.col("n_present") < n) | mismatch_any | state_split)
+    all_done = per_seq.filter(pl.col("n_completed") == n)
+    unfinished = per_seq.filter(pl.col("n_completed") < n)
+    first_disagreement = disagree["seq"].min() if disagree.height else None
+    last_done = all_done["seq"].max() if all_done.height else None
+    focus = unfinished["seq"].min() if unfinished.height else first_disagreement
+    return first_disagreement, last_done, focus
+
+
+def _at_focus(
+    grid: pl.DataFrame, per_seq: pl.DataFrame, focus: int | None
+) -> tuple[str | None, list[int], list[RankState], list[int]]:
+    """(op at the focus, ranks that never entered it, ranks stuck in it, ranks done with it)."""
+    never: list[int] = []
+    stuck: list[RankState] = []
+    completed_at: list[int] = []
+    if focus is None:
+        return None, never, stuck, completed_at
+    at = grid.filter(pl.col("seq") == focus).sort("rank")
+    focus_op = per_seq.filter(pl.col("seq") == focus)["op"].first()
+    for r in at.iter_rows(named=True):
+        if r["op_sig"] is None:
+            never.append(r["rank"])
+        elif r["progress"] == _PROGRESS["completed"]:
+            completed_at.append(r["rank"])
+        else:
+            stuck.append(
+                RankState(
+                    r["rank"], _STATUS[r["progress"]], r["state"], r["retired"], r["op_names"]
+                )
+            )
+    return focus_op, never, stuck, completed_at
+
+
+def _last_seqs(
+    bounds: pl.DataFrame, expected: list[int]
+) -> tuple[dict[int, int | None], dict[int, int | None]]:
+    """(last sequence id each expected rank entered, last it completed)."""
+    last_completed = dict.fromkeys(expected)
+    last_entered = dict.fromkeys(expected)
+    for r, entered, completed in bounds.select("rank", "hi", "done").iter_rows():
+        if r in last_entered:
+            last_entered[r], last_completed[r] = entered, completed
+    return last_entered, last_completed
 
 
 def _p2p_issues(coll: pl.DataFrame, dumped: set[int]) -> list[P2PIssue]:

@@ -1,4 +1,5 @@
-"""The field's vocabulary, normalized once at ingest: collective op names and element types.
+"""The field's vocabulary: collective op names, element types and sizes, the bus-bandwidth
+factor, the parallel dimensions.
 
 Every source spells these its own way (``ncclKernel_AllReduce_...``, ``c10d::allreduce_``,
 ``Collective name: _allgather_base``, ``gloo:all_to_all``; ``BFloat16``, ``c10::Half``,
@@ -30,6 +31,60 @@ _OP_PATTERNS: list[tuple[str, str]] = [
     ("dispatch", "all_to_all"),
     ("combine", "all_to_all"),
 ]
+
+#: The parallel dimensions, in the order tables show them: tensor, context, expert,
+#: pipeline, data.
+DIMS: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
+#: The dimensions whose degrees multiply to the world size (the experts' ranks are the data x
+#: context ranks).
+WORLD_DIMS: tuple[str, ...] = tuple(d for d in DIMS if d != "ep")
+
+#: Names sources write whole -> op: looked up exactly (case and underscores as written), where
+#: :data:`_OP_PATTERNS` reads names that hold an op inside a longer one.
+OP_NAMES: dict[str, str] = {
+    # NCCL's function names (ncclFuncToString, src/collectives.cc): the ``<Func>: opCount``
+    # INFO lines and the kernel symbols (``ncclDevKernel_<Func>_...``). SendRecv, the kernel
+    # of both sides of a send/recv, is neither and stays unknown.
+    "AllReduce": "all_reduce",
+    "Broadcast": "broadcast",
+    "Reduce": "reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "Send": "send",
+    "Recv": "recv",
+    "AlltoAll": "all_to_all",
+    "Gather": "gather",
+    "Scatter": "scatter",
+    # NCCL's API (nccl.h), the names of its NVTX ranges; ncclBcast is the in-place broadcast
+    "ncclAllReduce": "all_reduce",
+    "ncclBroadcast": "broadcast",
+    "ncclBcast": "broadcast",
+    "ncclReduce": "reduce",
+    "ncclAllGather": "all_gather",
+    "ncclReduceScatter": "reduce_scatter",
+    "ncclSend": "send",
+    "ncclRecv": "recv",
+    "ncclAlltoAll": "all_to_all",
+    "ncclGather": "gather",
+    "ncclScatter": "scatter",
+    # nccl-tests' binaries (``<name>_perf``); sendrecv sends to one peer and receives from
+    # another in one call, hypercube is a test of its own
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "send_recv",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
+    # PyTorch c10d profiling names (ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp) the patterns
+    # would read otherwise: the barrier runs as an all-reduce of one element; gloo's receive
+    # from any rank names no source, so it is no recv a send pairs with
+    "all_reduce_barrier": "barrier",
+    "recvAnySource": "unknown",
+}
 
 #: Bytes per element of every dtype name the dataset holds: the one table of element sizes
 #: (the parsers map their spellings to these names; sizes are looked up here).
@@ -93,6 +148,21 @@ def op_expr(name: pl.Expr) -> pl.Expr:
     return expr.otherwise(pl.lit("unknown"))
 
 
+def op_name_expr(name: pl.Expr, default: str | None = "unknown") -> pl.Expr:
+    """The dataset's op for a name a source writes whole (:data:`OP_NAMES`); ``default`` for
+    any other name."""
+    return name.replace_strict(OP_NAMES, default=default, return_dtype=pl.String)
+
+
+def op_of(name: str) -> str:
+    """The dataset's op for one name: :data:`OP_NAMES` if it is one of them, else the first of
+    :data:`_OP_PATTERNS` it holds (what :func:`op_expr` gives), else ``unknown``."""
+    if name in OP_NAMES:
+        return OP_NAMES[name]
+    key = name.lower().replace("_", "")
+    return next((op for pattern, op in _OP_PATTERNS if pattern in key), "unknown")
+
+
 def dtype_expr(name: pl.Expr) -> pl.Expr:
     """The dataset's dtype name; unknown spellings are kept as written."""
     key = name.str.to_lowercase().str.strip_chars()
@@ -104,6 +174,34 @@ def dtype_size_expr(dtype: pl.Expr) -> pl.Expr:
     """Bytes per element of a dataset dtype name, null when unknown."""
     sizes = {canon: size for canon, size in DTYPES.values()}
     return dtype.replace_strict(sizes, default=None, return_dtype=pl.Int64)
+
+
+#: Ops of which each of n ranks moves (n - 1)/n of the message over the bus.
+_SHARE_OPS = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of ``op`` on ``n`` ranks (nccl-tests
+    doc/PERFORMANCE.md: busbw = algbw x factor): all_reduce 2(n - 1)/n; all_gather,
+    reduce_scatter, all_to_all (n - 1)/n; others 1. It is also what a ring sends from each
+    rank per byte of message. The dataset's views have it as the SQL macro ``bus_factor``
+    (``pipeline/dataset/sources.sql``), tested equal to this."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in _SHARE_OPS:
+        return (n - 1) / n
+    return 1.0
+
+
+def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """:func:`bus_factor` of columns (``n`` as a float)."""
+    return (
+        pl.when(op == "all_reduce")
+        .then(2 * (n - 1) / n)
+        .when(op.is_in(_SHARE_OPS))
+        .then((n - 1) / n)
+        .otherwise(1.0)
+    )
 
 
 def message_bytes_expr(

@@ -43,9 +43,18 @@ SELECT * FROM (
     WHERE o.source <> 'kineto' AND o.comm NOT LIKE 'pg:%' AND len(k.ranks) = k.nranks)
 QUALIFY count(*) OVER (PARTITION BY job, source, comm) = 1;
 
+-- The op a flight recorder records for a profiler call: its own, except a reduce-scatter
+-- that gloo ran as an all-reduce of the whole input (the profiler's work range is
+-- gloo:all_reduce; PyTorch's ProcessGroupGloo::_reduce_scatter_base enqueues that work and
+-- the recorder names it gloo:all_reduce, with the same input size).
+CREATE MACRO _recorded_op(op, op_name) AS
+    CASE WHEN op = 'reduce_scatter' AND op_name = 'gloo:all_reduce' THEN 'all_reduce'
+         ELSE op END;
+
 -- (only ranks another source also recorded: nothing else can match)
 CREATE TEMP TABLE _primary_calls AS
-SELECT job, rank, file_id, collective_id, comm, op, bytes, dtype, seq, enqueue_ns,
+SELECT job, rank, file_id, collective_id, comm, op, _recorded_op(op, op_name) AS recorded_op,
+       bytes, dtype, seq, enqueue_ns,
        row_number() OVER (PARTITION BY job, rank, comm, op ORDER BY seq, enqueue_ns,
                           collective_id) - 1 AS k
 FROM collectives
@@ -82,7 +91,7 @@ WITH primary_calls AS (
            s.bytes, s.dtype
     FROM secondary_calls s
     JOIN primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.comm = s.primary_comm
-        AND p.op = s.op AND p.bucket = s.bucket
+        AND p.recorded_op = s.op AND p.bucket = s.bucket
         AND p.enqueue_ns BETWEEN s.enqueue_ns - 50000000 AND s.enqueue_ns + 50000000
 )
 SELECT * EXCLUDE (gap), 'time' AS method
@@ -99,8 +108,8 @@ QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_i
 -- takes: the same call of two groups is then two instances, not one.
 CREATE TEMP TABLE _commless_matches AS
 WITH primary_calls AS (
-    SELECT job, rank, file_id, collective_id, op, bytes, enqueue_ns,
-           _bucket_50ms(enqueue_ns) AS bucket
+    SELECT job, rank, file_id, collective_id, _recorded_op(op, op_name) AS recorded_op, bytes,
+           enqueue_ns, _bucket_50ms(enqueue_ns) AS bucket
     FROM collectives
     WHERE source = 'kineto' AND comm IS NULL AND enqueue_ns IS NOT NULL
 ), secondary_calls AS (
@@ -117,7 +126,7 @@ WITH primary_calls AS (
                AS sizes_agree,
            s.bytes, s.dtype
     FROM secondary_calls s
-    JOIN primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.op = s.op
+    JOIN primary_calls p ON p.job = s.job AND p.rank = s.rank AND p.recorded_op = s.op
         AND p.bucket = s.bucket
         AND p.enqueue_ns BETWEEN s.enqueue_ns - 50000000 AND s.enqueue_ns + 50000000
     -- (without a group to tell them apart, calls of other sizes are other calls)

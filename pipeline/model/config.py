@@ -20,10 +20,18 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, one_line, shown
+from pipeline.ingest.vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
 from pipeline.model.presets import PRESETS, preset
 
-#: Bytes per element of each dtype name (fp8 scales are not counted).
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: job.yaml's dtype names -> the dataset's (fp8: E4M3, as Transformer Engine's forward pass).
+JOB_DTYPES: dict[str, str] = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp8": "float8_e4m3",
+}
+#: Bytes per element of each job.yaml dtype name (vocab.DTYPE_SIZES; fp8 scales not counted).
+DTYPE_BYTES: dict[str, int] = {name: DTYPE_SIZES[dtype] for name, dtype in JOB_DTYPES.items()}
 
 #: Megatron's default rank order (``--rank-order``-free default in ``parallel_state``).
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
@@ -85,7 +93,7 @@ _MLP = ("gelu", "swiglu")
 _NORM = ("layernorm", "rmsnorm")
 _POSITION = ("learned", "rope")
 _ALGORITHMS = ("ring", "tree", "nvls")
-_ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
+_ORDER_DIMS = tuple(DEFAULT_ORDER.split("-"))
 
 
 @dataclass(frozen=True)
@@ -689,11 +697,8 @@ def _parallel(raw: Any) -> tuple[Parallel, int | None]:
             f"parallel: must be a mapping with keys {', '.join(_PARALLEL_KEYS)}, got {shown(raw)}"
         )
     _check_keys(raw, _PARALLEL_KEYS, "parallel.")
-    ints = {
-        k: _pos_int(_opt(raw, k, 1), f"parallel.{k}", MAX_RANKS)
-        for k in ("tp", "pp", "dp", "cp", "ep")
-    }
-    world_product = ints["tp"] * ints["pp"] * ints["dp"] * ints["cp"]
+    ints = {k: _pos_int(_opt(raw, k, 1), f"parallel.{k}", MAX_RANKS) for k in DIMS}
+    world_product = math.prod(ints[d] for d in WORLD_DIMS)
     if world_product > MAX_RANKS:
         raise ConfigError(
             f"parallel: tp*pp*dp*cp = {world_product:,} ranks, more than the {MAX_RANKS:,} "

@@ -27,13 +27,13 @@ import pyarrow as pa
 from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import ConfigError
 from pipeline.gcpause import gc_paused
+from pipeline.ingest.vocab import DIMS
 from pipeline.model import params as P
 from pipeline.model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
 from pipeline.model.timing import call_time
 from pipeline.model.traffic import ep_a2a_message, node_split, wire_bytes
 
-#: Display and sort order of parallel dimensions and phases.
-DIMS = ("tp", "cp", "ep", "pp", "dp")
+#: Display and sort order of phases (of dimensions: vocab.DIMS).
 PHASES = ("forward", "backward", "optimizer", "other")
 
 #: Bytes of the loss-reporting all-reduce: loss sum and token count in fp32 (Megatron-LM).

@@ -28,6 +28,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.ingest.vocab import bus_factor_expr
 from pipeline.model.config import Job, Network
 
 #: nccl-tests' ops the fit can use, in the model's op names.
@@ -72,7 +73,7 @@ def fit(table: pl.DataFrame, source: str = "") -> list[Fitted]:
     fewer than 2 sizes are left out.
     """
     n = pl.col("nranks").cast(pl.Float64)
-    factor = pl.when(pl.col("op") == "all_reduce").then(2 * (n - 1) / n).otherwise((n - 1) / n)
+    factor = bus_factor_expr(pl.col("op"), n)
     w, t, q = pl.col("w"), pl.col("time_us"), pl.col("q")
     sums = (
         table.filter(

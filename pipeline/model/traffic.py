@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from pipeline.ingest.vocab import bus_factor
+
 #: Collective ops the model emits (the project's ``op`` vocabulary).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "broadcast")
 
@@ -39,12 +41,8 @@ def wire_bytes(
             return message / n
         if op == "reduce_scatter":
             return float(message)
-    if op == "all_reduce":
-        return 2 * (n - 1) / n * message
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n * message
-    if op in ("send", "broadcast"):
-        return float(message)
+    if op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "broadcast"):
+        return bus_factor(op, n) * message
     if op == "recv":
         return 0.0
     raise ValueError(f"unknown op {op!r}")

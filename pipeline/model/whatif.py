@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, DatasetError
+from pipeline.ingest.vocab import WORLD_DIMS
 from pipeline.model.compute import step_flops
 from pipeline.model.config import Job, build_job
 from pipeline.model.predict import _peer, predict_ranks
@@ -151,10 +152,10 @@ def target(config: str | Path, overrides: dict[str, Any], second: str | Path | N
     if second is not None:
         return build_job(second, overrides)
     base = build_job(config, {})
-    keys = {f"parallel.{d}": getattr(base.parallel, d) for d in ("tp", "pp", "dp", "cp")}
+    keys = {f"parallel.{d}": getattr(base.parallel, d) for d in WORLD_DIMS}
     keys |= {k: v for k, v in overrides.items() if v is not None}
     world = 1
-    for d in ("tp", "pp", "dp", "cp"):
+    for d in WORLD_DIMS:
         world *= keys[f"parallel.{d}"]
     return build_job(config, keys | {"parallel.world_size": world})
 

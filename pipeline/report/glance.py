@@ -5,6 +5,7 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
+from pipeline.ingest.vocab import DIMS
 from pipeline.model.predict import layout_summary, model_summary
 from pipeline.report import fmt
 from pipeline.report.context import Context
@@ -57,7 +58,7 @@ def _job_facts(ctx: Context) -> list[tuple[str, object]]:
     """What the job.yaml says: model, layout, batch, dtypes."""
     job = ctx.config
     m, lay = model_summary(job), layout_summary(job)
-    dims = ", ".join(f"{d}={lay[d]}" for d in ("tp", "pp", "dp", "cp", "ep") if lay[d] > 1)
+    dims = ", ".join(f"{d}={lay[d]}" for d in DIMS if lay[d] > 1)
     return [
         ("job.yaml", str(ctx.config_path) if ctx.config_path else "given"),
         (

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.gcpause import gc_paused
+from pipeline.ingest.vocab import DTYPE_SIZES, bus_factor
 from pipeline.synth.kineto import Event, KinetoTrace, render_trace
 
 COMPUTE_STREAM = 7
@@ -35,9 +36,9 @@ BASE_TIME_NS = 1764547200000000000  # 2025-12-01T00:00:00Z, Kineto rounds it to 
 TRACE_START_US = 2_315_420_000_000  # first ``ts``: Kineto ts are large µs offsets
 
 DTYPE = {  # torch dtype -> (record_param_comms dtype, Input type, bytes, NCCL kernel type)
-    "bf16": ("BFloat16", "c10::BFloat16", 2, "bf16"),
-    "fp32": ("Float", "float", 4, "f32"),
-    "int32": ("Int", "int", 4, "u32"),  # NCCL runs signed sums in the unsigned kernel
+    "bf16": ("BFloat16", "c10::BFloat16", DTYPE_SIZES["bfloat16"], "bf16"),
+    "fp32": ("Float", "float", DTYPE_SIZES["float32"], "f32"),
+    "int32": ("Int", "int", DTYPE_SIZES["int32"], "u32"),  # NCCL sums ints in the u32 kernel
 }
 
 
@@ -226,11 +227,12 @@ class CommRequest:
 def comm_duration_ns(op: str, nbytes: int, n: int, key: tuple[Any, ...]) -> int:
     """Alpha-beta time of one NCCL kernel on NVLink (H100-like), with a little fixed jitter."""
     if op == "all_reduce":
-        alpha, wire = 7_000 + 1_500 * (n - 1), 2 * (n - 1) / n * nbytes
+        alpha = 7_000 + 1_500 * (n - 1)
     elif op == "broadcast":
-        alpha, wire = 6_000 + 1_000 * (n - 1), nbytes
+        alpha = 6_000 + 1_000 * (n - 1)
     else:  # send / recv
-        alpha, wire = 5_500, nbytes
+        alpha = 5_500
+    wire = bus_factor(op, n) * nbytes
     busbw = 280e9 * nbytes / (nbytes + 512 * 1024)  # small messages reach less bandwidth
     jitter = zlib.crc32(repr(key).encode()) % 900
     return int(alpha + wire / busbw * 1e9) + jitter
@@ -571,79 +573,14 @@ class Rank:
         ``peer`` (group-local) makes it a send (op ``send``) or recv (op ``recv``).
         """
         g = self.group[dim]
-        n = len(g.ranks)
         nelems = 1
         for d in dims:
             nelems *= d
-        rpc_dtype, input_type, size, _ = DTYPE[dtype]
-        local_rank = g.ranks.index(self.rank)
+        call = _c10d_call(op, g.ranks.index(self.rank), peer, root)
         stream = self.stream_of[dim]
-        if op == "all_reduce":
-            c10d, coll, title = "c10d::allreduce_", "allreduce", "nccl:all_reduce"
-            concrete = ["", "", "", "", "False", "-1"]
-            c10d_types = ["TensorList", "", "", "", "Scalar", "Scalar"]
-            rank_arg = local_rank
-        elif op == "broadcast":
-            c10d, coll, title = "c10d::broadcast_", "broadcast", "nccl:broadcast"
-            concrete = ["", "", str(root), "0", "False", "-1"]
-            c10d_types = ["TensorList", "", "Scalar", "Scalar", "Scalar", "Scalar"]
-            rank_arg = root
-        elif op == "send":
-            c10d, coll = "c10d::send", "send"
-            title = f"nccl:send {local_rank}->{peer}"
-            concrete, c10d_types = ["", "", str(peer), "0"], ["TensorList", "", "Scalar", "Scalar"]
-            rank_arg = peer
-        else:
-            c10d, coll = "c10d::recv_", "recv"
-            title = f"nccl:recv {local_rank}<-{peer}"
-            concrete, c10d_types = ["", "", str(peer), "0"], ["TensorList", "", "Scalar", "Scalar"]
-            rank_arg = peer
-        c10d_args = {
-            "Concrete Inputs": concrete,
-            "Input type": c10d_types,
-            "Input Strides": [[_strides(dims)]] + [[] for _ in concrete[1:]],
-            "Input Dims": [[dims]] + [[] for _ in concrete[1:]],
-        }
-        meta = {
-            "Collective name": coll,
-            "In msg nelems": nelems,
-            "Out msg nelems": nelems,
-            "Group size": n,
-            "dtype": rpc_dtype,
-            "In split size": "[]",
-            "Out split size": "[]",
-            "Process Group Name": g.name,
-            "Process Group Description": g.desc,
-            "Process Group Ranks": "[" + ", ".join(map(str, g.ranks)) + "]",
-        }
-        rpc_args = {
-            "Collective name": coll,
-            "Process Group Description": g.desc,
-            "dtype": rpc_dtype,
-            "Rank": rank_arg,
-            "Input Strides": [_strides(dims)],
-            "Concrete Inputs": [""],
-            "Out msg nelems": nelems,
-            "Process Group Name": g.name,
-            "Input type": [input_type],
-            "Global rank stride": g.stride,
-            "Out split size": "[]",
-            "In split size": "[]",
-            "Process Group Ranks": meta["Process Group Ranks"],
-            "Group size": n,
-            "Input Dims": [dims],
-            "Global rank start": g.ranks[0],
-            "In msg nelems": nelems,
-        }
-        if peer is None:
-            participants, key_group = n, g.name
-        else:
-            participants = 2
-            lo, hi = sorted((self.rank, g.ranks[peer]))
-            key_group = f"p2p:{lo}:{hi}"
-        seq = self.seq.get(key_group, 0)
-        self.seq[key_group] = seq + 1
-        with self.op(c10d, c10d_args, cost=14_000):
+        participants, key = self._comm_key(g, peer)
+        with self.op(call.c10d, _c10d_args(call, dims), cost=14_000):
+            rpc_args = _record_param_comms_args(g, call, dtype, dims, nelems)
             with self.op("record_param_comms", rpc_args, cost=10_000) as rpc_ext:
                 self.trace.runtime_call("cudaEventRecord", self.tid, self.cpu_ns, 1_800, rpc_ext)
                 self.cpu(2_500)
@@ -651,50 +588,155 @@ class Rank:
                     "cudaStreamWaitEvent", self.tid, self.cpu_ns, 1_200, rpc_ext
                 )
                 self.cpu(2_000)
-                with self.op(title, cat="user_annotation", cost=4_000) as ann_ext:
-                    call = int(16_000 * (0.9 + 0.2 * self.rng.random()))
+                with self.op(call.title, cat="user_annotation", cost=4_000) as ann_ext:
+                    launch = int(16_000 * (0.9 + 0.2 * self.rng.random()))
                     arrival = max(
-                        self.cpu_ns + call - 2_000,
+                        self.cpu_ns + launch - 2_000,
                         self.streams[stream] + 1_000,
                         self.streams[COMPUTE_STREAM] + 1_500,
                     )
                     end = yield CommRequest(
-                        key=(key_group, seq, key_extra),
+                        key=(*key, key_extra),
                         participants=participants,
                         arrival_ns=arrival,
                         op=op,
-                        nbytes=nelems * size,
-                        group_size=n,
+                        nbytes=nelems * DTYPE[dtype][2],
+                        group_size=len(g.ranks),
                     )
-                    kind = "nccl" if peer is None else "nccl_p2p"
-                    grid, block, regs, smem = LAUNCH[kind]
-                    self.trace.launch_kernel(
-                        api="cuLaunchKernelEx",
-                        tid=self.tid,
-                        call_ts=self.cpu_ns,
-                        call_dur=call,
-                        external_id=rpc_ext,
-                        kernel=nccl_kernel_name(op, dtype),
-                        stream=stream,
-                        start=arrival,
-                        dur=end - arrival,
-                        grid=grid,
-                        block=block,
-                        regs=regs,
-                        smem=smem,
-                        extra=meta,
-                    )
-                    self.trace.gpu_annotation(
-                        title, stream, arrival - 1_000, end - arrival + 1_500, ann_ext
-                    )
-                    self.calls.append(
-                        CommCall(g, op, dtype, nelems, peer, root, stream, arrival, end)
-                    )
-                    self.cpu_ns += call + 1_000
+                    comm = CommCall(g, op, dtype, nelems, peer, root, stream, arrival, end)
+                    self._launch_comm(comm, call.title, launch, (rpc_ext, ann_ext), rpc_args)
                 self.streams[stream] = end
         if blocking:
             self.streams[COMPUTE_STREAM] = max(self.streams[COMPUTE_STREAM], end + 1_200)
         return end
+
+    def _comm_key(self, g: Group, peer: int | None) -> tuple[int, tuple[str, int]]:
+        """(participants, (group key, sequence number)) of this rank's next call on ``g``,
+        identical on every participant; send/recv pairs count per pair of ranks."""
+        if peer is None:
+            participants, key_group = len(g.ranks), g.name
+        else:
+            participants = 2
+            lo, hi = sorted((self.rank, g.ranks[peer]))
+            key_group = f"p2p:{lo}:{hi}"
+        seq = self.seq.get(key_group, 0)
+        self.seq[key_group] = seq + 1
+        return participants, (key_group, seq)
+
+    def _launch_comm(
+        self,
+        comm: CommCall,
+        title: str,
+        launch_ns: int,
+        ext: tuple[int, int],
+        rpc_args: dict[str, Any],
+    ) -> None:
+        """The NCCL kernel of ``comm`` (its launch taking ``launch_ns`` of CPU time) and the
+        GPU annotation around it; ``ext``: the record_param_comms and annotation ids."""
+        rpc_ext, ann_ext = ext
+        grid, block, regs, smem = LAUNCH["nccl" if comm.peer is None else "nccl_p2p"]
+        arrival, end = comm.start_ns, comm.end_ns
+        self.trace.launch_kernel(
+            api="cuLaunchKernelEx",
+            tid=self.tid,
+            call_ts=self.cpu_ns,
+            call_dur=launch_ns,
+            external_id=rpc_ext,
+            kernel=nccl_kernel_name(comm.op, comm.dtype),
+            stream=comm.stream,
+            start=arrival,
+            dur=end - arrival,
+            grid=grid,
+            block=block,
+            regs=regs,
+            smem=smem,
+            extra=_kernel_meta(rpc_args),
+        )
+        self.trace.gpu_annotation(
+            title, comm.stream, arrival - 1_000, end - arrival + 1_500, ann_ext
+        )
+        self.calls.append(comm)
+        self.cpu_ns += launch_ns + 1_000
+
+
+@dataclass(frozen=True)
+class _C10dCall:
+    """How ProcessGroupNCCL names one call: its c10d op, collective name, profiling title,
+    the op's concrete inputs and their types, and the ``Rank`` record_param_comms gives."""
+
+    c10d: str
+    coll: str
+    title: str
+    concrete: list[str]
+    types: list[str]
+    rank_arg: int | None
+
+
+def _c10d_call(op: str, local_rank: int, peer: int | None, root: int | None) -> _C10dCall:
+    if op == "all_reduce":
+        return _C10dCall(
+            "c10d::allreduce_", "allreduce", "nccl:all_reduce",
+            ["", "", "", "", "False", "-1"], ["TensorList", "", "", "", "Scalar", "Scalar"],
+            local_rank,
+        )  # fmt: skip
+    if op == "broadcast":
+        return _C10dCall(
+            "c10d::broadcast_", "broadcast", "nccl:broadcast",
+            ["", "", str(root), "0", "False", "-1"],
+            ["TensorList", "", "Scalar", "Scalar", "Scalar", "Scalar"],
+            root,
+        )  # fmt: skip
+    concrete, types = ["", "", str(peer), "0"], ["TensorList", "", "Scalar", "Scalar"]
+    if op == "send":
+        return _C10dCall("c10d::send", "send", f"nccl:send {local_rank}->{peer}", concrete,
+                         types, peer)  # fmt: skip
+    return _C10dCall("c10d::recv_", "recv", f"nccl:recv {local_rank}<-{peer}", concrete, types,
+                     peer)  # fmt: skip
+
+
+def _c10d_args(call: _C10dCall, dims: list[int]) -> dict[str, Any]:
+    """The c10d op's shapes: the tensor list first, scalars after it."""
+    rest = [[] for _ in call.concrete[1:]]
+    return {
+        "Concrete Inputs": call.concrete,
+        "Input type": call.types,
+        "Input Strides": [[_strides(dims)]] + rest,
+        "Input Dims": [[dims]] + [[] for _ in call.concrete[1:]],
+    }
+
+
+def _record_param_comms_args(
+    g: Group, call: _C10dCall, dtype: str, dims: list[int], nelems: int
+) -> dict[str, Any]:
+    """The record_param_comms op's args, in the order PyTorch writes them."""
+    rpc_dtype, input_type, _, _ = DTYPE[dtype]
+    return {
+        "Collective name": call.coll,
+        "Process Group Description": g.desc,
+        "dtype": rpc_dtype,
+        "Rank": call.rank_arg,
+        "Input Strides": [_strides(dims)],
+        "Concrete Inputs": [""],
+        "Out msg nelems": nelems,
+        "Process Group Name": g.name,
+        "Input type": [input_type],
+        "Global rank stride": g.stride,
+        "Out split size": "[]",
+        "In split size": "[]",
+        "Process Group Ranks": "[" + ", ".join(map(str, g.ranks)) + "]",
+        "Group size": len(g.ranks),
+        "Input Dims": [dims],
+        "Global rank start": g.ranks[0],
+        "In msg nelems": nelems,
+    }
+
+
+def _kernel_meta(rpc: dict[str, Any]) -> dict[str, Any]:
+    """The NCCL kernel's args: the collective's, as record_param_comms gave them."""
+    keys = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
+            "In split size", "Out split size", "Process Group Name",
+            "Process Group Description", "Process Group Ranks")  # fmt: skip
+    return {k: rpc[k] for k in keys}
 
 
 def rank_trace_name(spec: JobSpec, rank: int) -> str:

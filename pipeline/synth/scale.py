@@ -39,6 +39,7 @@ from typing import IO
 
 import numpy as np
 
+from pipeline.ingest.vocab import OP_NAMES
 from pipeline.synth import job as J
 from pipeline.synth.kineto import Event, Slot, _Micro, render_trace
 
@@ -215,13 +216,10 @@ def write_kineto(
 
 
 # -- NCCL debug log ---------------------------------------------------------------------------
+#: op -> NCCL's name of it in ``<Func>: opCount`` lines (vocab.OP_NAMES)
 NCCL_OPS = {
-    "all_reduce": "AllReduce",
-    "broadcast": "Broadcast",
-    "send": "Send",
-    "recv": "Recv",
-    "all_gather": "AllGather",
-    "reduce_scatter": "ReduceScatter",
+    OP_NAMES[func]: func
+    for func in ("AllReduce", "Broadcast", "Send", "Recv", "AllGather", "ReduceScatter")
 }
 #: torch dtype key of job.DTYPE -> ncclDataType_t
 NCCL_DTYPES = {"bf16": 9, "fp32": 7, "fp16": 6, "int64": 4, "int32": 2}

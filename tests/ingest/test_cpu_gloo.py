@@ -112,31 +112,18 @@ def test_pp_peers_are_the_other_stage(datasets: dict[str, Dataset]) -> None:
         assert peers == {1 - rank}
 
 
-#: The process group (pg_name) of each rank's collectives: TP groups {0,1} = "1", {2,3} = "2";
-#: DP groups {0,2} = "3", {1,3} = "4" (created in that order, after the default group "0").
-TP_DP_COMMS = {
-    0: {("pg:1", ACT), ("pg:1", CE), ("pg:3", TP_PARAMS * FP32), ("pg:3", LOSS)},
-    1: {("pg:1", ACT), ("pg:1", CE), ("pg:4", TP_PARAMS * FP32), ("pg:4", LOSS)},
-    2: {("pg:2", ACT), ("pg:2", CE), ("pg:3", TP_PARAMS * FP32), ("pg:3", LOSS)},
-    3: {("pg:2", ACT), ("pg:2", CE), ("pg:4", TP_PARAMS * FP32), ("pg:4", LOSS)},
-}
-
-
 def test_single_group_traces_name_their_communicator(datasets: dict[str, Dataset]) -> None:
     for run in ("ddp", "fsdp", "pp", "moe"):
         comms = datasets[run].sql("SELECT DISTINCT comm FROM collectives WHERE source = 'kineto'")
         assert comms["comm"].to_list() == ["pg:0"], run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a gloo trace of a rank in several process groups names no group per event: comm "
-    "stays NULL although each group has its own runloop threads and the flight recorder names it",
-)
-def test_multi_group_traces_name_each_communicator(datasets: dict[str, Dataset]) -> None:
-    for rank, want in TP_DP_COMMS.items():
-        got = {(c, b) for c, b in _kineto(datasets["tp_dp"], rank).select("comm", "bytes").rows()}
-        assert got == want, f"rank {rank}"
+def test_multi_group_traces_leave_the_communicator_to_link(datasets: dict[str, Dataset]) -> None:
+    """A rank in several gloo groups: its trace names no group per call (gloo emits no
+    record_param_comms), so one file alone cannot tell them apart; link takes each call's
+    group from the flight recorder (tests/link/test_cpu_gloo.py)."""
+    for rank in range(4):
+        assert _kineto(datasets["tp_dp"], rank)["comm"].null_count() == 15 * len(STEPS)
 
 
 def test_flight_recorder_holds_every_step_but_no_send_recv(datasets: dict[str, Dataset]) -> None:

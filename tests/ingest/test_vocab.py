@@ -1,15 +1,32 @@
-"""The shared vocabulary: kernel classification worked out per distinct name, and element
-sizes written once."""
+"""The shared vocabulary: kernel classification worked out per distinct name; element sizes,
+op names and the bus-bandwidth factor written once."""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 import polars as pl
+import pytest
 
 import pipeline
-from pipeline.ingest.vocab import DTYPE_SIZES, DTYPES, kernel_kind_expr, op_expr, per_distinct
+from pipeline.ingest.vocab import (
+    DTYPE_SIZES,
+    DTYPES,
+    OP_NAMES,
+    bus_factor,
+    bus_factor_expr,
+    kernel_kind_expr,
+    op_expr,
+    op_of,
+    per_distinct,
+)
+
+PACKAGE = Path(pipeline.__file__).parent
+VOCAB = PACKAGE / "ingest" / "vocab.py"
 
 NAMES = [
     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
@@ -76,41 +93,102 @@ def _literals(tree: ast.AST) -> list[ast.AST]:
     return [n for n in ast.walk(tree) if isinstance(n, (ast.Tuple, ast.Dict))]
 
 
+def _size_of(name: object) -> int | None:
+    """The element size of a dtype spelling the vocabulary knows (any case), else None."""
+    if not isinstance(name, str):
+        return None
+    if name in DTYPE_SIZES:
+        return DTYPE_SIZES[name]
+    return DTYPES[name.lower()][1] if name.lower() in DTYPES else None
+
+
+def _is_size_of(name: ast.AST, size: ast.AST) -> bool:
+    return (
+        isinstance(name, ast.Constant)
+        and isinstance(size, ast.Constant)
+        and type(size.value) is int
+        and _size_of(name.value) == size.value
+    )
+
+
 def _copies_of_sizes(node: ast.AST) -> bool:
-    """A ``("bfloat16", 2)`` pair, or a dict of dataset dtype names to their sizes."""
-    if isinstance(node, ast.Tuple) and len(node.elts) == 2:
-        name, size = node.elts
-        return (
-            isinstance(name, ast.Constant)
-            and name.value in DTYPE_SIZES
-            and isinstance(size, ast.Constant)
-            and size.value == DTYPE_SIZES[name.value]
-        )
+    """A tuple holding a dtype's name and its size (``("bfloat16", 2)``, ``("BFloat16",
+    "c10::BFloat16", 2)``), or a dict of dtype names to their sizes."""
+    if isinstance(node, ast.Tuple):
+        return any(_is_size_of(n, s) for n in node.elts for s in node.elts)
     if isinstance(node, ast.Dict):
-        pairs = [
-            (k.value, v.value)
-            for k, v in zip(node.keys, node.values, strict=True)
-            if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
-        ]
-        return sum(DTYPE_SIZES.get(k) == v for k, v in pairs) >= 2
+        pairs = zip(node.keys, node.values, strict=True)
+        return sum(k is not None and _is_size_of(k, v) for k, v in pairs) >= 2
     return False
+
+
+def _copies_of_op_names(node: ast.AST) -> bool:
+    """A dict of two or more names sources write to the ops they are, or of ops to names."""
+    if not isinstance(node, ast.Dict):
+        return False
+    pairs = [
+        (k.value, v.value)
+        for k, v in zip(node.keys, node.values, strict=True)
+        if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+        and isinstance(k.value, str) and isinstance(v.value, str)
+    ]  # fmt: skip
+    ops = set(OP_NAMES.values())
+    return sum(v in ops and op_of(k) == v or k in ops and op_of(v) == k for k, v in pairs) >= 2
+
+
+def _package_literals(found: Callable[[ast.AST], bool]) -> list[str]:
+    """``file:line`` of each tuple or dict literal of the package (the vocabulary aside) that
+    ``found`` picks."""
+    package = Path(pipeline.__file__).parent
+    hits = []
+    for path in sorted(package.rglob("*.py")):
+        if path == VOCAB:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        hits += [f"{path.relative_to(package)}:{n.lineno}" for n in _literals(tree) if found(n)]
+    return hits
 
 
 def test_element_sizes_are_written_once():
     """Bytes per element live in vocab.DTYPE_SIZES only: a parser maps its spellings to the
     dataset's names and looks the size up, so no other module of the package restates one."""
+    assert not _package_literals(_copies_of_sizes)
+
+
+def test_op_names_are_written_once():
+    """Which op a source's name is lives in the vocabulary only (OP_NAMES and the patterns of
+    op_expr / op_of): no other module maps names to ops, or ops to names, of its own."""
+    assert not _package_literals(_copies_of_op_names)
+
+
+def test_bus_factor_is_written_once():
+    """The bus-bandwidth factor, ``(n - 1) / n`` in some form, is vocab.bus_factor's (and the
+    SQL macro's, tested equal below) only."""
+    ratio = re.compile(r"\(\s*(\w+)\s*-\s*1(?:\.0)?\s*\)\s*/\s*\1\b")
     package = Path(pipeline.__file__).parent
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        if path.name == "vocab.py" and path.parent.name == "ingest":
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        found += [
-            f"{path.relative_to(package)}:{n.lineno}"
-            for n in _literals(tree)
-            if _copies_of_sizes(n)
-        ]
-    assert not found
+    hits = [
+        f"{path.relative_to(package)}:{i}"
+        for path in sorted(package.rglob("*.py"))
+        if path != VOCAB
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ratio.search(line.split("#")[0])
+    ]
+    assert not hits
+
+
+def test_bus_factor_of_the_views_is_the_vocabulary_s():
+    ops = [*sorted(set(OP_NAMES.values())), "unknown"]
+    con = duckdb.connect()
+    macro = (PACKAGE / "dataset" / "sources.sql").read_text(encoding="utf-8")
+    start = macro.index("CREATE MACRO bus_factor")
+    con.execute(macro[start : macro.index(";", start) + 1])
+    for op in ops:
+        for n in (1, 2, 3, 8, 1000):
+            (got,) = con.execute("select bus_factor(?, ?)", [op, n]).fetchone()
+            assert got == pytest.approx(bus_factor(op, n), rel=1e-12), (op, n)
+    frame = pl.DataFrame({"op": ops * 2, "n": [2.0] * len(ops) + [8.0] * len(ops)})
+    got = frame.select(bus_factor_expr(pl.col("op"), pl.col("n"))).to_series().to_list()
+    assert got == [bus_factor(op, int(n)) for op, n in frame.iter_rows()]
 
 
 def test_every_dtype_a_parser_names_has_a_size():

@@ -192,6 +192,57 @@ def test_moe_all_to_alls_carry_their_layer(datasets: dict[str, Dataset]) -> None
         assert counts(a2a, *_LAYER) == want, f"rank {rank}"
 
 
+#: The process group (pg_name) of each rank's collectives: TP groups {0,1} = "1", {2,3} = "2";
+#: DP groups {0,2} = "3", {1,3} = "4" (created in that order, after the default group "0").
+TP_DP_COMMS = {
+    0: {("pg:1", ACT): 20, ("pg:1", CE): 6, ("pg:3", TP_PARAMS * FP32): 2, ("pg:3", LOSS): 2},
+    1: {("pg:1", ACT): 20, ("pg:1", CE): 6, ("pg:4", TP_PARAMS * FP32): 2, ("pg:4", LOSS): 2},
+    2: {("pg:2", ACT): 20, ("pg:2", CE): 6, ("pg:3", TP_PARAMS * FP32): 2, ("pg:3", LOSS): 2},
+    3: {("pg:2", ACT): 20, ("pg:2", CE): 6, ("pg:4", TP_PARAMS * FP32): 2, ("pg:4", LOSS): 2},
+}
+
+
+def test_multi_group_calls_take_their_communicator_from_the_flight_recorder(
+    datasets: dict[str, Dataset],
+) -> None:
+    """TP x DP: a rank's gloo trace names no group per call; each call is paired with its
+    flight recorder entry (the same rank and op, sizes agreeing, mutually nearest in time)
+    and takes its group and sequence number, so the calls of one group on its ranks are one
+    instance each."""
+    ds = datasets["tp_dp"]
+    links = ds.sql(
+        "SELECT rank, instance_comm, bytes FROM collective_links "
+        "WHERE source = 'kineto' AND step IS NOT NULL"
+    )
+    for rank, want in TP_DP_COMMS.items():
+        assert counts(links.filter(rank=rank), "instance_comm", "bytes") == want, rank
+    instances = ds.sql(
+        "SELECT comm, ranks_seen FROM collective_instances WHERE source = 'kineto' "
+        "AND step IS NOT NULL"
+    )
+    assert counts(instances, "comm", "ranks_seen") == {
+        ("pg:1", 2): 26, ("pg:2", 2): 26, ("pg:3", 2): 4, ("pg:4", 2): 4
+    }  # fmt: skip
+
+
+def test_gloo_reduce_scatters_pair_with_their_flight_recorder_all_reduce(
+    datasets: dict[str, Dataset],
+) -> None:
+    """gloo runs FSDP's reduce-scatter as an all-reduce of the whole input, and the flight
+    recorder names it gloo:all_reduce: each profiled call still pairs with its entry, the
+    sizes agreeing."""
+    got = datasets["fsdp"].sql(
+        "SELECT c.op, m.method, m.sizes_agree FROM collectives c LEFT JOIN collective_matches m "
+        "ON m.primary_file_id = c.file_id AND m.primary_collective_id = c.collective_id "
+        "WHERE c.source = 'kineto'"
+    )
+    assert counts(got, "op", "method", "sizes_agree") == {
+        ("all_gather", "time", True): 32,
+        ("reduce_scatter", "time", True): 16,
+        ("all_reduce", "time", True): 4,
+    }
+
+
 _FSDP_UNITS = ["FSDPEmbed_0", "FSDPBlock_0", "FSDPBlock_1", "FSDPHead_0"]
 
 
@@ -202,16 +253,20 @@ def test_fsdp_forward_gathers_carry_their_unit(datasets: dict[str, Dataset]) -> 
         assert layers == {(f"FSDPTinyGPT_0/{u}",): 2 for u in _FSDP_UNITS}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FSDP2's backward all-gathers (pre-backward hooks and prefetch inside autograd) get "
-    "no layer; FSDP's own annotations name the unit",
-)
-def test_fsdp_backward_gathers_carry_their_unit(datasets: dict[str, Dataset]) -> None:
+def test_fsdp_backward_gathers_and_scatters_carry_their_unit(
+    datasets: dict[str, Dataset],
+) -> None:
+    """FSDP2's backward all-gathers (pre-backward hooks and their prefetch, inside autograd)
+    and gradient reduce-scatters (post-backward hooks) run outside any module scope; the
+    ``FSDP::all_gather (blocks.0)`` and ``FSDP::post_backward_reduce (embed)`` ranges name the
+    unit, whose forward pre-hook runs in its module scope. The root's embedding was gathered in
+    forward and resharded, so every unit is gathered again, once a step."""
     for rank in range(2):
-        links = _links(datasets["fsdp"], rank).filter(op="all_gather", phase="backward")
-        layers = counts(links, "layer")
-        assert layers == {(f"FSDPTinyGPT_0/{u}",): 2 for u in _FSDP_UNITS}
+        links = _links(datasets["fsdp"], rank).filter(phase="backward")
+        for op in ("all_gather", "reduce_scatter"):
+            got = counts(links.filter(op=op), "layer", "attributed_by")
+            want = {(f"FSDPTinyGPT_0/{u}", "fsdp_unit"): 2 for u in _FSDP_UNITS}
+            assert got == want, (rank, op)
 
 
 def _instances(ds: Dataset):

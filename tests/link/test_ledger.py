@@ -13,7 +13,25 @@ import yaml
 import pipeline
 from pipeline.link.runner import link
 from tests.conftest import REPO_ROOT
-from tests.cpu_gloo import A2A, ACT, CE, DATA, FP32, LOSS, MOE_DENSE, PARAMS, ingested, linked
+from tests.cpu_gloo import (
+    A2A,
+    ACT,
+    BLOCK,
+    CE,
+    DATA,
+    EMBED,
+    FP32,
+    HEAD,
+    LOSS,
+    MOE_DENSE,
+    PARAMS,
+    TP_BLOCK,
+    TP_EMBED,
+    TP_HEAD,
+    counts,
+    ingested,
+    linked,
+)
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
         "calls", "message_bytes")  # fmt: skip
@@ -109,7 +127,9 @@ def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
 #: cross-entropy reductions; pp4 (4 stages, 2 micro-batches): 3 stage boundaries, each
 #: crossed by 2 activations forward and 2 gradients backward; moe4 (ep 4, one expert a
 #: rank): dispatch and combine per layer forward and backward, DDP's one bucket of the
-#: dense parameters and the loss report.
+#: dense parameters and the loss report; fsdp4 (FSDP2 over 4 ranks, a unit for the
+#: embedding, each block and the head): each unit gathered forward and again backward and
+#: its gradient reduce-scattered (gloo: an all-reduce of the whole unit), and the loss report.
 FOUR_RANKS = {
     "tp4": [
         ("tp", "all_reduce", "backward", "matched", 20, ACT, 20, ACT),
@@ -127,16 +147,75 @@ FOUR_RANKS = {
         ("ep", "all_to_all", "backward", "matched", 16, A2A, 16, A2A),
         ("ep", "all_to_all", "forward", "matched", 16, A2A, 16, A2A),
     ],
+    "fsdp4": sorted(
+        [
+            *(
+                ("dp", op, phase, "matched", 4 * n, unit * FP32, 4 * n, unit * FP32)
+                for op, phase in [
+                    ("all_gather", "forward"),
+                    ("all_gather", "backward"),
+                    ("reduce_scatter", "backward"),
+                ]
+                for unit, n in ((EMBED, 1), (BLOCK, 2), (HEAD, 1))
+            ),
+            ("dp", "all_reduce", "other", "matched", 4, LOSS, 4, LOSS),
+        ]
+    ),
 }
 
 
 @pytest.mark.parametrize("run", sorted(FOUR_RANKS))
 def test_four_rank_runs_match_row_by_row(tmp_path: Path, run: str) -> None:
-    """TP, PP and MoE over 4 ranks (a world-sized TP group, 4 stages, ep = dp = 4 on the same
-    ranks): every item matched, each dimension labelled from the evidence."""
+    """TP, PP, MoE and FSDP2 over 4 ranks (a world-sized TP group, 4 stages, ep = dp = 4 on
+    the same ranks): every item matched, each dimension labelled from the evidence."""
     ds = linked(run, tmp_path / "ds")
     assert _ledger(tmp_path / "ds") == FOUR_RANKS[run]
     assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
+
+
+#: tp_fsdp, step 2 over its 4 ranks: the TP items of tp_dp, and FSDP2 over each TP rank's
+#: DP group with that rank's shards as units (embedding, 2 blocks, head)
+TP_FSDP = sorted(
+    [
+        ("tp", "all_reduce", "backward", "matched", 20, ACT, 20, ACT),
+        ("tp", "all_reduce", "forward", "matched", 12, CE, 12, CE),
+        ("tp", "all_reduce", "forward", "matched", 20, ACT, 20, ACT),
+        ("dp", "all_reduce", "other", "matched", 4, LOSS, 4, LOSS),
+        *(
+            ("dp", op, phase, "matched", 4 * n, unit * FP32, 4 * n, unit * FP32)
+            for op, phase in [
+                ("all_gather", "forward"),
+                ("all_gather", "backward"),
+                ("reduce_scatter", "backward"),
+            ]
+            for unit, n in ((TP_EMBED, 1), (TP_BLOCK, 2), (TP_HEAD, 1))
+        ),
+    ]
+)
+
+
+def test_tp_by_fsdp_pairs_every_call_with_its_group(tmp_path: Path) -> None:
+    """TP 2 x FSDP2 2 (gloo): a rank's trace names none of its groups, so each call takes its
+    group from the flight recorder, by time, sizes agreeing; the gradient reduce-scatters too,
+    which gloo runs (and the recorder names) as all-reduces of the whole unit. Every item
+    matched, TP and DP told apart."""
+    ds = linked("tp_fsdp", tmp_path / "ds")
+    assert _ledger(tmp_path / "ds") == TP_FSDP
+    assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
+    calls = ds.sql(
+        "SELECT c.op, m.source, m.sizes_agree, l.instance_comm FROM collectives c "
+        "JOIN collective_links l USING (rank, source, file_id, collective_id) "
+        "LEFT JOIN collective_matches m ON m.primary_file_id = c.file_id "
+        "AND m.primary_collective_id = c.collective_id "
+        "WHERE c.source = 'kineto' AND c.step IS NOT NULL AND c.rank = 0"
+    )
+    # rank 0: TP group {0,1} is pg:1, its DP group {0,2} pg:3
+    assert counts(calls, "op", "source", "sizes_agree", "instance_comm") == {
+        ("all_reduce", "flight_recorder", True, "pg:1"): 26,
+        ("all_reduce", "flight_recorder", True, "pg:3"): 2,
+        ("all_gather", "flight_recorder", True, "pg:3"): 16,
+        ("reduce_scatter", "flight_recorder", True, "pg:3"): 8,
+    }
 
 
 def test_torch_conventions_on_the_recorded_ddp_run(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
+import pipeline
 from pipeline.link.runner import link
 from tests.cpu_gloo import ACT, BLOCK, DATA, EMBED, FP32, HEAD, PARAMS, ingested, linked
 
@@ -94,3 +96,41 @@ def test_fsdp1_without_its_root_unit_names_the_items(tmp_path: Path) -> None:
         ("reduce_scatter", "backward", "missing", HEAD * FP32, None, units),
         ("reduce_scatter", "backward", "size differs", EMBED * FP32, ROOT * FP32, units),
     ]
+
+
+#: The 4-rank runs, ledger rows of step 2 over the 4 ranks. tp_dtensor4: per rank and layer
+#: 2 output all-reduces forward (O, FC2) and 4 input-gradient all-reduces backward (Q, K, V,
+#: FC1); pp_1f1b4 (4 stages, 4 micro-batches): 3 stage boundaries, each crossed by 4
+#: activations forward and 4 gradients backward; fsdp1_4: as fsdp1, over 4 ranks.
+FOUR_RANKS = {
+    "tp_dtensor4": [
+        ("tp", "all_reduce", "backward", "matched", 32, ACT, 32, ACT),
+        ("tp", "all_reduce", "forward", "matched", 16, ACT, 16, ACT),
+    ],
+    "pp_1f1b4": [
+        ("pp", op, phase, "matched", 12, ACT, 12, ACT)
+        for op in ("recv", "send")
+        for phase in ("backward", "forward")
+    ],
+    "fsdp1_4": [
+        ("dp", "all_gather", "backward", "matched", 8, BLOCK * FP32, 8, BLOCK * FP32),
+        ("dp", "all_gather", "forward", "matched", 4, ROOT * FP32, 4, ROOT * FP32),
+        ("dp", "all_gather", "forward", "matched", 8, BLOCK * FP32, 8, BLOCK * FP32),
+        ("dp", "reduce_scatter", "backward", "matched", 4, ROOT * FP32, 4, ROOT * FP32),
+        ("dp", "reduce_scatter", "backward", "matched", 8, BLOCK * FP32, 8, BLOCK * FP32),
+    ],
+}
+
+
+@pytest.mark.parametrize("run", sorted(FOUR_RANKS))
+def test_four_rank_runs_match_row_by_row(tmp_path: Path, run: str) -> None:
+    """DTensor TP, pipelining's 1F1B and FSDP1 over 4 ranks (a world-sized TP group, 4
+    stages, a world-sized FSDP group): every item matched in both profiled steps, every call
+    of a step in an item, each dimension labelled from the evidence."""
+    assert _ledger(run, tmp_path / "ds") == FOUR_RANKS[run]
+    ds = pipeline.open(tmp_path / "ds")
+    assert set(ds.sql("SELECT status FROM ledger")["status"]) == {"matched"}
+    observed = ds.sql(
+        "SELECT count(*) FROM collectives WHERE source = 'kineto' AND step IS NOT NULL"
+    ).item()
+    assert ds.sql("SELECT sum(calls) FROM ledger").item() == observed

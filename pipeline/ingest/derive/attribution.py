@@ -13,12 +13,16 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
   forward; a module scope is forward); else a launch on the autograd engine's own thread (one
   that runs ``evaluate_function`` ops and no ``ProfilerStep``) -> backward; else NULL (link
   decides: send/recv direction, or ``other``).
-- layer: the innermost module path (``module_scope``); for backward work the module path of
-  the forward op with the same autograd sequence number (``backward_of_forward_op``); else
-  the innermost NVTX range (``nvtx``); for an all-to-all that none of those places, the
-  outermost of TorchRec's ranges around its embedding exchanges
-  (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`) as ``embedding/<range>``
-  (``embedding_range``). ``attributed_by`` says which.
+- layer: the innermost module path (``module_scope``); else, under an FSDP2 range that names
+  its unit (``FSDP::all_gather (blocks.0)``, ``FSDP::post_backward_reduce (embed)``: the
+  ``record_function`` ranges of torch/distributed/fsdp/_fully_shard), the module path that
+  unit's ``FSDP::pre_forward (<unit>)`` runs in (``fsdp_unit``): backward gathers and
+  reduce-scatters run in autograd hooks, outside any module scope; for other backward work
+  the module path of the forward op with the same autograd sequence number
+  (``backward_of_forward_op``); else the innermost NVTX range (``nvtx``); for an all-to-all
+  that none of those places, the outermost of TorchRec's ranges around its embedding
+  exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`) as
+  ``embedding/<range>`` (``embedding_range``). ``attributed_by`` says which.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ from pipeline.ingest.vocab import EMBEDDING_EXCHANGE_RANGE, PHASE_HINTS, phase_n
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
 MAX_HOPS = 512
 _AUTOGRAD = "autograd::engine::evaluate_function:"
+#: FSDP2's ranges that name the unit they work on (``FSDP::all_gather (blocks.0)``); the
+#: capture is the unit's module name relative to the root
+_FSDP_UNIT = r"^FSDP::\w+ \((.+)\)$"
+#: The range FSDP2 opens in each unit's forward pre-hook, inside the unit's module scope
+_FSDP_PRE_FORWARD = r"^FSDP::pre_forward \((.+)\)$"
 _RUNTIME_KINDS = ("cuda_runtime", "cuda_driver")
 #: The integer columns of ``ops`` the walk needs; text is read only at the rows it reaches
 #: (a big trace's op names would otherwise be copied whole).
@@ -160,6 +169,7 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             .alias("backward_seq_nr"),
             name.filter(nvtx).first().alias("nvtx_range"),
             name.filter(autograd).first().alias("backward_op"),
+            name.str.extract(_FSDP_UNIT).drop_nulls().first().alias("fsdp_unit"),
         )
         .collect(engine=ENGINE)
     )
@@ -203,6 +213,25 @@ def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.La
     )
 
 
+def _fsdp_unit_layers(host: pl.DataFrame, ops: pa.Table) -> pl.LazyFrame:
+    """(rank, fsdp_unit, fsdp_layer): the module path each FSDP2 unit's forward pre-hook
+    (``FSDP::pre_forward (<unit>)``) runs in, the unit's own module scope."""
+    name = columns(ops, {"name": pl.String}).get_column("name")
+    rows = name.str.starts_with("FSDP::pre_forward (").arg_true().to_numpy()
+    return (
+        pl.concat(
+            [host.select("rank", "op_id")[rows], values_at(ops, rows, ("name", "module_path"))],
+            how="horizontal",
+        )
+        .lazy()
+        .filter(pl.col("module_path").is_not_null())
+        .with_columns(pl.col("name").str.extract(_FSDP_PRE_FORWARD).alias("fsdp_unit"))
+        .filter(pl.col("fsdp_unit").is_not_null())
+        .group_by("rank", "fsdp_unit")
+        .agg(pl.col("module_path").sort_by("op_id").first().alias("fsdp_layer"))
+    )
+
+
 def _context(
     launch: pl.DataFrame, host: pl.DataFrame, calls: pl.DataFrame, ops: pa.Table
 ) -> pl.DataFrame:
@@ -217,6 +246,13 @@ def _context(
         .join(
             _forward_ops(host, ops, evidence["backward_seq_nr"]),
             on=["rank", "backward_seq_nr"],
+            how="left",
+            nulls_equal=True,
+            maintain_order="left",
+        )
+        .join(
+            _fsdp_unit_layers(host, ops),
+            on=["rank", "fsdp_unit"],
             how="left",
             nulls_equal=True,
             maintain_order="left",
@@ -260,12 +296,16 @@ def _context(
         .then(pl.lit("source"))
         .when(pl.col("module_path").is_not_null())
         .then(pl.lit("module_scope"))
+        .when(pl.col("fsdp_layer").is_not_null())
+        .then(pl.lit("fsdp_unit"))
         .when(pl.col("forward_module_path").is_not_null())
         .then(pl.lit("backward_of_forward_op"))
         .when(pl.col("nvtx_range").is_not_null())
         .then(pl.lit("nvtx"))
     )
-    layer = pl.coalesce("given_layer", "module_path", "forward_module_path", "nvtx_range")
+    layer = pl.coalesce(
+        "given_layer", "module_path", "fsdp_layer", "forward_module_path", "nvtx_range"
+    )
     return found.select(
         "launch_op_id",
         phase.alias("phase"),

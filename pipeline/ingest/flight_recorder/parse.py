@@ -51,7 +51,7 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest.gz import gunzip
 from pipeline.ingest.result import ParseResult, Warnings
 from pipeline.ingest.values import INT64_MAX, OutOfRange, check_bytes, check_int64, describe
-from pipeline.ingest.vocab import DTYPE_SIZES
+from pipeline.ingest.vocab import DTYPE_SIZES, op_of
 
 FORMAT = "flight_recorder"
 
@@ -405,32 +405,7 @@ def _op_from_profiling_name(name: str) -> tuple[str, str | None, str, int | None
         dst, src = _digits(m.group(1)), _digits(m.group(2))
     if -1 in (src, dst):
         raise _EntryError(f"'profiling_name' {describe(name)} names a rank beyond 64-bit integers")
-    return _normalize_op(bare), backend or None, bare, src, dst
-
-
-def _normalize_op(bare: str) -> str:
-    b = bare.lower().lstrip("_")
-    if b in ("send", "recv"):
-        return b
-    if "barrier" in b:
-        return "barrier"
-    if "all_reduce" in b or "allreduce" in b:
-        return "all_reduce"
-    if "all_gather" in b or "allgather" in b:
-        return "all_gather"
-    if "reduce_scatter" in b or "reducescatter" in b:
-        return "reduce_scatter"
-    if "all_to_all" in b or "alltoall" in b:
-        return "all_to_all"
-    if b.startswith("broadcast"):
-        return "broadcast"
-    if b.startswith("reduce"):
-        return "reduce"
-    if b.startswith("gather"):
-        return "gather"
-    if b.startswith("scatter"):
-        return "scatter"
-    return "unknown"
+    return op_of(bare), backend or None, bare, src, dst
 
 
 class _EntryError(Exception):

@@ -256,21 +256,39 @@ def _nccl_kernel_collectives(
     if comm_ids.is_empty():
         return pl.DataFrame()
     ops_ = ops.lazy()
-    k = (
-        events.lazy()
-        .join(comm_ids.lazy(), left_on="event_id", right_on="kernel_id")
-        .select(
-            pl.col("event_id").alias("collective_id"),
-            "name",
-            "start_ns",
-            "end_ns",
-            "dur_ns",
-            "stream",
-            "correlation",
-            "external_id",
-            "step",
-            *COLLECTIVE_ARGS,
-        )
+    launched = _launched(events.lazy(), ops_, comm_ids.lazy())
+    # Launch times stand in for the kernel's own while finding the enclosing host ranges.
+    host = launched.select(
+        "collective_id",
+        "pid",
+        "tid",
+        pl.col("launch_start_ns").alias("start_ns"),
+        pl.col("launch_end_ns").alias("end_ns"),
+    ).filter(pl.col("start_ns").is_not_null())
+    by_ext, around_rpc = _record_param_comms(host, ops_, meta.lazy())
+    around_ann, around_c10d = _launching_ops(host, ops_)
+    frame = (
+        launched.join(by_ext, on="external_id", how="left")
+        .join(around_rpc.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
+        .join(around_ann.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
+        .join(around_c10d.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
+    )
+    return _kernel_call_fields(frame).collect(engine=ENGINE)
+
+
+def _launched(events: pl.LazyFrame, ops_: pl.LazyFrame, comm_ids: pl.LazyFrame) -> pl.LazyFrame:
+    """The communication kernels with the runtime call that launched each (``launch_*``)."""
+    k = events.join(comm_ids, left_on="event_id", right_on="kernel_id").select(
+        pl.col("event_id").alias("collective_id"),
+        "name",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "stream",
+        "correlation",
+        "external_id",
+        "step",
+        *COLLECTIVE_ARGS,
     )
     launches = (
         ops_.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
@@ -280,22 +298,21 @@ def _nccl_kernel_collectives(
         .drop_nulls("correlation")
         .unique("correlation", keep="first")
     )
-    launched = k.join(
+    return k.join(
         launches.rename({"start_ns": "launch_start_ns", "end_ns": "launch_end_ns"}),
         on="correlation",
         how="left",
     )
-    # Launch times stand in for the kernel's own while finding the enclosing host ranges.
-    host = launched.select(
-        "collective_id",
-        "pid",
-        "tid",
-        pl.col("launch_start_ns").alias("start_ns"),
-        pl.col("launch_end_ns").alias("end_ns"),
-    ).filter(pl.col("start_ns").is_not_null())
+
+
+def _record_param_comms(
+    host: pl.LazyFrame, ops_: pl.LazyFrame, meta: pl.LazyFrame
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The record_param_comms ops with collective args: by external id (``x_*``), and the one
+    enclosing each launch (``r_*``)."""
     rpc = (
         ops_.filter(pl.col("name") == "record_param_comms")
-        .join(meta.lazy().rename({"event_id": "op_id"}), on="op_id", how="inner")
+        .join(meta.rename({"event_id": "op_id"}), on="op_id", how="inner")
         .filter(pl.col("collective_name").is_not_null())
         .sort("op_id")
     )
@@ -307,21 +324,25 @@ def _nccl_kernel_collectives(
     around_rpc = _enclosing(
         host, rpc.select("pid", "tid", "start_ns", "end_ns", *COLLECTIVE_ARGS), "r_"
     )
+    return by_ext, around_rpc
+
+
+def _launching_ops(host: pl.LazyFrame, ops_: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The ``nccl:``/``rccl:`` annotation (``a_*``) and the op that launched the work
+    (``c_*``: c10d::allreduce_, symm_mem::multimem_all_reduce_, ...) around each launch."""
     annotations = ops_.filter(
         (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(r"^(nccl|rccl):")
     ).select("pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types")
     around_ann = _enclosing(host, annotations, "a_")
-    # the op that launched the work: c10d::allreduce_, symm_mem::multimem_all_reduce_, ...
     c10d = ops_.filter(pl.col("name").str.contains(COLLECTIVE_LAUNCH_OP)).select(
         "pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types", "concrete_inputs"
     )
-    around_c10d = _enclosing(host, c10d, "c_")
-    frame = (
-        launched.join(by_ext, on="external_id", how="left")
-        .join(around_rpc.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
-        .join(around_ann.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
-        .join(around_c10d.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
-    )
+    return around_ann, _enclosing(host, c10d, "c_")
+
+
+def _kernel_call_fields(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """A kernel's collective args from its own args, else record_param_comms'; its enqueue
+    time, name and shapes from the ops around its launch."""
     source = (
         pl.when(pl.col("collective_name").is_not_null())
         .then(pl.lit("kernel_args"))
@@ -329,21 +350,17 @@ def _nccl_kernel_collectives(
         .then(pl.lit("record_param_comms"))
     )
     meta_ = [pl.coalesce(c, f"x_{c}", f"r_{c}").alias(c) for c in COLLECTIVE_ARGS]
-    return (
-        frame.with_columns(*meta_, source.alias("size_source"))
-        .with_columns(
-            pl.coalesce(
-                "x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns"
-            ).alias("enqueue_ns"),
-            pl.coalesce("collective_name", "c_name", "a_name", "name").alias("op_name"),
-            pl.coalesce("a_input_dims", "c_input_dims").alias("input_dims"),
-            pl.coalesce("a_input_types", "c_input_types").alias("input_types"),
-            pl.coalesce("a_name", "c_name").alias("shape_from"),
-            pl.col("c_concrete_inputs").alias("concrete_inputs"),
-            pl.col("c_name").alias("launch_name"),
-            pl.col("c_input_dims").alias("launch_dims"),
-        )
-        .collect(engine=ENGINE)
+    return frame.with_columns(*meta_, source.alias("size_source")).with_columns(
+        pl.coalesce(
+            "x_start_ns", "r_start_ns", "c_start_ns", "a_start_ns", "launch_start_ns"
+        ).alias("enqueue_ns"),
+        pl.coalesce("collective_name", "c_name", "a_name", "name").alias("op_name"),
+        pl.coalesce("a_input_dims", "c_input_dims").alias("input_dims"),
+        pl.coalesce("a_input_types", "c_input_types").alias("input_types"),
+        pl.coalesce("a_name", "c_name").alias("shape_from"),
+        pl.col("c_concrete_inputs").alias("concrete_inputs"),
+        pl.col("c_name").alias("launch_name"),
+        pl.col("c_input_dims").alias("launch_dims"),
     )
 
 

@@ -22,6 +22,7 @@ proxy work). ``collectives.seq`` is the order of issue per (process, communicato
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -32,7 +33,7 @@ from pipeline.ingest.nccl import lines as L
 from pipeline.ingest.nccl.version import infer_version
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 from pipeline.ingest.values import LineOutOfRange, check_line_numbers, product_fits
-from pipeline.ingest.vocab import DTYPE_SIZES
+from pipeline.ingest.vocab import DTYPE_SIZES, op_name_expr
 
 FORMAT = "nccl_log"
 
@@ -58,18 +59,6 @@ _DTYPES = {
     11: "float8_e5m2",
 }
 _REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
-_OPS = {
-    "AllReduce": "all_reduce",
-    "Broadcast": "broadcast",
-    "Reduce": "reduce",
-    "AllGather": "all_gather",
-    "ReduceScatter": "reduce_scatter",
-    "Send": "send",
-    "Recv": "recv",
-    "AlltoAll": "all_to_all",
-    "Gather": "gather",
-    "Scatter": "scatter",
-}
 _ALGOS = {
     "0": "tree",
     "1": "ring",
@@ -162,6 +151,10 @@ def parse(path: Path) -> ParseResult:
         raise TraceFormatError(path, f"cannot interpret log: {exc}") from exc
 
 
+#: Takes the rows of one part (a line kind, or a fact such as the banner) of one batch.
+_Add = Callable[[str, pl.DataFrame], None]
+
+
 def _scan(path: Path, warnings: Warnings) -> tuple[dict[str, pl.DataFrame], dict]:
     """One pass over the file: per-kind rows with their fields, and whole-file facts."""
     acc: dict[str, list[pl.DataFrame]] = {}
@@ -175,88 +168,109 @@ def _scan(path: Path, warnings: Warnings) -> tuple[dict[str, pl.DataFrame], dict
         lines = batch.frame
         facts["lines"] += lines.height
         warnings.add("non-UTF-8 bytes replaced", batch.undecodable)
-        # A query costs 0.03 to 0.1 ms however few its rows: lines that a cheap test rules
-        # out are not looked for.
-        text = lines["line"]
-        if (banner := text.str.contains("NCCL version ", literal=True)).any():
-            add(
-                "banner",
-                lines.filter(banner)
-                .select("line_no", pl.col("line").str.extract_groups(L.BANNER).alias("b"))
-                .unnest("b")
-                .filter(pl.col("version").is_not_null()),
-            )
-        if (tests_rank := text.str.contains(" Pid ", literal=True)).any():
-            add(
-                "tests_rank",
-                lines.filter(tests_rank)
-                .select(pl.col("line").str.extract_groups(L.TESTS_RANK).alias("t"))
-                .unnest("t")
-                .filter(pl.col("rank").is_not_null()),
-            )
+        _whole_lines(lines, add)
         # every integer field is int64: a line with a longer number is refused, not cast
+        text = lines["line"]
         kept = text.str.contains("NCCL ", literal=True) | text.str.contains(": opCount ")
         check_line_numbers(lines.filter(kept), "line")
         nccl = L.tag_kinds(L.split_prefix(lines))
         facts["nccl_lines"] += nccl.height - nccl["level"].null_count()
         if batch.cut_last and lines.height:
-            last = lines.tail(1)
-            warnings.add("last line cut (no newline at end of file)")
-            if not nccl.filter(pl.col("line_no") == last["line_no"][0]).height:
-                # A fragment too short to show its prefix is still the damaged line.
-                add(
-                    "damaged",
-                    last.select("line_no", pl.col("line").alias("msg")).with_columns(
-                        pl.lit(None, pl.String).alias("kind")
-                    ),
-                )
-        if nccl["launcher_rank"].null_count() < nccl.height:
-            add(
-                "launcher",
-                nccl.filter(pl.col("launcher_rank").is_not_null() & pl.col("host").is_not_null())
-                .select("host", "pid", "dev", "launcher_rank")
-                .unique(),
-            )
-        add("idents", nccl.select("host", "pid", "dev").unique())
-        # one split by kind, not a filter per kind: a small log has a few of the kinds, and
-        # each query costs 0.03 to 0.1 ms whatever its size
-        by_kind = _by_kind(nccl)
-        for kind in ("warn", "unknown"):
-            if by_kind[kind].height:
-                add(kind, by_kind[kind].select(*_IDENT, "launcher_rank", "level", "loc", "msg"))
-        if "banner" not in acc:  # the version comes from the banner when there is one
-            add(
-                "sample",
-                nccl.filter(~pl.col("kind").is_in(["known", "unknown", "warn"]))
-                .group_by("kind")
-                .head(200)
-                .select("kind", "msg"),
-            )
-        for kind in _VERBATIM:
-            if by_kind[kind].height:
-                add(kind, by_kind[kind].select(*_IDENT, "launcher_rank", "msg"))
-        for kind, (pattern, required) in _PATTERNS.items():
-            rows = by_kind[kind]
-            if not rows.height:
-                continue
-            ex = rows.select(
-                *_IDENT,
-                "launcher_rank",
-                "msg",
-                pl.col("msg").str.extract_groups(pattern).alias("x"),
-            ).unnest("x")
-            if ex[required].null_count():
-                add(
-                    "damaged",
-                    ex.filter(pl.col(required).is_null())
-                    .select(*_IDENT, "launcher_rank", "msg")
-                    .with_columns(pl.lit(kind).alias("kind")),
-                )
-                ex = ex.filter(pl.col(required).is_not_null())
-            good = ex.drop("msg")
-            add(kind, _compact_coll(good) if kind == "coll" else good)
+            _cut_line(lines.tail(1), nccl, add, warnings)
+        # the version comes from the banner when there is one
+        _kinds(nccl, add, sample="banner" not in acc)
     parts = {k: pl.concat(v, how="diagonal_relaxed") for k, v in acc.items()}
     return parts, facts
+
+
+def _whole_lines(lines: pl.DataFrame, add: _Add) -> None:
+    """The lines read whole, prefix and all: NCCL's version banner, nccl-tests' rank lines."""
+    # A query costs 0.03 to 0.1 ms however few its rows: lines that a cheap test rules
+    # out are not looked for.
+    text = lines["line"]
+    if (banner := text.str.contains("NCCL version ", literal=True)).any():
+        add(
+            "banner",
+            lines.filter(banner)
+            .select("line_no", pl.col("line").str.extract_groups(L.BANNER).alias("b"))
+            .unnest("b")
+            .filter(pl.col("version").is_not_null()),
+        )
+    if (tests_rank := text.str.contains(" Pid ", literal=True)).any():
+        add(
+            "tests_rank",
+            lines.filter(tests_rank)
+            .select(pl.col("line").str.extract_groups(L.TESTS_RANK).alias("t"))
+            .unnest("t")
+            .filter(pl.col("rank").is_not_null()),
+        )
+
+
+def _cut_line(last: pl.DataFrame, nccl: pl.DataFrame, add: _Add, warnings: Warnings) -> None:
+    """The file's last line, cut: warned, and a damaged line when it shows no prefix."""
+    warnings.add("last line cut (no newline at end of file)")
+    if not nccl.filter(pl.col("line_no") == last["line_no"][0]).height:
+        # A fragment too short to show its prefix is still the damaged line.
+        add(
+            "damaged",
+            last.select("line_no", pl.col("line").alias("msg")).with_columns(
+                pl.lit(None, pl.String).alias("kind")
+            ),
+        )
+
+
+def _kinds(nccl: pl.DataFrame, add: _Add, *, sample: bool) -> None:
+    """A batch's NCCL lines by kind: who wrote them, warnings and unknown lines, a sample of
+    each kind's messages (``sample``: for the version, when no banner has been seen), the
+    verbatim kinds, and the fields of every kind with a pattern."""
+    if nccl["launcher_rank"].null_count() < nccl.height:
+        add(
+            "launcher",
+            nccl.filter(pl.col("launcher_rank").is_not_null() & pl.col("host").is_not_null())
+            .select("host", "pid", "dev", "launcher_rank")
+            .unique(),
+        )
+    add("idents", nccl.select("host", "pid", "dev").unique())
+    # one split by kind, not a filter per kind: a small log has a few of the kinds, and
+    # each query costs 0.03 to 0.1 ms whatever its size
+    by_kind = _by_kind(nccl)
+    for kind in ("warn", "unknown"):
+        if by_kind[kind].height:
+            add(kind, by_kind[kind].select(*_IDENT, "launcher_rank", "level", "loc", "msg"))
+    if sample:
+        add(
+            "sample",
+            nccl.filter(~pl.col("kind").is_in(["known", "unknown", "warn"]))
+            .group_by("kind")
+            .head(200)
+            .select("kind", "msg"),
+        )
+    for kind in _VERBATIM:
+        if by_kind[kind].height:
+            add(kind, by_kind[kind].select(*_IDENT, "launcher_rank", "msg"))
+    for kind, (pattern, required) in _PATTERNS.items():
+        if by_kind[kind].height:
+            _fields(kind, by_kind[kind], pattern, required, add)
+
+
+def _fields(kind: str, rows: pl.DataFrame, pattern: str, required: str, add: _Add) -> None:
+    """The fields of one kind's lines; a line without its ``required`` field is damaged."""
+    ex = rows.select(
+        *_IDENT,
+        "launcher_rank",
+        "msg",
+        pl.col("msg").str.extract_groups(pattern).alias("x"),
+    ).unnest("x")
+    if ex[required].null_count():
+        add(
+            "damaged",
+            ex.filter(pl.col(required).is_null())
+            .select(*_IDENT, "launcher_rank", "msg")
+            .with_columns(pl.lit(kind).alias("kind")),
+        )
+        ex = ex.filter(pl.col(required).is_not_null())
+    good = ex.drop("msg")
+    add(kind, _compact_coll(good) if kind == "coll" else good)
 
 
 def _by_kind(nccl: pl.DataFrame) -> defaultdict[str, pl.DataFrame]:
@@ -364,17 +378,66 @@ def _inits(parts: dict[str, pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(frames).sort("line_no")
 
 
+#: Columns of the rank evidence; ``prio``: how much a kind of line is trusted (0 most).
+_EVIDENCE = {
+    "host": pl.String,
+    "pid": pl.Int64,
+    "dev": pl.Int64,
+    "rank": pl.Int64,
+    "prio": pl.Int32,
+    "nranks": pl.Int64,
+    "line_no": pl.Int64,
+}
+#: prio -> rank_source
+_RANK_SOURCES = {
+    0: "nccl_init",
+    1: "nccl_tests_devices",
+    2: "launcher_prefix",
+    3: "nccl_topology",
+    4: "nccl_single_rank_comm",
+}
+
+
 def _rank_maps(parts, inits: pl.DataFrame, warnings: Warnings):
     """(host, pid, dev) -> rank and (host, pid) -> rank, from the best evidence; rank_source."""
-    schema = {
-        "host": pl.String,
-        "pid": pl.Int64,
-        "dev": pl.Int64,
-        "rank": pl.Int64,
-        "prio": pl.Int32,
-        "nranks": pl.Int64,
-        "line_no": pl.Int64,
-    }
+    casts = [pl.col(c).cast(t) for c, t in _EVIDENCE.items()]
+    ev = _rank_evidence(parts, inits)
+    evidence = pl.concat([e.select(list(_EVIDENCE)) for e in ev], how="vertical_relaxed")
+    evidence = evidence.select(casts)
+    evidence = evidence.filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null())
+    best = (
+        evidence.sort(
+            ["prio", "nranks", "line_no"], descending=[False, True, False], nulls_last=True
+        )
+        .group_by("host", "pid", "dev", maintain_order=True)
+        .agg(
+            pl.col("rank").first(),
+            pl.col("prio").first(),
+            # Ring/tree lines name a rank of some communicator: usable only when unambiguous.
+            pl.col("rank").filter(pl.col("prio") == pl.col("prio").min()).n_unique().alias("n"),
+        )
+    )
+    ambiguous = (best["prio"] >= 3) & (best["n"] > 1)
+    if ambiguous.any():
+        for row in best.filter(ambiguous).iter_rows(named=True):
+            warnings.add(
+                f"rank of {row['host']}:{row['pid']} [{row['dev']}] ambiguous from topology lines"
+            )
+        best = best.filter(~ambiguous)
+    rank_map = best.drop("n")
+    pid_map = (
+        rank_map.group_by("host", "pid")
+        .agg(pl.col("rank").unique())
+        .filter(pl.col("rank").list.len() == 1)
+        .select("host", "pid", pl.col("rank").list.first().alias("pid_rank"))
+    )
+    source = _RANK_SOURCES[rank_map["prio"].min()] if rank_map.height else None
+    return rank_map.select("host", "pid", "dev", "rank", "prio"), pid_map, source
+
+
+def _rank_evidence(parts, inits: pl.DataFrame) -> list[pl.DataFrame]:
+    """Every line that tells a process's rank: init lines, nccl-tests' device lines, launcher
+    prefixes, topology lines."""
     ev = [inits.filter(pl.col("host").is_not_null()).select(
         "host",
         "pid",
@@ -406,44 +469,7 @@ def _rank_maps(parts, inits: pl.DataFrame, warnings: Warnings):
             )
         )
     ev.extend(_topology_evidence(parts))
-    casts = [pl.col(c).cast(t) for c, t in schema.items()]
-    evidence = pl.concat([e.select(list(schema)) for e in ev], how="vertical_relaxed").select(casts)
-    evidence = evidence.filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null())
-    best = (
-        evidence.sort(
-            ["prio", "nranks", "line_no"], descending=[False, True, False], nulls_last=True
-        )
-        .group_by("host", "pid", "dev", maintain_order=True)
-        .agg(
-            pl.col("rank").first(),
-            pl.col("prio").first(),
-            # Ring/tree lines name a rank of some communicator: usable only when unambiguous.
-            pl.col("rank").filter(pl.col("prio") == pl.col("prio").min()).n_unique().alias("n"),
-        )
-    )
-    ambiguous = (best["prio"] >= 3) & (best["n"] > 1)
-    if ambiguous.any():
-        for row in best.filter(ambiguous).iter_rows(named=True):
-            warnings.add(
-                f"rank of {row['host']}:{row['pid']} [{row['dev']}] ambiguous from topology lines"
-            )
-        best = best.filter(~ambiguous)
-    rank_map = best.drop("n")
-    pid_map = (
-        rank_map.group_by("host", "pid")
-        .agg(pl.col("rank").unique())
-        .filter(pl.col("rank").list.len() == 1)
-        .select("host", "pid", pl.col("rank").list.first().alias("pid_rank"))
-    )
-    names = {
-        0: "nccl_init",
-        1: "nccl_tests_devices",
-        2: "launcher_prefix",
-        3: "nccl_topology",
-        4: "nccl_single_rank_comm",
-    }
-    source = names[rank_map["prio"].min()] if rank_map.height else None
-    return rank_map.select("host", "pid", "dev", "rank", "prio"), pid_map, source
+    return ev
 
 
 def _topology_evidence(parts) -> list[pl.DataFrame]:
@@ -592,6 +618,30 @@ def _check_products(coll: pl.DataFrame, fits: pl.Expr) -> None:
         )
 
 
+#: The collectives table's columns, from the parsed COLL lines.
+_COLL_COLUMNS = (
+    "rank",
+    pl.col("line_no").alias("collective_id"),
+    "comm",
+    "seq",
+    "op",
+    "op_name",
+    "dtype",
+    pl.col("count_in").alias("count"),
+    "out_count",
+    "bytes",
+    "group_size",
+    "peer",
+    "root",
+    "redop",
+    "algorithm",
+    "protocol",
+    "stream",
+    "size_source",
+    "op_count",
+)
+
+
 def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFrame:
     coll = parts.get("coll")
     if coll is None:
@@ -602,15 +652,53 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
     ids = comms.select(
         "host", "pid", "comm_ptr", "comm", pl.col("nranks").alias("comm_nranks"), "rank_in_comm"
     )
+    joined = coll.join(ids, on=["host", "pid", "comm_ptr"], how="left", nulls_equal=False)
+    out = joined.with_columns(_coll_fields(joined))
+    unknown_dtype = out.filter(pl.col("dtype").is_null()).height
+    warnings.add("COLL line with an unknown datatype id", unknown_dtype)
+    out = out.with_columns(
+        pl.int_range(pl.len()).over(["host", "pid", "comm_ptr"]).cast(pl.Int64).alias("seq")
+    )
+    out = _attach_tuning(out, parts.get("tuning"))
+    return ranked(out).select(*_COLL_COLUMNS)
+
+
+def _coll_fields(joined: pl.DataFrame) -> list[pl.Expr]:
+    """The collective's columns from a COLL line's fields (and its communicator's size);
+    refuses a line whose counts or bytes do not fit int64."""
     dt = pl.col("datatype").cast(pl.Int64)
     c = pl.col("count").cast(pl.Int64)
     n = pl.coalesce(pl.col("nranks").cast(pl.Int64), "comm_nranks")
     size = dt.replace_strict(
         {k: DTYPE_SIZES[v] for k, v in _DTYPES.items()}, default=None, return_dtype=pl.Int64
     )
-    op = pl.col("op_name").replace_strict(_OPS, default="unknown")
+    op = op_name_expr(pl.col("op_name"))
     times_n = op.is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"])
     full = pl.when(times_n).then(c * n).otherwise(c)
+    # (counts scale with ranks exactly for the times_n ops: count_in / count_out below too)
+    _check_products(joined, (product_fits(c, n) | ~times_n) & product_fits(full, size))
+    redop_id = pl.col("redop_id").cast(pl.Int64)
+    redop = redop_id.replace_strict(_REDOPS, default="premul_sum", return_dtype=pl.String)
+    return [
+        op.alias("op"),
+        dt.replace_strict(_DTYPES, default=None, return_dtype=pl.String).alias("dtype"),
+        (c * size).alias("rank_bytes"),
+        (full * size).alias("bytes"),
+        *_coll_counts(op, c, n),
+        n.alias("group_size"),
+        pl.when(op.is_in(["send", "recv"])).then(pl.col("root").cast(pl.Int64)).alias("peer"),
+        pl.when(op.is_in(["broadcast", "reduce", "gather", "scatter"]))
+        .then(pl.col("root").cast(pl.Int64))
+        .alias("root"),
+        pl.when(op.is_in(["all_reduce", "reduce", "reduce_scatter"])).then(redop).alias("redop"),
+        pl.coalesce("comm", "comm_ptr").alias("comm"),
+        pl.lit("nccl_log").alias("size_source"),
+    ]
+
+
+def _coll_counts(op: pl.Expr, c: pl.Expr, n: pl.Expr) -> list[pl.Expr]:
+    """count_in, out_count: a COLL line's ``count`` is per rank; the buffer a rank gives or
+    gets holds n of them for the ops that split or gather over the group."""
     count_in = (
         pl.when(op.is_in(["reduce_scatter", "all_to_all", "scatter"]))
         .then(c * n)
@@ -625,56 +713,7 @@ def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFram
         .then(None)
         .otherwise(c)
     )
-    reducing = op.is_in(["all_reduce", "reduce", "reduce_scatter"])
-    redop_id = pl.col("redop_id").cast(pl.Int64)
-    redop = redop_id.replace_strict(_REDOPS, default="premul_sum", return_dtype=pl.String)
-    joined = coll.join(ids, on=["host", "pid", "comm_ptr"], how="left", nulls_equal=False)
-    # (counts scale with ranks exactly for the times_n ops: count_in / count_out below too)
-    _check_products(joined, (product_fits(c, n) | ~times_n) & product_fits(full, size))
-    out = joined.with_columns(
-        op.alias("op"),
-        dt.replace_strict(_DTYPES, default=None, return_dtype=pl.String).alias("dtype"),
-        (c * size).alias("rank_bytes"),
-        (full * size).alias("bytes"),
-        count_in.alias("count_in"),
-        count_out.alias("out_count"),
-        n.alias("group_size"),
-        pl.when(op.is_in(["send", "recv"])).then(pl.col("root").cast(pl.Int64)).alias("peer"),
-        pl.when(op.is_in(["broadcast", "reduce", "gather", "scatter"]))
-        .then(pl.col("root").cast(pl.Int64))
-        .alias("root"),
-        pl.when(reducing).then(redop).alias("redop"),
-        pl.coalesce("comm", "comm_ptr").alias("comm"),
-        pl.lit("nccl_log").alias("size_source"),
-    )
-    unknown_dtype = out.filter(pl.col("dtype").is_null()).height
-    warnings.add("COLL line with an unknown datatype id", unknown_dtype)
-    out = out.with_columns(
-        pl.int_range(pl.len()).over(["host", "pid", "comm_ptr"]).cast(pl.Int64).alias("seq")
-    )
-    out = _attach_tuning(out, parts.get("tuning"))
-    out = ranked(out)
-    return out.select(
-        "rank",
-        pl.col("line_no").alias("collective_id"),
-        "comm",
-        "seq",
-        "op",
-        "op_name",
-        "dtype",
-        pl.col("count_in").alias("count"),
-        "out_count",
-        "bytes",
-        "group_size",
-        "peer",
-        "root",
-        "redop",
-        "algorithm",
-        "protocol",
-        "stream",
-        "size_source",
-        "op_count",
-    )
+    return [count_in.alias("count_in"), count_out.alias("out_count")]
 
 
 def _place_bare_lines(coll: pl.DataFrame) -> pl.DataFrame:

@@ -20,6 +20,7 @@ from pipeline.errors import TraceFormatError
 from pipeline.ingest.nccl.lines import iter_batches
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 from pipeline.ingest.values import LineOutOfRange, check_line_numbers
+from pipeline.ingest.vocab import OP_NAMES, op_name_expr
 
 FORMAT = "nccl_tests"
 
@@ -38,18 +39,6 @@ _ROW = (
     rf"(?P<root>-?\d+){_HALF.format(1)}(?:{_HALF.format(2)})?\s*$"
 )
 _OP_NAME = r"(?:^|[\s/:])([a-z]+(?:_[a-z]+)*)_perf\b"
-_OPS = {
-    "all_reduce": "all_reduce",
-    "all_gather": "all_gather",
-    "reduce_scatter": "reduce_scatter",
-    "alltoall": "all_to_all",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "sendrecv": "send_recv",
-    "gather": "gather",
-    "scatter": "scatter",
-    "hypercube": "hypercube",
-}
 _DTYPES = {
     "float": "float32",
     "half": "float16",
@@ -149,7 +138,7 @@ def _rows(
     """Table rows with the op, nranks and rank of their test, one row per half."""
     op_name = pl.col("body").str.extract(_OP_NAME, 1)
     marks = lines.with_columns(
-        op_name.replace_strict(_OPS, default=None, return_dtype=pl.String).alias("op"),
+        op_name_expr(op_name, default=None).alias("op"),
         pl.col("body").str.contains(r"^#\s*Using devices").cum_sum().alias("section"),
         pl.col("body").str.contains(r"^#\s+Rank\s+\d+\s.*Pid\s+\d+").alias("is_rank"),
     ).with_columns(pl.col("op").forward_fill())
@@ -158,7 +147,7 @@ def _rows(
         .group_by("section")
         .agg(pl.len().cast(pl.Int64).alias("nranks"))
     )
-    default_op = _OPS.get(m.group(1)) if (m := re.search(_OP_NAME, path.name)) else None
+    default_op = OP_NAMES.get(m.group(1)) if (m := re.search(_OP_NAME, path.name)) else None
     ex = (
         candidates.select(
             "line_no", "launcher_rank", pl.col("body").str.extract_groups(_ROW).alias("r")

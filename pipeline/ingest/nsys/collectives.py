@@ -31,21 +31,11 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.ingest.result import Warnings
+from pipeline.ingest.vocab import OP_NAMES, op_name_expr
 
-# function name -> NCCL op value
-RANGE_OPS = {
-    "ncclAllReduce": "all_reduce",
-    "ncclAllGather": "all_gather",
-    "ncclReduceScatter": "reduce_scatter",
-    "ncclBroadcast": "broadcast",
-    "ncclBcast": "broadcast",
-    "ncclReduce": "reduce",
-    "ncclSend": "send",
-    "ncclRecv": "recv",
-    "ncclAlltoAll": "all_to_all",
-    "ncclGather": "gather",
-    "ncclScatter": "scatter",
-}
+#: NCCL API calls that are collectives: the vocabulary's names of NCCL's API (its only
+#: ``nccl``-prefixed names).
+RANGE_CALLS = [name for name in OP_NAMES if name.startswith("nccl")]
 INIT_RANGES = (
     "ncclCommInitRank",
     "ncclCommInitRankConfig",
@@ -149,20 +139,8 @@ def _kernel_fields(names: pl.Expr) -> list[pl.Expr]:
         names.str.extract(
             r"(?i)^nccl(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv)", 1
         ),
-    ).str.to_lowercase()
-    op = func.replace_strict(
-        {
-            "allreduce": "all_reduce",
-            "allgather": "all_gather",
-            "reducescatter": "reduce_scatter",
-            "broadcast": "broadcast",
-            "reduce": "reduce",
-            "alltoall": "all_to_all",
-            "gather": "gather",
-            "scatter": "scatter",
-        },
-        default="unknown",
     )
+    op = op_name_expr(func)
     dtype_token = names.str.extract(
         r"_(f16|f32|f64|bf16|i8|u8|i32|u32|i64|u64|half|float|double|__nv_bfloat16|int8_t"
         r"|uint8_t|int32_t|uint32_t|int64_t|uint64_t)(?:_|\(|$)",
@@ -214,9 +192,9 @@ def collectives(
     start_ns, end_ns, correlation, launch_tid, launch_ns).
     """
     calls = (
-        ops.filter(pl.col("name").is_in(list(RANGE_OPS)))
+        ops.filter(pl.col("name").is_in(RANGE_CALLS))
         .select("op_id", "pid", "tid", "name", "start_ns")
-        .with_columns(pl.col("name").replace_strict(RANGE_OPS).alias("op"))
+        .with_columns(op_name_expr(pl.col("name")).alias("op"))
         .join(payloads, on="op_id", how="left")
         .sort("start_ns")
     )

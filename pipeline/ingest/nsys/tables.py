@@ -16,6 +16,7 @@ Start/end ranges (60) may overlap and cross threads: no depth or parent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -58,74 +59,25 @@ def _tid(col: str) -> pl.Expr:
     return (pl.col(col) % (1 << 24)).alias("tid")
 
 
+#: Gives a frame of (pid, device or tid) rows their rank: ``(frame, by_thread)``.
+_Ranker = Callable[[pl.DataFrame, bool], pl.DataFrame]
+
+
 def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Table], str]:
     """The dataset tables of one export, and the rank source(s) used."""
     shift = _time_shift(raw, warnings)
-    kernels = _kernels(raw.kernels, shift)
-    ops = _ops(raw, shift, warnings)
-    ops = nest(ops)
-    launch = (
-        ops.filter(pl.col("correlation").is_not_null())
-        .sort("kind")
-        .unique(["pid", "correlation"], keep="first")
-        .select(
-            "pid",
-            "correlation",
-            pl.col("tid").alias("launch_tid"),
-            pl.col("start_ns").alias("launch_ns"),
-            pl.col("parent_id").alias("range_id"),
-        )
-    )
-    kernels = kernels.join(launch, on=["pid", "correlation"], how="left")
-    names = ops.select(pl.col("op_id").alias("range_id"), pl.col("name").alias("nvtx_range"))
-    kernels = kernels.join(names, on="range_id", how="left").drop("range_id")
-
+    ops = nest(_ops(raw, shift, warnings))
+    kernels = _with_launch(_kernels(raw.kernels, shift), ops)
     nccl_ops = ops.filter(pl.col("domain") == "NCCL")
     payloads = collectives.decode_payloads(nccl_ops, warnings)
     inits = ops.join(payloads.filter(pl.col("rank").is_not_null()), on="op_id").select(
         "pid", "cuda_dev", "comm_hash", "rank", "nranks", "start_ns"
     )
-
-    thread_dev = (
-        kernels.drop_nulls("launch_tid")
-        .group_by("pid", "launch_tid")
-        .agg(pl.col("device").mode().min().alias("device"))
-        .rename({"launch_tid": "tid"})
-    )
-    units_keys = pl.concat(
-        [
-            kernels.select("pid", "device"),
-            ops.select("pid", pl.lit(None, pl.Int64).alias("device")),
-        ]
-    ).unique()
-    has_dev = units_keys.filter(pl.col("device").is_not_null())["pid"].unique().implode()
-    units_keys = units_keys.filter(pl.col("device").is_not_null() | ~pl.col("pid").is_in(has_dev))
-    units = ranks.assign(raw, units_keys, inits, path, warnings)
-    primary = (
-        kernels.group_by("pid", "device")
-        .len()
-        .sort("len", descending=True)
-        .unique("pid", keep="first")
-        .select("pid", pl.col("device").alias("primary_dev"))
-    )
-
-    def with_rank(df: pl.DataFrame, by_thread: bool) -> pl.DataFrame:
-        if by_thread:
-            df = df.join(thread_dev, on=["pid", "tid"], how="left", suffix="_thread")
-            dev = "device_thread" if "device_thread" in df.columns else "device"
-            df = (
-                df.join(primary, on="pid", how="left")
-                .with_columns(pl.coalesce(dev, "primary_dev").alias("unit_dev"))
-                .drop([c for c in ("device_thread", "primary_dev") if c in df.columns])
-            )
-        else:
-            df = df.with_columns(pl.col("device").alias("unit_dev"))
-        u = units.select("pid", pl.col("device").alias("unit_dev"), "rank")
-        return df.join(u, on=["pid", "unit_dev"], how="left", nulls_equal=True).drop("unit_dev")
-
+    units = _units(raw, kernels, ops, inits, path, warnings)
+    with_rank = _ranker(kernels, units)
     tables = {
-        "kernels": _kernel_table(with_rank(kernels, by_thread=False)),
-        "ops": _ops_table(with_rank(ops, by_thread=True)),
+        "kernels": _kernel_table(with_rank(kernels, False)),
+        "ops": _ops_table(with_rank(ops, True)),
         "ranks": _ranks_table(units, raw, kernels, ops),
     }
     nccl_kernels = kernels.filter(pl.col("kind") == "comm").select(
@@ -141,12 +93,88 @@ def build(raw: NsysRaw, path: Path, warnings: Warnings) -> tuple[dict[str, pa.Ta
         "launch_ns",
     )
     coll = collectives.collectives(nccl_ops, nccl_kernels, payloads, warnings)
-    coll = with_rank(coll.with_columns(pl.col("device").cast(pl.Int64)), by_thread=False)
+    coll = with_rank(coll.with_columns(pl.col("device").cast(pl.Int64)), False)
     coll = _fill_rank(coll, units)
     tables["collectives"] = _collectives_table(coll)
     tables["communicators"] = collectives.communicators(inits, units, coll).to_arrow()
     source = ",".join(sorted(units["rank_source"].unique().to_list()))
     return tables, source
+
+
+def _with_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Each kernel with the thread and time of the runtime call that launched it, and the
+    name of the NVTX range around that call."""
+    launch = (
+        ops.filter(pl.col("correlation").is_not_null())
+        .sort("kind")
+        .unique(["pid", "correlation"], keep="first")
+        .select(
+            "pid",
+            "correlation",
+            pl.col("tid").alias("launch_tid"),
+            pl.col("start_ns").alias("launch_ns"),
+            pl.col("parent_id").alias("range_id"),
+        )
+    )
+    kernels = kernels.join(launch, on=["pid", "correlation"], how="left")
+    names = ops.select(pl.col("op_id").alias("range_id"), pl.col("name").alias("nvtx_range"))
+    return kernels.join(names, on="range_id", how="left").drop("range_id")
+
+
+def _units(
+    raw: NsysRaw,
+    kernels: pl.DataFrame,
+    ops: pl.DataFrame,
+    inits: pl.DataFrame,
+    path: Path,
+    warnings: Warnings,
+) -> pl.DataFrame:
+    """The ranks of the export: one per (process, device) that ran kernels, one per process
+    that ran none."""
+    units_keys = pl.concat(
+        [
+            kernels.select("pid", "device"),
+            ops.select("pid", pl.lit(None, pl.Int64).alias("device")),
+        ]
+    ).unique()
+    has_dev = units_keys.filter(pl.col("device").is_not_null())["pid"].unique().implode()
+    units_keys = units_keys.filter(pl.col("device").is_not_null() | ~pl.col("pid").is_in(has_dev))
+    return ranks.assign(raw, units_keys, inits, path, warnings)
+
+
+def _ranker(kernels: pl.DataFrame, units: pl.DataFrame) -> _Ranker:
+    """Rows with a device take the rank of their (process, device); rows of a thread
+    (``by_thread``) that of the device the thread launched most kernels on, else of the
+    process's busiest device."""
+    thread_dev = (
+        kernels.drop_nulls("launch_tid")
+        .group_by("pid", "launch_tid")
+        .agg(pl.col("device").mode().min().alias("device"))
+        .rename({"launch_tid": "tid"})
+    )
+    primary = (
+        kernels.group_by("pid", "device")
+        .len()
+        .sort("len", descending=True)
+        .unique("pid", keep="first")
+        .select("pid", pl.col("device").alias("primary_dev"))
+    )
+    u = units.select("pid", pl.col("device").alias("unit_dev"), "rank")
+
+    def with_rank(df: pl.DataFrame, by_thread: bool) -> pl.DataFrame:
+        if by_thread:
+            df = df.join(thread_dev, on=["pid", "tid"], how="left", suffix="_thread")
+            dev = "device_thread" if "device_thread" in df.columns else "device"
+            df = (
+                df.join(primary, on="pid", how="left")
+                .with_columns(pl.coalesce(dev, "primary_dev").alias("unit_dev"))
+                .drop([c for c in ("device_thread", "primary_dev") if c in df.columns])
+            )
+        else:
+            df = df.with_columns(pl.col("device").alias("unit_dev"))
+        return df.join(u, on=["pid", "unit_dev"], how="left", nulls_equal=True).drop("unit_dev")
+
+    return with_rank
 
 
 def _time_shift(raw: NsysRaw, warnings: Warnings) -> int:

@@ -1,0 +1,37 @@
+"""The package's functions fit on one screen: none reaches 80 lines (scripts/long_functions.py
+lists those that do)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+
+def _script():
+    path = REPO_ROOT / "scripts" / "long_functions.py"
+    spec = importlib.util.spec_from_file_location("long_functions", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_function_of_the_package_reaches_80_lines() -> None:
+    script = _script()
+    assert script.LIMIT == 80
+    assert script.long_functions(REPO_ROOT / "pipeline") == []
+
+
+def test_the_listing_finds_a_long_function(tmp_path: Path) -> None:
+    """A method from ``def`` to its last line of 80 lines is listed, a function of 79 not."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    method = "\n".join(f"        x{i} = {i}" for i in range(78))
+    (root / "m.py").write_text(
+        f"def short():\n    return 1\n\n\nclass C:\n    def long(self):\n{method}\n"
+        "        return 0\n"
+    )
+    function = "\n".join(f"    x{i} = {i}" for i in range(78))
+    (root / "n.py").write_text(f"def almost():\n{function}\n")
+    assert _script().long_functions(root) == [(80, "pkg/m.py:6", "long")]
