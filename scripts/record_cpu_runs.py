@@ -32,6 +32,10 @@ moe         2      every MLP is a 4-expert top-1 MoE with capacity factor 1 (fix
                    buffers), 2 experts per rank, all_to_all_single dispatch and combine;
                    the other parameters under DDP
 straggler   2      ddp, with rank 1 sleeping 30 ms in ``blocks.1``'s forward in every step
+straggler_step
+            2      ddp, with rank 1 sleeping 200 ms in ``blocks.0``'s forward in step 3 only
+                   (long enough to outlast the other rank's forward and backward on a loaded
+                   machine: the wait it causes starts only when that rank is done)
 tp4         4      tp over 4 ranks (one head each)
 fsdp4       4      fsdp over 4 ranks
 tp_fsdp     4      the TP of tp_dp (groups {0,1}, {2,3}) x FSDP2 over {0,2}, {1,3}: each rank's
@@ -78,9 +82,16 @@ VOCAB, HIDDEN, HEADS, FFN, LAYERS, SEQ, MICRO = 256, 64, 4, 256, 2, 32, 4
 EXPERTS, CAPACITY = 4, 32  # capacity = ceil(1.0 * top_k(1) * tokens(128) / experts)
 STEPS = 5
 STRAGGLER_RANK, STRAGGLER_LAYER, STRAGGLER_SLEEP_S = 1, 1, 0.030
+#: The slowed runs: run -> (rank that sleeps, block it sleeps in, step it sleeps in or None
+#: for every step, seconds)
+SLOWED = {
+    "straggler": (STRAGGLER_RANK, STRAGGLER_LAYER, None, STRAGGLER_SLEEP_S),
+    "straggler_step": (1, 0, 3, 0.200),
+}
+_STEP = [0]  # the step the worker is running (a slowed block reads it)
 
 RUNS = {"ddp": 2, "fsdp": 2, "tp": 2, "tp_dp": 4, "pp": 2, "moe": 2, "straggler": 2,
-        "tp4": 4, "pp4": 4, "moe4": 4, "fsdp4": 4, "tp_fsdp": 4}  # fmt: skip
+        "straggler_step": 2, "tp4": 4, "pp4": 4, "moe4": 4, "fsdp4": 4, "tp_fsdp": 4}  # fmt: skip
 #: Transformer layers of each run: LAYERS, but one per stage of pp4
 RUN_LAYERS = {"pp4": 4}
 
@@ -254,16 +265,22 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, tp: int, tp_group, moe: MoE | None, slow_rank: int | None) -> None:
+    def __init__(self, tp: int, tp_group, moe: MoE | None, slow_rank: int | None,
+                 slow_step: int | None = None,
+                 sleep_s: float = STRAGGLER_SLEEP_S) -> None:  # fmt: skip
         super().__init__()
-        self.slow_rank = slow_rank
+        self.slow_rank, self.slow_step, self.sleep_s = slow_rank, slow_step, sleep_s
         self.ln1, self.ln2 = nn.LayerNorm(HIDDEN), nn.LayerNorm(HIDDEN)
         self.attn = Attention(tp, tp_group)
         self.mlp = moe if moe is not None else MLP(tp, tp_group)
 
     def forward(self, x):
-        if self.slow_rank is not None and dist.get_rank() == self.slow_rank:
-            time.sleep(STRAGGLER_SLEEP_S)
+        if (
+            self.slow_rank is not None
+            and dist.get_rank() == self.slow_rank
+            and self.slow_step in (None, _STEP[0])
+        ):
+            time.sleep(self.sleep_s)
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -308,12 +325,13 @@ class Head(nn.Module):
 
 class TinyGPT(nn.Module):
     def __init__(self, layers: range, *, first: bool, last: bool, tp=1, tp_rank=0, tp_group=None,
-                 ep_group=None, ep=1, slow_rank=None) -> None:  # fmt: skip
+                 ep_group=None, ep=1, slow_rank=None, slow_layer=STRAGGLER_LAYER,
+                 slow_step=None, sleep_s=STRAGGLER_SLEEP_S) -> None:  # fmt: skip
         super().__init__()
         self.embed = Embed(tp, tp_rank, tp_group) if first else None
         self.blocks = nn.ModuleList(
             Block(tp, tp_group, MoE(ep_group, ep) if ep_group is not None else None,
-                  slow_rank if i == STRAGGLER_LAYER else None)
+                  slow_rank if i == slow_layer else None, slow_step, sleep_s)
             for i in layers
         )  # fmt: skip
         self.head = Head(tp, tp_rank, tp_group) if last else None
@@ -360,9 +378,10 @@ def _build(run: str, rank: int, world: int):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    if run in ("ddp", "straggler"):
-        slow = STRAGGLER_RANK if run == "straggler" else None
-        model = DDP(TinyGPT(range(LAYERS), first=True, last=True, slow_rank=slow))
+    if run in ("ddp", *SLOWED):
+        slow = SLOWED.get(run, (None, STRAGGLER_LAYER, None, 0.0))
+        model = DDP(TinyGPT(range(LAYERS), first=True, last=True, slow_rank=slow[0],
+                            slow_layer=slow[1], slow_step=slow[2], sleep_s=slow[3]))  # fmt: skip
         return model, _dp_step(model, rank, dist.group.WORLD)
     if run in ("fsdp", "fsdp4"):
         from torch.distributed.fsdp import fully_shard
@@ -491,6 +510,7 @@ def _worker(rank: int, run: str, world: int, port: int, out: str, micro: int = M
         schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready,
     ) as prof:  # fmt: skip
         for i in range(STEPS):
+            _STEP[0] = i
             step(i)
             prof.step()
     dist.barrier()
@@ -540,6 +560,7 @@ def job_yaml(run: str, micro: int = MICRO) -> str:
     par = {
         "ddp": "dp: 2",
         "straggler": "dp: 2",
+        "straggler_step": "dp: 2",
         "fsdp": "dp: 2, fsdp: true",
         "fsdp4": "dp: 4, fsdp: true",
         "tp_fsdp": "tp: 2, dp: 2, fsdp: true, order: tp-dp",

@@ -26,6 +26,11 @@ infer_cpu   1      inference, no process group: greedy decoding of 4 tokens afte
                    2 x 16 under ``torch.no_grad``, each token in ``record_function("decode
                    <i>")``; profiled whole, without a schedule (so no ``ProfilerStep#N``),
                    one trace ``rank0.pt.trace.json.gz`` and no flight recorder or job.yaml
+recsys_a2a  2      a recommendation model as TorchRec shards it: one embedding table per rank
+                   (table-wise), the input ids sent to the table's rank in ``## sparse_data_dist
+                   ##``, the pooled embeddings back in ``## alltoall_fwd_single ##`` (their
+                   gradients in ``## alltoall_bwd_single ##``), a dense MLP under DDP; recorded
+                   without ``with_modules``, as the public DLRM traces are; no job.yaml
 ==========  =====  ==========================================================================
 
 Usage (needs ``torch`` with gloo; it is not a tokenwire dependency)::
@@ -71,7 +76,7 @@ from record_cpu_runs import (  # noqa: E402
 )
 
 RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2, "tp_dtensor4": 4, "pp_1f1b4": 4,
-        "fsdp1_4": 4, "infer_cpu": 1}  # fmt: skip
+        "fsdp1_4": 4, "infer_cpu": 1, "recsys_a2a": 2}  # fmt: skip
 #: Transformer layers of each run: LAYERS, but one per stage of pp_1f1b4
 RUN_LAYERS = {"pp_1f1b4": 4}
 PP_MICRO = 4  # micro-batches per step of pp_1f1b
@@ -216,8 +221,67 @@ def _pp_1f1b4(rank: int, world: int):
     return _pp_1f1b(rank, world, RUN_LAYERS["pp_1f1b4"])
 
 
+# ------------------------------------------------------------- recommendation model (a2a)
+REC_ROWS, REC_DIM, REC_BAG = 100, 16, 3  # rows and width of each rank's table; ids per bag
+
+
+class _PooledExchange(torch.autograd.Function):
+    """TorchRec's pooled-embedding all-to-all (torchrec/distributed/comm_ops.py): each rank's
+    pooled rows to the rank of their samples, the gradients back, in its named ranges."""
+
+    @staticmethod
+    def forward(ctx, pooled):
+        out = torch.empty_like(pooled)
+        with record_function("## alltoall_fwd_single ##"):
+            dist.all_to_all_single(out, pooled.contiguous())
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = torch.empty_like(grad)
+        with record_function("## alltoall_bwd_single ##"):
+            dist.all_to_all_single(out, grad.contiguous())
+        return out
+
+
+def _recsys_a2a(rank: int, world: int):
+    """Table-wise sharded embeddings (table r on rank r) and a DDP dense MLP; the step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    table = nn.EmbeddingBag(REC_ROWS, REC_DIM, mode="sum")  # this rank's table
+    dense = DDP(nn.Sequential(nn.Linear(world * REC_DIM, 32), nn.ReLU(), nn.Linear(32, 1)))
+    opt = torch.optim.SGD([*table.parameters(), *dense.parameters()], lr=0.1)
+
+    def step(i: int) -> None:
+        g = torch.Generator().manual_seed(100 * i + rank)
+        # this rank's samples: one bag of REC_BAG ids per table, ordered by the table's rank
+        ids = torch.randint(0, REC_ROWS, (world, MICRO * REC_BAG), generator=g)
+        target = torch.rand(MICRO, 1, generator=g)
+        with record_function("## sparse_data_dist ##"):
+            mine = torch.empty_like(ids)  # every rank's ids for this rank's table
+            dist.all_to_all_single(mine, ids)
+        with record_function("## forward ##"):
+            pooled = table(mine.view(world * MICRO, REC_BAG))  # (world * MICRO, REC_DIM)
+            rows = _PooledExchange.apply(pooled)  # this rank's samples, one block per table
+            features = rows.view(world, MICRO, REC_DIM).transpose(0, 1).reshape(MICRO, -1)
+            loss = F.mse_loss(dense(features), target)
+        with record_function("## backward ##"):
+            loss.backward()
+        with record_function("## optimizer ##"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 _BUILD = {"tp_dtensor": _tp_dtensor, "pp_1f1b": _pp_1f1b, "ddp4": _ddp4, "fsdp1": _fsdp1,
-          "tp_dtensor4": _tp_dtensor, "pp_1f1b4": _pp_1f1b4, "fsdp1_4": _fsdp1}  # fmt: skip
+          "tp_dtensor4": _tp_dtensor, "pp_1f1b4": _pp_1f1b4, "fsdp1_4": _fsdp1,
+          "recsys_a2a": _recsys_a2a}  # fmt: skip
+#: Runs recorded without ``with_modules`` (as the public DLRM traces are)
+NO_MODULES = {"recsys_a2a"}
+#: Runs with no job.yaml (a model tokenwire's analytic model does not describe)
+NO_JOB_YAML = {"recsys_a2a"}
 
 
 def _worker(rank: int, run: str, world: int, port: int, out: str) -> None:
@@ -231,7 +295,8 @@ def _worker(rank: int, run: str, world: int, port: int, out: str) -> None:
         prof.export_chrome_trace(str(tmp))
 
     with profile(
-        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True, with_modules=True,
+        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
+        with_modules=run not in NO_MODULES,
         schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready,
     ) as prof:  # fmt: skip
         for i in range(STEPS):
@@ -316,7 +381,8 @@ def record(run: str, out: Path) -> Path:
         mp.spawn(_worker, args=(run, RUNS[run], _free_port(), tmp), nprocs=RUNS[run], join=True)
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(tmp, dest)
-    (dest / "job.yaml").write_text(job_yaml(run))
+    if run not in NO_JOB_YAML:
+        (dest / "job.yaml").write_text(job_yaml(run))
     return dest
 
 

@@ -287,6 +287,18 @@ PHASE_HINTS: dict[str, str] = {
 }
 
 
+#: TorchRec's record_function ranges around the all-to-alls of its sharded embeddings, by
+#: their whole name (torchrec/distributed/train_pipeline.py ``## sparse_data_dist ##``, the
+#: input features sent to the ranks holding their tables; torchrec/distributed/comm_ops.py
+#: ``## alltoall_fwd_single ##`` and ``## alltoall_bwd_single ##``, the pooled embeddings and
+#: their gradients, ``## alltoall_seq_embedding_fwd_single ##``; dist_data.py's
+#: ``## all2all_data:... ##``). The group is the layer's name, a hint read only where the
+#: trace has no module path and no NVTX range (:mod:`pipeline.ingest.derive.attribution`).
+EMBEDDING_EXCHANGE_RANGE = (
+    r"^##\s*(?:start_|wait_)?(sparse_data_dist|alltoall_\w+|all2all_[^#]*?)\s*##$"
+)
+
+
 def phase_name_expr(name: pl.Expr) -> pl.Expr:
     """An op or range name as :data:`PHASE_HINTS` reads it."""
     return (

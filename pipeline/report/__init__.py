@@ -2,7 +2,7 @@
 
 ``build_report`` reads a dataset through its DuckDB views (raw tables and, after
 ``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
-charts per section (``glance``, ``ledger``, ``traffic``, ``timing``, ``waits``,
+charts per section (``glance``, ``ledger``, ``traffic``, ``timing``, ``waits`` (three),
 ``topology``, ``wire``, ``quality``) and writes one self-contained HTML file (``page``).
 Sections whose data is missing say why and what would fill them. docs/report.md describes
 every section and what it needs.
@@ -155,6 +155,8 @@ def _sections(ctx: Context) -> list[Section]:
         timing.bandwidth_section(ctx, no_timing),
         timing.skew_section(ctx, no_timing),
         waits.section(ctx, no_timing),
+        waits.straggler_section(ctx, no_timing),
+        waits.critical_path_section(ctx, no_timing),
         compute.section(ctx),
         topology.section(ctx),
         wire.section(ctx),

@@ -345,10 +345,39 @@ WHERE job = $job
 GROUP BY ALL
 ORDER BY sum(wait_ns) + sum(transfer_ns) DESC, parallel_dim, op;
 
+-- name: wait_by_rank
+-- Per rank, the time its collectives waited for the last rank and transferred, per traced
+-- step, the rank it waited for most (the first by number of equals) and how long.
+WITH per_late AS (
+    SELECT rank, late_rank, sum(wait_ns) AS ns
+    FROM collective_waits
+    WHERE job = $job AND late_rank <> rank AND wait_ns > 0
+    GROUP BY ALL
+)
+SELECT w.rank, count(*) AS calls, sum(w.wait_ns) AS wait_ns, sum(w.transfer_ns) AS transfer_ns,
+       sum(w.wait_ns) / nullif(sum(w.wait_ns) + sum(w.transfer_ns), 0) AS wait_share,
+       any_value(m.late_rank) AS waited_most_for, any_value(m.ns) AS waited_most_ns
+FROM collective_waits w
+LEFT JOIN (SELECT * FROM per_late
+           QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ns DESC, late_rank) = 1) m
+    USING (rank)
+WHERE w.job = $job
+GROUP BY w.rank
+ORDER BY w.rank;
+
+-- name: wait_for_rank
+-- Per rank that arrived last, the time the other ranks waited for it, over every step.
+SELECT late_rank, count(*) AS calls, sum(wait_ns) AS wait_ns
+FROM collective_waits
+WHERE job = $job AND late_rank <> rank AND wait_ns > 0
+GROUP BY late_rank
+ORDER BY wait_ns DESC, late_rank;
+
 -- name: straggler_ranks
--- Per rank, the steps it was the straggler of, the wait it caused there and the layer it
--- was most often busy in meanwhile.
-SELECT rank, count(*) AS steps, sum(caused_wait_ns) AS caused_wait_ns,
+-- Per rank, the steps it was the straggler of (how many, and which), the wait it caused
+-- there and the layer it was most often busy in meanwhile.
+SELECT rank, count(*) AS steps, list(step ORDER BY step) AS step_list,
+       sum(caused_wait_ns) AS caused_wait_ns,
        sum(caused_wait_ns) / nullif(sum(step_wait_ns), 0) AS wait_share,
        mode(busy_layer) AS busy_layer, mode(parallel_dim) AS parallel_dim
 FROM step_stragglers

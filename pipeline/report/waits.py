@@ -1,7 +1,7 @@
-"""The section on waiting versus transferring: per dimension the time in collectives split at
-the last rank's arrival, each step's straggler and what it ran meanwhile, and what each
-step's critical path is made of (collective_waits, step_stragglers, straggler_ops,
-critical_path, all made by tokenwire link)."""
+"""Three sections on waiting versus transferring: the time in collectives split at the last
+rank's arrival, per dimension and rank, and whom the ranks waited for (collective_waits);
+each step's straggler and what it ran meanwhile (step_stragglers, straggler_ops); what each
+step's critical path is made of (critical_path). All are made by tokenwire link."""
 
 from __future__ import annotations
 
@@ -16,23 +16,36 @@ _PARTS = ["wait", "transfer"]
 _PART_COLORS = ["#e45756", "#4c78a8"]
 
 
-def section(ctx: Context, no_timing: str | None, limit: int = 10) -> Section:
-    """Waiting or transferring: where collective time goes, who held steps back, and the
-    critical path."""
+_NEEDS_LINK = "Needs tokenwire link: collective_waits splits each rank's collective time at "
+_NEEDS_LINK += "the last rank's arrival, on the clock link aligns."
+
+
+def section(ctx: Context, no_timing: str | None) -> Section:
+    """Waiting or transferring: where collective time goes, per dimension and rank, and whom
+    the ranks waited for."""
     sec = Section("waits", "Waiting or transferring")
     by_dim = ctx.query("wait_by_dim")
     if by_dim.height == 0:
-        return sec.add(
-            Note(
-                no_timing
-                or "Needs tokenwire link: collective_waits splits each rank's collective "
-                "time at the last rank's arrival, on the clock link aligns.",
-                "missing",
-            )
-        )
+        return sec.add(Note(no_timing or _NEEDS_LINK, "missing"))
     _wait_chart(sec, by_dim)
-    _stragglers(ctx, sec, limit)
-    _critical_path(ctx, sec)
+    _wait_note(ctx, sec, by_dim)
+    _wait_by_rank(ctx, sec)
+    return sec
+
+
+def straggler_section(ctx: Context, no_timing: str | None, limit: int = 10) -> Section:
+    """Who held each step back, and what it ran while the others waited."""
+    sec = Section("stragglers", "Who held each step back")
+    if not _stragglers(ctx, sec, limit):
+        sec.add(Note(no_timing or _NEEDS_LINK, "missing"))
+    return sec
+
+
+def critical_path_section(ctx: Context, no_timing: str | None) -> Section:
+    """What set each step's length: its critical path across ranks."""
+    sec = Section("critical_path", "The critical path of each step")
+    if not _critical_path(ctx, sec):
+        sec.add(Note(no_timing or _NEEDS_LINK, "missing"))
     return sec
 
 
@@ -69,21 +82,55 @@ def _wait_chart(sec: Section, by_dim: pl.DataFrame) -> None:
             "until then and transfers after (on the clock tokenwire link aligns).",
         )
     )
+
+
+def _wait_note(ctx: Context, sec: Section, by_dim: pl.DataFrame) -> None:
     wait, transfer = by_dim["wait_ns"].sum(), by_dim["transfer_ns"].sum()
+    text = (
+        f"Ranks waited {fmt.duration(wait)} and transferred {fmt.duration(transfer)} "
+        f"in collectives ({fmt.share(wait / (wait + transfer) if wait + transfer else None)}"
+        " of it waiting)"
+    )
+    late = ctx.query("wait_for_rank")
+    if late.height:
+        top = late.row(0, named=True)
+        text += (
+            f"; {fmt.duration(top['wait_ns'])} of the waiting was for rank {top['late_rank']}"
+            f", the last to arrive ({top['calls']:,} calls waited for it)"
+        )
+    sec.add(Note(text + ".", "text"))
+
+
+def _wait_by_rank(ctx: Context, sec: Section) -> None:
+    ranks = ctx.query("wait_by_rank")
     sec.add(
-        Note(
-            f"Ranks waited {fmt.duration(wait)} and transferred {fmt.duration(transfer)} "
-            f"in collectives ({fmt.share(wait / (wait + transfer) if wait + transfer else None)}"
-            " of it waiting).",
-            "text",
+        Table(
+            ["rank", "calls", "waiting", "transferring", "share waiting", "waited most for"],
+            [
+                [
+                    r["rank"],
+                    r["calls"],
+                    fmt.duration(r["wait_ns"]),
+                    fmt.duration(r["transfer_ns"]),
+                    fmt.share(r["wait_share"]),
+                    "–"
+                    if r["waited_most_for"] is None
+                    else f"rank {r['waited_most_for']} ({fmt.duration(r['waited_most_ns'])})",
+                ]
+                for r in ranks.iter_rows(named=True)
+            ],
+            caption="Per rank, over the traced steps: time in collectives waiting for the last "
+            "rank and moving data, and the rank it waited for longest",
+            numeric=[True, True, True, True, True, False],
         )
     )
 
 
-def _stragglers(ctx: Context, sec: Section, limit: int) -> None:
+def _stragglers(ctx: Context, sec: Section, limit: int) -> bool:
+    """The straggler tables; False when link made none."""
     ranks = ctx.query("straggler_ranks", limit=limit)
     if ranks.height == 0:
-        return
+        return False
     sec.add(
         Table(
             [
@@ -97,7 +144,7 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> None:
             [
                 [
                     r["rank"],
-                    r["steps"],
+                    _steps(r["step_list"]),
                     fmt.duration(r["caused_wait_ns"]),
                     fmt.share(r["wait_share"]),
                     r["busy_layer"],
@@ -106,7 +153,7 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> None:
                 for r in ranks.iter_rows(named=True)
             ],
             caption="Who held steps back: each step's straggler made the others wait longest",
-            numeric=[True, True, True, True, False, False],
+            numeric=[True, False, True, True, False, False],
         )
     )
     ops = ctx.query("straggler_ops_top", limit=limit)
@@ -121,12 +168,20 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> None:
             numeric=[False, False, False, True, True],
         )
     )
+    return True
 
 
-def _critical_path(ctx: Context, sec: Section) -> None:
+def _steps(steps: list[int], shown: int = 6) -> str:
+    """How many steps, and which: ``2 (2, 3)``; past ``shown`` the first ones and ``…``."""
+    which = ", ".join(str(s) for s in steps[:shown]) + (", …" if len(steps) > shown else "")
+    return f"{len(steps):,} ({which})"
+
+
+def _critical_path(ctx: Context, sec: Section) -> bool:
+    """The critical path's parts and the bound on faster transfers; False when none."""
     split = ctx.query("critical_path_split")
     if split.height == 0:
-        return
+        return False
     sec.add(
         Table(
             ["part", "steps", "segments", "time on the path", "share of the path"],
@@ -157,3 +212,4 @@ def _critical_path(ctx: Context, sec: Section) -> None:
                 "text",
             )
         )
+    return True

@@ -157,3 +157,35 @@ def test_launches_on_the_autograd_engine_thread_are_backward():
     )  # fmt: skip
     got = _attributed(ops, _calls((0, None, 2), (0, None, 5)))
     assert [g["phase"] for g in got] == [None, "backward"]
+
+
+def test_embedding_all_to_alls_take_their_layer_from_torchrec_ranges():
+    # a trace without module information (as TorchRec's DLRM traces): an all-to-all inside
+    # TorchRec's ranges takes the outermost as its layer; a module path or NVTX range comes
+    # first; other ops, and ranges named otherwise, place nothing
+    ops = _ops(
+        (0, 1, None, "## sparse_data_dist ##", "user_annotation", None, None, None),
+        (0, 2, 1, "## all2all_data:kjt splits ##", "user_annotation", None, None, None),
+        (0, 3, 2, "c10d::alltoall_base_", "cpu_op", None, None, None),
+        (0, 4, None, "## alltoall_bwd_single ##", "user_annotation", None, None, None),
+        (0, 5, 4, "c10d::alltoall_base_", "cpu_op", None, None, None),
+        (0, 6, None, "## alltoall_fwd_single ##", "user_annotation", "sparse/ebc", None, None),
+        (0, 7, 6, "c10d::alltoall_base_", "cpu_op", "sparse/ebc", None, None),
+        (0, 8, None, "alltoall_fwd_single", "nvtx", None, None, None),
+        (0, 9, 8, "c10d::alltoall_base_", "cpu_op", None, None, None),
+        (0, 10, None, "## alltoall_fwd_single ##", "user_annotation", None, None, None),
+        (0, 11, 10, "c10d::allreduce_", "cpu_op", None, None, None),
+        (0, 12, None, "## moe_dispatch ##", "user_annotation", None, None, None),
+        (0, 13, 12, "c10d::alltoall_base_", "cpu_op", None, None, None),
+    )
+    launches = (3, 5, 7, 9, 11, 13)
+    ops_of = ["all_to_all"] * 4 + ["all_reduce", "all_to_all"]
+    got = _attributed(ops, _calls(*[(0, None, i) for i in launches], given={"op": ops_of}))
+    assert [(g["layer"], g["attributed_by"]) for g in got] == [
+        ("embedding/sparse_data_dist", "embedding_range"),
+        ("embedding/alltoall_bwd_single", "embedding_range"),
+        ("sparse/ebc", "module_scope"),
+        ("alltoall_fwd_single", "nvtx"),
+        (None, None),
+        (None, None),
+    ]

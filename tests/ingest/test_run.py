@@ -284,6 +284,26 @@ def test_real_dlrm_job_is_one_job_of_eight_ranks(real_traces: Path, tmp_path: Pa
     ]
 
 
+def test_a_real_trace_under_two_jobs(real_traces: Path, tmp_path: Path) -> None:
+    # the same DLRM rank file ingested under --job a and --job b: both jobs hold its 8
+    # collectives (dedup is per job), and each again skips it
+    src = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
+    out = tmp_path / "ds"
+    for job in ("a", "b"):
+        result = _ingest(str(src), "-o", str(out), "--job", job)
+        assert result.exit_code == 0, result.output
+        assert "1 ingested, 0 skipped" in result.stderr
+    con = connect(out)
+    rows = con.execute(
+        "SELECT job, count(*), sum(bytes), count(DISTINCT file_id) FROM collectives "
+        "GROUP BY job ORDER BY job"
+    ).fetchall()
+    assert [r[:2] for r in rows] == [("a", 8), ("b", 8)] and rows[0][2] == rows[1][2]
+    assert con.execute("SELECT count(*), count(DISTINCT sha256) FROM files").fetchall() == [(2, 1)]
+    for job in ("a", "b"):
+        assert "0 ingested, 1 skipped" in _ingest(str(src), "-o", str(out), "--job", job).stderr
+
+
 def test_tables_and_sql_commands(dataset: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["tables", str(dataset)])

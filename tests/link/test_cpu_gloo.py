@@ -338,6 +338,27 @@ def test_step_stragglers_name_the_sleeping_rank_and_its_block(
     assert top["overlap_ns"].min() > 10_000_000  # of the 30 ms sleep, what rank 0 waited for
 
 
+def test_a_rank_slowed_in_one_step_is_named_with_that_step_and_layer(tmp_path) -> None:
+    """straggler_step: rank 1 sleeps 200 ms in blocks.0's forward in step 3 only. The step
+    whose straggler held the others back longest is step 3, its straggler rank 1, busy in
+    Block_0, whose own time leads what it ran meanwhile; in no other step does Block_0 hold
+    the straggler that long."""
+    ds = linked("straggler_step", tmp_path / "ds")
+    worst = ds.sql(
+        "SELECT step, rank, busy_layer, caused_wait_ns FROM step_stragglers "
+        "ORDER BY caused_wait_ns DESC LIMIT 1"
+    ).row(0, named=True)
+    assert (worst["step"], worst["rank"]) == (3, 1)
+    assert worst["busy_layer"].endswith("/Block_0")
+    assert worst["caused_wait_ns"] > 100_000_000  # of the 200 ms sleep
+    top = ds.sql(
+        "SELECT step, name, overlap_ns FROM straggler_ops "
+        "QUALIFY row_number() OVER (PARTITION BY step ORDER BY overlap_ns DESC) = 1"
+    )
+    held = {s: n for s, name, n in top.rows() if name == "nn.Module: Block_0"}
+    assert list(held) == [3] and held[3] > 100_000_000
+
+
 def test_pipeline_calls_carry_their_instance_key(datasets: dict[str, Dataset]) -> None:
     # each send and its recv are one instance: 8 transfers of 2 calls each
     rows = (

@@ -486,6 +486,7 @@ def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp
     # the gradient all-reduces and the backward all-to-all run on the autograd engine's
     # thread inside evaluate_function; the forward all-to-all under `## forward ##` /
     # DistributedDataParallel.forward; TorchRec's input all-to-alls under `## sparse_data_dist ##`
+    # (3 a rank: the features' splits, lengths and values)
     ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
     rows = ds.sql(
         "SELECT op, phase, count(*) FROM collectives_linked GROUP BY ALL ORDER BY ALL"
@@ -500,6 +501,18 @@ def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp
         "SELECT op, parallel_dim, count(*) FROM collectives_linked GROUP BY ALL ORDER BY ALL"
     ).rows()
     assert dims == [("all_reduce", "dp", 24), ("all_to_all", "a2a", 40)]
+    # no module information: the all-to-alls take their layer from TorchRec's ranges around
+    # them (kind embedding); the gradient buckets of the dense part stay without one
+    layers = ds.sql(
+        "SELECT op, layer, layer_kind, attributed_by, count(*) FROM collectives_linked "
+        "GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert layers == [
+        ("all_reduce", None, None, "none", 24),
+        ("all_to_all", "embedding/alltoall_bwd_single", "embedding", "embedding_range", 8),
+        ("all_to_all", "embedding/alltoall_fwd_single", "embedding", "embedding_range", 8),
+        ("all_to_all", "embedding/sparse_data_dist", "embedding", "embedding_range", 24),
+    ]
 
 
 def test_every_per_rank_call_carries_its_instance_key(real_traces: Path, tmp_path: Path):

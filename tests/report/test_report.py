@@ -115,7 +115,7 @@ def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
     page = out.read_text()
     assert result.sections == [
         "glance", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
-        "compute", "topology", "wire", "quality",
+        "stragglers", "critical_path", "compute", "topology", "wire", "quality",
     ]  # fmt: skip
     for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
                  "busbw_vs_size", "late_ranks", "top_kernels", "wait_transfer",
@@ -341,12 +341,52 @@ def test_waits_section_sums_the_linked_tables(sample_linked):
     ranks = ctx.query("straggler_ranks", limit=10)
     assert ranks["rank"][0] == 5
     assert ranks["steps"][0] == con.execute("SELECT count(DISTINCT step) FROM steps").fetchone()[0]
+    # per rank: its calls' wait and transfer, and the rank it waited for longest
+    by_rank = ctx.query("wait_by_rank")
+    want = con.execute(
+        "SELECT rank, count(*), sum(wait_ns), sum(transfer_ns) FROM collective_waits "
+        "GROUP BY rank ORDER BY rank"
+    ).fetchall()
+    assert by_rank.select("rank", "calls", "wait_ns", "transfer_ns").rows() == want
+    waited_for = con.execute(
+        "SELECT rank, arg_max(late_rank, w) FROM (SELECT rank, late_rank, sum(wait_ns) AS w "
+        "FROM collective_waits WHERE late_rank <> rank AND wait_ns > 0 GROUP BY ALL) "
+        "GROUP BY rank ORDER BY rank"
+    ).fetchall()
+    assert by_rank.select("rank", "waited_most_for").rows() == waited_for
+    # whom the ranks waited for, over every step: rank 5 first
+    late = ctx.query("wait_for_rank")
+    assert late["late_rank"][0] == 5
+    assert (
+        late["wait_ns"].sum()
+        == con.execute(
+            "SELECT sum(wait_ns) FROM collective_waits WHERE late_rank <> rank"
+        ).fetchone()[0]
+    )
     split = ctx.query("critical_path_split")
     total = con.execute("SELECT sum(dur_ns) FROM critical_path").fetchone()[0]
     assert split["dur_ns"].sum() == total
     assert split["share"].sum() == pytest.approx(1.0)
     assert "compute" in split["part"].to_list()
     assert any(p.startswith("transfer ") for p in split["part"])
+
+
+def test_the_recorded_straggler_run_reports_its_rank_steps_and_layer(tmp_path):
+    """The CPU/gloo run where rank 1 sleeps 30 ms in its second block's forward
+    (tests/data/cpu_gloo/straggler): the waiting section says the waiting was for rank 1,
+    the stragglers section names rank 1 in steps 2 and 3, busy in Block_1, and the critical
+    path section has its parts."""
+    from tests.cpu_gloo import DATA, linked
+
+    ds = linked("straggler", tmp_path / "ds")
+    out = tmp_path / "r.html"
+    result = build_report(ds.path, config=DATA / "straggler" / "job.yaml", output=out)
+    assert {"waits", "stragglers", "critical_path"} <= set(result.sections)
+    page = out.read_text()
+    assert re.search(r"of the waiting was for rank 1, the last to arrive", page)
+    row = re.search(r"<tr><td[^>]*>1</td><td[^>]*>2 \(2, 3\)</td>(.*?)</tr>", page)
+    assert row is not None and "Block_1" in row.group(1)
+    assert "The critical path of each step, across ranks" in page
 
 
 def test_ledger_section_names_the_items_a_change_resizes(sample_linked, tmp_path):

@@ -19,8 +19,10 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
   unit's ``FSDP::pre_forward (<unit>)`` runs in (``fsdp_unit``): backward gathers and
   reduce-scatters run in autograd hooks, outside any module scope; for other backward work
   the module path of the forward op with the same autograd sequence number
-  (``backward_of_forward_op``); else the innermost NVTX range (``nvtx``). ``attributed_by``
-  says which.
+  (``backward_of_forward_op``); else the innermost NVTX range (``nvtx``); for an all-to-all
+  that none of those places, the outermost of TorchRec's ranges around its embedding
+  exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`) as
+  ``embedding/<range>`` (``embedding_range``). ``attributed_by`` says which.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pyarrow as pa
 
 from pipeline.ingest.derive.nesting import rows_of
 from pipeline.ingest.result import ENGINE, columns, values_at
-from pipeline.ingest.vocab import PHASE_HINTS, phase_name_expr
+from pipeline.ingest.vocab import EMBEDDING_EXCHANGE_RANGE, PHASE_HINTS, phase_name_expr
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
 MAX_HOPS = 512
@@ -79,6 +81,7 @@ def attribute_collectives(tables: dict[str, pa.Table]) -> None:
     host = columns(ops, _OP_KEYS).with_row_index("pos")
     launch = _launch_ops(calls, host, ops)
     context = _context(launch, host, calls, ops)
+    context = _embedding_exchanges(context, launch, host, collectives, ops)
     out = collectives
     for name in ADDED:
         column = context.get_column(name).to_arrow()
@@ -321,4 +324,53 @@ def _layer() -> pl.Expr:
     """The layer: the first evidence present, strongest first."""
     return pl.coalesce(
         "given_layer", "module_path", "fsdp_layer", "forward_module_path", "nvtx_range"
+    )
+
+
+def _embedding_exchanges(
+    context: pl.DataFrame,
+    launch: pl.DataFrame,
+    host: pl.DataFrame,
+    collectives: pa.Table,
+    ops: pa.Table,
+) -> pl.DataFrame:
+    """``context`` with a layer for the all-to-alls of a recommendation model's sharded
+    embeddings that nothing else placed.
+
+    TorchRec records no module scope around them, but wraps each in a named range
+    (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`): the outermost such range around
+    the launch names the layer ``embedding/<range>`` (``embedding/sparse_data_dist``: the
+    input features sent to the ranks holding their tables), so link gives it the kind
+    ``embedding``. Names are hints only: a module path, the forward op's module or an NVTX
+    range comes first, and no other op is placed so.
+    """
+    op = columns(collectives, {"op": pl.String}).get_column("op")
+    unplaced = (op == "all_to_all") & context.get_column("layer").is_null()
+    open_calls = launch.filter(unplaced.fill_null(False) & launch.get_column("pos").is_not_null())
+    if open_calls.height == 0:
+        return context
+    walk = _walk(open_calls, host)
+    names = values_at(ops, walk["pos"].to_numpy(), ("name",)).get_column("name")
+    found = (
+        walk.with_columns(names.str.extract(EMBEDDING_EXCHANGE_RANGE, 1).alias("range"))
+        .filter(pl.col("range").is_not_null())
+        .group_by("call")
+        .agg(pl.col("range").sort_by("hops").last())
+    )
+    placed = pl.col("range").is_not_null()
+    return (
+        context.with_row_index("call")
+        .with_columns(pl.col("call").cast(pl.Int64))
+        .join(found, on="call", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(placed)
+            .then(pl.concat_str(pl.lit("embedding/"), "range"))
+            .otherwise("layer")
+            .alias("layer"),
+            pl.when(placed)
+            .then(pl.lit("embedding_range"))
+            .otherwise("attributed_by")
+            .alias("attributed_by"),
+        )
+        .drop("call", "range")
     )
