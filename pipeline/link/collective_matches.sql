@@ -96,10 +96,12 @@ WITH primary_calls AS (
 )
 SELECT * EXCLUDE (gap), 'time' AS method
 FROM pairs
+-- (equal gaps, rare with ns clocks: the earliest call, so that every run agrees)
 QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_id
-                           ORDER BY gap) = 1
+                           ORDER BY gap, primary_file_id, primary_collective_id) = 1
     AND row_number() OVER (PARTITION BY job, rank, source, primary_file_id,
-                                        primary_collective_id ORDER BY gap) = 1;
+                                        primary_collective_id
+                           ORDER BY gap, file_id, collective_id) = 1;
 
 -- Profiler ranks whose trace names no process group (gloo emits no record_param_comms,
 -- so its calls carry no group): their calls pair with the flight recorder's by time alone,
@@ -134,10 +136,11 @@ WITH primary_calls AS (
 )
 SELECT * EXCLUDE (gap), 'time' AS method
 FROM pairs
+-- (equal gaps: the earliest call, so that every run agrees)
 QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_id
-                           ORDER BY gap) = 1
+                           ORDER BY gap, primary_file_id, primary_collective_id) = 1
     AND row_number() OVER (PARTITION BY job, rank, primary_file_id, primary_collective_id
-                           ORDER BY gap) = 1;
+                           ORDER BY gap, source, file_id, collective_id) = 1;
 
 -- The group and sequence number each group-less profiler call takes from its recorder call.
 CREATE TEMP TABLE _adopted_groups AS
