@@ -15,6 +15,9 @@ from pipeline.ingest.values import product_fits
 #: Substring (of the lower-cased name, underscores removed) -> op; first match wins, so the
 #: compound names come before the words they contain.
 _OP_PATTERNS: list[tuple[str, str]] = [
+    # c10d's barrier runs as an all-reduce of one element and is named so
+    # (``nccl:all_reduce_barrier``, ProcessGroupNCCL.cpp): it is a barrier
+    ("allreducebarrier", "barrier"),
     ("allreduce", "all_reduce"),
     ("reducescatter", "reduce_scatter"),
     ("allgather", "all_gather"),
@@ -79,10 +82,8 @@ OP_NAMES: dict[str, str] = {
     "gather": "gather",
     "scatter": "scatter",
     "hypercube": "hypercube",
-    # PyTorch c10d profiling names (ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp) the patterns
-    # would read otherwise: the barrier runs as an all-reduce of one element; gloo's receive
-    # from any rank names no source, so it is no recv a send pairs with
-    "all_reduce_barrier": "barrier",
+    # PyTorch c10d profiling names (ProcessGroupGloo.cpp) the patterns would read otherwise:
+    # gloo's receive from any rank names no source, so it is no recv a send pairs with
     "recvAnySource": "unknown",
 }
 

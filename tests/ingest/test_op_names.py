@@ -19,6 +19,7 @@ from pipeline.ingest.nccl import log as nccl_log
 from pipeline.ingest.nccl import nccl_tests
 from pipeline.ingest.nsys.collectives import PAYLOAD_SCHEMA, collectives
 from pipeline.ingest.result import Warnings
+from pipeline.ingest.vocab import op_expr
 
 #: NCCL INFO ``<Func>: opCount ...`` lines: NCCL's function names (``ncclFuncToString``,
 #: src/collectives.cc).
@@ -265,3 +266,14 @@ FLIGHT_RECORDER = [
 @pytest.mark.parametrize(("name", "op"), FLIGHT_RECORDER)
 def test_flight_recorder_op_names(name: str, op: str) -> None:
     assert _op_from_profiling_name(name)[0] == op
+
+
+@pytest.mark.parametrize(
+    ("name", "op"), [c for c in FLIGHT_RECORDER if "recvAnySource" not in c[0]]
+)
+def test_kineto_reads_c10d_names_as_the_flight_recorder_does(name: str, op: str) -> None:
+    """A profiler trace's ``nccl:*`` annotation and a dump's profiling name are the same c10d
+    string; both sources give it the same op, so their calls can pair (collective_matches).
+    (gloo's ``recvAnySource`` never reaches a profiler annotation: gloo records none.)"""
+    got = pl.select(op_expr(pl.lit(name))).item()
+    assert got == op
