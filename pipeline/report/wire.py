@@ -5,10 +5,16 @@ each host sends over a step, and the busiest links."""
 from __future__ import annotations
 
 import altair as alt
+import polars as pl
 
 from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Chart, Facts, Note, Section, Table
+
+#: Above this many hosts the demand chart draws the TOP_HOSTS busiest and the others' mean
+#: (a line and a legend entry per host of thousands take a browser seconds to draw).
+MAX_HOST_LINES = 64
+TOP_HOSTS = 16
 
 
 def section(ctx: Context) -> Section:
@@ -136,6 +142,14 @@ def _demand(ctx: Context, sec: Section) -> None:
         if scope == "inter_host"
         else "to GPUs of its own (nothing crosses hosts)"
     )
+    caption = "Peaks and percentiles: view wire_demand_peaks."
+    hosts = demand["host"].n_unique()
+    if hosts > MAX_HOST_LINES:
+        demand = _top_hosts(demand, TOP_HOSTS)
+        caption = (
+            f"The {TOP_HOSTS} hosts that send the most over the step, and the mean of the "
+            f"other {hosts - TOP_HOSTS:,} hosts per bucket (of {hosts:,} hosts). " + caption
+        )
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(demand)))
         .mark_line(interpolate="step-after")
@@ -151,7 +165,28 @@ def _demand(ctx: Context, sec: Section) -> None:
         )
         .properties(width=600, height=200, title=f"What each host sends {where}, first step")
     )
-    sec.add(Chart("wire_host_demand", chart, "Peaks and percentiles: view wire_demand_peaks."))
+    sec.add(Chart("wire_host_demand", chart, caption))
+
+
+def _top_hosts(demand: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` hosts by bytes sent over the step (lowest name of equals), each bucket of
+    the others as one line "other hosts (mean)": their mean Gbit/s in it (every host has a
+    row per bucket, 0 where it sends nothing)."""
+    busiest = (
+        demand.group_by("host")
+        .agg(pl.col("gbps").sum())
+        .sort(["gbps", "host"], descending=[True, False])
+        .head(top)["host"]
+    )
+    kept = demand.filter(pl.col("host").is_in(busiest.implode()))
+    others = (
+        demand.filter(~pl.col("host").is_in(busiest.implode()))
+        .group_by("scope", "ms")
+        .agg(pl.col("gbps").mean())
+        .with_columns(pl.lit("other hosts (mean)").alias("host"))
+        .select(demand.columns)
+    )
+    return pl.concat([kept, others.sort("ms")])
 
 
 def _busiest(ctx: Context, sec: Section) -> None:
