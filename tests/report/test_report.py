@@ -556,3 +556,20 @@ def test_small_jobs_draw_one_bar_per_rank_and_every_host(sample_linked):
     assert "bin of" not in charts["time_per_rank"].caption
     assert all("who" not in r for r in _values(chart_spec(charts["late_ranks"].chart))[0])
     assert charts["wire_host_demand"].caption == "Peaks and percentiles: view wire_demand_peaks."
+
+
+def test_many_ranks_wait_table_lists_the_ranks_that_waited_longest(many_ranks):
+    from altair.utils.schemapi import debug_mode
+
+    from pipeline.report import _sections
+    from pipeline.report.page import Table
+    from pipeline.report.waits import WAIT_TOP
+
+    ctx = open_context(many_ranks)
+    with debug_mode(False):  # as build_report builds them
+        waits = next(s for s in _sections(ctx) if s.id == "waits")
+    table = next(b for b in waits.blocks if isinstance(b, Table) and "waited longest" in b.caption)
+    assert table.caption.startswith(f"The {WAIT_TOP} of 1,024 ranks that waited longest")
+    assert len(table.rows) == WAIT_TOP
+    longest = ctx.query("wait_by_rank").sort(["wait_ns", "rank"], descending=[True, False])
+    assert [r[0] for r in table.rows] == longest["rank"].head(WAIT_TOP).to_list()
