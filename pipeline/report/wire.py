@@ -15,6 +15,11 @@ from pipeline.report.page import Chart, Facts, Note, Section, Table
 #: (a line and a legend entry per host of thousands take a browser seconds to draw).
 MAX_HOST_LINES = 64
 TOP_HOSTS = 16
+#: Above this many hosts the host x host heatmap keeps the HEAT_HOSTS that move the most bytes
+#: and folds the others into one row and column.
+MAX_HEAT_HOSTS = 64
+HEAT_HOSTS = 32
+OTHER_HOSTS = "other hosts"
 
 
 def section(ctx: Context) -> Section:
@@ -57,8 +62,49 @@ def section(ctx: Context) -> Section:
     return sec
 
 
+def _fold_hosts(matrix: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` hosts by bytes sent plus received (lowest name of equals); every other
+    host becomes OTHER_HOSTS and the bytes of the cells folded together are summed."""
+    moved = pl.concat(
+        [
+            matrix.select(pl.col("src_host").alias("host"), "bytes_per_step"),
+            matrix.select(pl.col("dst_host").alias("host"), "bytes_per_step"),
+        ]
+    )
+    busiest = (
+        moved.group_by("host")
+        .agg(pl.col("bytes_per_step").sum())
+        .sort(["bytes_per_step", "host"], descending=[True, False])
+        .head(top)["host"]
+        .implode()
+    )
+
+    def fold(col: str) -> pl.Expr:
+        return pl.when(pl.col(col).is_in(busiest)).then(pl.col(col)).otherwise(pl.lit(OTHER_HOSTS))
+
+    return (
+        matrix.with_columns(fold("src_host"), fold("dst_host"))
+        .group_by("src_host", "dst_host")
+        .agg(pl.col("bytes_per_step").sum())
+        .sort("src_host", "dst_host")
+    )
+
+
 def _host_heatmap(ctx: Context) -> Chart:
     hosts = ctx.query("wire_host_matrix")
+    caption = (
+        "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
+        "network."
+    )
+    n = pl.concat([hosts["src_host"], hosts["dst_host"]]).n_unique()
+    step = 40
+    if n > MAX_HEAT_HOSTS:
+        step = 24  # 33 columns within the page's width
+        hosts = _fold_hosts(hosts, HEAT_HOSTS)
+        caption += (
+            f" The {HEAT_HOSTS} of {n:,} hosts that send and receive the most; the other "
+            f'{n - HEAT_HOSTS:,} are one row and column, "{OTHER_HOSTS}", their bytes summed.'
+        )
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(hosts)))
         .mark_rect()
@@ -72,14 +118,11 @@ def _host_heatmap(ctx: Context) -> Chart:
                 alt.Tooltip("bytes_per_step:Q", format=",.0f", title="bytes per step"),
             ],
         )
-        .properties(width=alt.Step(40), height=alt.Step(40), title="Bytes per step, host x host")
+        .properties(
+            width=alt.Step(step), height=alt.Step(step), title="Bytes per step, host x host"
+        )
     )
-    return Chart(
-        "wire_host_heatmap",
-        chart,
-        "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
-        "network.",
-    )
+    return Chart("wire_host_heatmap", chart, caption)
 
 
 #: Above this many ranks the report leaves out the model's intra/inter split (one prediction

@@ -573,3 +573,30 @@ def test_many_ranks_wait_table_lists_the_ranks_that_waited_longest(many_ranks):
     assert len(table.rows) == WAIT_TOP
     longest = ctx.query("wait_by_rank").sort(["wait_ns", "rank"], descending=[True, False])
     assert [r[0] for r in table.rows] == longest["rank"].head(WAIT_TOP).to_list()
+
+
+def test_many_ranks_host_heatmap_folds_the_quieter_hosts(many_ranks):
+    from pipeline.report.page import chart_spec
+    from pipeline.report.wire import HEAT_HOSTS, OTHER_HOSTS
+
+    chart = _charts_by_name(many_ranks)["wire_host_heatmap"]
+    chart_spec(chart.chart, validate=True)
+    cells = _values(chart_spec(chart.chart))[0]
+    hosts = {r["src_host"] for r in cells} | {r["dst_host"] for r in cells}
+    assert len(hosts) == HEAT_HOSTS + 1 and OTHER_HOSTS in hosts
+    assert len(cells) <= (HEAT_HOSTS + 1) ** 2
+    matrix = open_context(many_ranks).query("wire_host_matrix")
+    assert sum(r["bytes_per_step"] for r in cells) == pytest.approx(matrix["bytes_per_step"].sum())
+    assert f"The {HEAT_HOSTS} of 128 hosts that send and receive the most" in chart.caption
+
+
+def test_small_jobs_heatmap_has_every_host(sample_linked):
+    from pipeline.report.page import chart_spec
+
+    chart = _charts_by_name(sample_linked)["wire_host_heatmap"]
+    matrix = open_context(sample_linked).query("wire_host_matrix")
+    assert len(_values(chart_spec(chart.chart))[0]) == matrix.height
+    assert chart.caption == (
+        "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
+        "network."
+    )
