@@ -15,6 +15,7 @@ from benchmarks import (
     bench_memory,
     bench_nccl_log,
     bench_nsys,
+    bench_page,
     bench_predict,
     bench_ranks,
 )
@@ -34,6 +35,7 @@ def main() -> None:
     bench_link.main()
     sys.argv = ["bench_link", "--many-ranks", "1024" if args.quick else "16384"]
     bench_link.main()
+    bench_page.main(["--ranks", "1024" if args.quick else "16384"])
     bench_ranks.main(["--quick"] if args.quick else [])
     bench_floor.main(["--copies", "4"] if args.quick else [])
     bench_memory.main(["--file-mb", "10", "--counts", "2,8"] if args.quick else [])

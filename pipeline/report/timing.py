@@ -17,6 +17,13 @@ _PARTS = ["compute", "overlapped comm", "exposed comm", "idle"]
 _PART_COLORS = ["#54a24b", "#72b7b2", "#e45756", "#bab0ac"]
 #: Above this many rank x step rows the per-step chart is left out (the page stays small).
 MAX_RANK_STEP_ROWS = 20_000
+#: Above this many ranks the per-rank breakdown draws bins of consecutive ranks, at most
+#: RANK_BINS bars (a browser draws 16,384 stacked bars in seconds).
+MAX_RANK_BARS = 512
+RANK_BINS = 256
+#: Above this many late ranks their chart draws the LATE_TOP latest and one bar for the rest.
+MAX_LATE_BARS = 64
+LATE_TOP = 40
 
 
 def no_timing_reason(ctx: Context) -> str | None:
@@ -63,9 +70,39 @@ def _long(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
     )
 
 
+def rank_bin_width(ranks: int) -> int:
+    """Consecutive ranks per bar of the per-rank breakdown: 1 up to MAX_RANK_BARS ranks."""
+    return 1 if ranks <= MAX_RANK_BARS else -(-ranks // RANK_BINS)
+
+
+def _binned(per_rank: pl.DataFrame, width: int) -> pl.DataFrame:
+    """Per bin of ``width`` consecutive ranks (labelled by its first rank): the mean of each
+    part over its ranks, its last rank and the slowest rank's step (max of the parts' sum)."""
+    parts = ["compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "idle_ns"]
+    total = pl.sum_horizontal(parts)
+    return (
+        per_rank.with_columns(
+            ((pl.col("rank") // width) * width).alias("bin"), total.alias("total_ns")
+        )
+        .group_by("bin")
+        .agg(
+            *[pl.col(c).mean() for c in parts],
+            pl.col("rank").max().alias("last_rank"),
+            (pl.col("total_ns").max() / 1e6).alias("max_ms"),
+            pl.col("rank").sort_by("total_ns", descending=True).first().alias("max_rank"),
+        )
+        .rename({"bin": "rank"})
+        .sort("rank")
+    )
+
+
 def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
     ranks = per_rank["rank"].to_list()
-    long = _long(per_rank, ["rank"])
+    width = rank_bin_width(per_rank.height)
+    if width > 1:
+        long = _long(_binned(per_rank, width), ["rank", "last_rank", "max_ms", "max_rank"])
+    else:
+        long = _long(per_rank, ["rank"])
     color = alt.Color(
         "part:N", title=None, sort=_PARTS, scale=alt.Scale(domain=_PARTS, range=_PART_COLORS)
     )
@@ -77,7 +114,7 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
     brush = alt.selection_interval(encodings=["x"], name="rank_brush")
     order = {p: i for i, p in enumerate(_PARTS)}
     data = fmt.rows(long.with_columns(pl.col("part").replace_strict(order).alias("part_order")))
-    charts = [_rank_detail(color, pick, brush), _rank_overview(brush)]
+    charts = [_rank_detail(color, pick, brush, width), _rank_overview(brush)]
     steps = ctx.query("time_per_rank_step")
     if 0 < steps.height <= MAX_RANK_STEP_ROWS and steps["step"].n_unique() > 1:
         step_long = _long(steps, ["rank", "step"]).with_columns(
@@ -92,28 +129,55 @@ def _time_charts(ctx: Context, sec: Section, per_rank: pl.DataFrame) -> None:
             "Compute: kernels (or CPU ops) without communication; overlapped: "
             "communication while compute runs; exposed: communication alone; idle: "
             "neither. Brush the grey strip to zoom into ranks; the rank box picks the "
-            "rank highlighted above and drawn per step below.",
+            "rank highlighted above and drawn per step below." + _bin_caption(width),
         )
     )
     _add_exposed_note(sec, per_rank)
 
 
-def _rank_detail(color: alt.Color, pick: alt.Parameter, brush: alt.Parameter) -> alt.Chart:
-    """Each rank's step split into its parts, for the ranks the brush selects."""
+def _bin_caption(width: int) -> str:
+    if width == 1:
+        return ""
+    return (
+        f" Each bar is a bin of {width:,} consecutive ranks (labelled by its first rank): the "
+        "mean of its ranks; the tooltip gives its slowest rank and that rank's step. The "
+        "rank box highlights the bin holding the rank."
+    )
+
+
+def _rank_detail(
+    color: alt.Color, pick: alt.Parameter, brush: alt.Parameter, width: int = 1
+) -> alt.Chart:
+    """Each rank's step split into its parts (or each bin's mean, for bins of ``width``
+    consecutive ranks), for the ranks the brush selects."""
+    tooltip = [
+        alt.Tooltip("rank:O"),
+        alt.Tooltip("part:N"),
+        alt.Tooltip("sum(ms):Q", format=",.3f", title="ms per step"),
+    ]
+    picked = "datum.rank == rank_pick"
+    title = "rank"
+    if width > 1:
+        picked = "datum.rank <= rank_pick && rank_pick <= datum.last_rank"
+        title = f"first rank of each bin of {width:,} ranks"
+        tooltip = [
+            alt.Tooltip("rank:O", title="first rank"),
+            alt.Tooltip("last_rank:O", title="last rank"),
+            alt.Tooltip("part:N"),
+            alt.Tooltip("sum(ms):Q", format=",.3f", title="ms per step (bin mean)"),
+            alt.Tooltip("max_rank:O", title="slowest rank"),
+            alt.Tooltip("max_ms:Q", format=",.3f", title="its ms per step"),
+        ]
     return (
         alt.Chart()
         .mark_bar()
         .encode(
-            x=alt.X("rank:O", title="rank", axis=alt.Axis(labelOverlap=True)),
+            x=alt.X("rank:O", title=title, axis=alt.Axis(labelOverlap=True)),
             y=alt.Y("sum(ms):Q", title="ms per step (mean over steps)"),
             color=color,
             order=alt.Order("part_order:Q"),
-            opacity=alt.condition("datum.rank == rank_pick", alt.value(1.0), alt.value(0.55)),
-            tooltip=[
-                alt.Tooltip("rank:O"),
-                alt.Tooltip("part:N"),
-                alt.Tooltip("sum(ms):Q", format=",.3f", title="ms per step"),
-            ],
+            opacity=alt.condition(picked, alt.value(1.0), alt.value(0.55)),
+            tooltip=tooltip,
         )
         .transform_filter(brush)
         .add_params(pick)
@@ -346,6 +410,8 @@ def skew_section(ctx: Context, no_timing: str | None, limit: int = 15) -> Sectio
 
 
 def _late_chart(by_rank: pl.DataFrame) -> Chart:
+    if by_rank.height > MAX_LATE_BARS:
+        return _late_chart_capped(by_rank)
     data = by_rank.with_columns(
         (pl.col("late_skew_ns") / 1e6).alias("late_skew_ms"),
         (pl.col("max_skew_ns") / 1e6).alias("max_skew_ms"),
@@ -370,6 +436,55 @@ def _late_chart(by_rank: pl.DataFrame) -> Chart:
         chart,
         "Skew = last start minus first start of one collective "
         "across its ranks (clock-aligned by tokenwire link).",
+    )
+
+
+def _late_top(by_rank: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` ranks by late skew (largest first, lowest rank of equals), then one row
+    for the rest: their counts and skews summed, the largest of their skews."""
+    ranked = by_rank.sort(["late_skew_ns", "rank"], descending=[True, False])
+    head = ranked.head(top).with_columns(pl.col("rank").cast(pl.String).alias("who"))
+    rest = ranked.slice(top)
+    other = rest.select(
+        pl.lit(None, pl.Int64).alias("rank"),
+        pl.col("late_count").sum(),
+        pl.col("late_skew_ns").sum(),
+        pl.col("max_skew_ns").max(),
+        pl.lit(f"other {rest.height:,} ranks").alias("who"),
+    )
+    return pl.concat([head, other], how="vertical_relaxed").with_columns(
+        (pl.col("late_skew_ns") / 1e6).alias("late_skew_ms"),
+        (pl.col("max_skew_ns") / 1e6).alias("max_skew_ms"),
+    )
+
+
+def _late_chart_capped(by_rank: pl.DataFrame) -> Chart:
+    """Who arrives late when many ranks do: the LATE_TOP latest ranks and the rest summed."""
+    data = _late_top(by_rank, LATE_TOP)
+    chart = (
+        alt.Chart(alt.Data(values=fmt.rows(data)))
+        .mark_bar(color="#e45756")
+        .encode(
+            x=alt.X("who:N", sort=None, title="rank that arrived last"),
+            y=alt.Y("late_skew_ms:Q", title="skew others waited for it (ms, total)"),
+            color=alt.condition("datum.rank == null", alt.value("#bab0ac"), alt.value("#e45756")),
+            tooltip=[
+                alt.Tooltip("who:N", title="rank"),
+                alt.Tooltip("late_count:Q", format=",", title="times last"),
+                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms"),
+                alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
+            ],
+        )
+        .properties(width=760, height=220, title="Who arrives late")
+    )
+    return Chart(
+        "late_ranks",
+        chart,
+        "Skew = last start minus first start of one collective "
+        "across its ranks (clock-aligned by tokenwire link). "
+        f"{by_rank.height:,} ranks arrived last at some collective: the {LATE_TOP} that made "
+        f"the others wait longest, then the other {by_rank.height - LATE_TOP:,} summed in one "
+        "grey bar.",
     )
 
 

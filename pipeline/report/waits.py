@@ -12,6 +12,9 @@ from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Chart, Note, Section, Table
 
+#: Above this many ranks the per-rank table lists the WAIT_TOP ranks that waited longest.
+MAX_RANK_ROWS = 64
+WAIT_TOP = 30
 _PARTS = ["wait", "transfer"]
 _PART_COLORS = ["#e45756", "#4c78a8"]
 
@@ -103,6 +106,17 @@ def _wait_note(ctx: Context, sec: Section, by_dim: pl.DataFrame) -> None:
 
 def _wait_by_rank(ctx: Context, sec: Section) -> None:
     ranks = ctx.query("wait_by_rank")
+    caption = (
+        "Per rank, over the traced steps: time in collectives waiting for the last "
+        "rank and moving data, and the rank it waited for longest"
+    )
+    if ranks.height > MAX_RANK_ROWS:
+        caption = (
+            f"The {WAIT_TOP} of {ranks.height:,} ranks that waited longest, over the traced "
+            "steps: time in collectives waiting for the last rank and moving data, and the "
+            "rank it waited for longest"
+        )
+        ranks = ranks.sort(["wait_ns", "rank"], descending=[True, False]).head(WAIT_TOP)
     sec.add(
         Table(
             ["rank", "calls", "waiting", "transferring", "share waiting", "waited most for"],
@@ -119,8 +133,7 @@ def _wait_by_rank(ctx: Context, sec: Section) -> None:
                 ]
                 for r in ranks.iter_rows(named=True)
             ],
-            caption="Per rank, over the traced steps: time in collectives waiting for the last "
-            "rank and moving data, and the rank it waited for longest",
+            caption=caption,
             numeric=[True, True, True, True, True, False],
         )
     )

@@ -5,10 +5,21 @@ each host sends over a step, and the busiest links."""
 from __future__ import annotations
 
 import altair as alt
+import polars as pl
 
 from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Chart, Facts, Note, Section, Table
+
+#: Above this many hosts the demand chart draws the TOP_HOSTS busiest and the others' mean
+#: (a line and a legend entry per host of thousands take a browser seconds to draw).
+MAX_HOST_LINES = 64
+TOP_HOSTS = 16
+#: Above this many hosts the host x host heatmap keeps the HEAT_HOSTS that move the most bytes
+#: and folds the others into one row and column.
+MAX_HEAT_HOSTS = 64
+HEAT_HOSTS = 32
+OTHER_HOSTS = "other hosts"
 
 
 def section(ctx: Context) -> Section:
@@ -51,8 +62,49 @@ def section(ctx: Context) -> Section:
     return sec
 
 
+def _fold_hosts(matrix: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` hosts by bytes sent plus received (lowest name of equals); every other
+    host becomes OTHER_HOSTS and the bytes of the cells folded together are summed."""
+    moved = pl.concat(
+        [
+            matrix.select(pl.col("src_host").alias("host"), "bytes_per_step"),
+            matrix.select(pl.col("dst_host").alias("host"), "bytes_per_step"),
+        ]
+    )
+    busiest = (
+        moved.group_by("host")
+        .agg(pl.col("bytes_per_step").sum())
+        .sort(["bytes_per_step", "host"], descending=[True, False])
+        .head(top)["host"]
+        .implode()
+    )
+
+    def fold(col: str) -> pl.Expr:
+        return pl.when(pl.col(col).is_in(busiest)).then(pl.col(col)).otherwise(pl.lit(OTHER_HOSTS))
+
+    return (
+        matrix.with_columns(fold("src_host"), fold("dst_host"))
+        .group_by("src_host", "dst_host")
+        .agg(pl.col("bytes_per_step").sum())
+        .sort("src_host", "dst_host")
+    )
+
+
 def _host_heatmap(ctx: Context) -> Chart:
     hosts = ctx.query("wire_host_matrix")
+    caption = (
+        "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
+        "network."
+    )
+    n = pl.concat([hosts["src_host"], hosts["dst_host"]]).n_unique()
+    step = 40
+    if n > MAX_HEAT_HOSTS:
+        step = 24  # 33 columns within the page's width
+        hosts = _fold_hosts(hosts, HEAT_HOSTS)
+        caption += (
+            f" The {HEAT_HOSTS} of {n:,} hosts that send and receive the most; the other "
+            f'{n - HEAT_HOSTS:,} are one row and column, "{OTHER_HOSTS}", their bytes summed.'
+        )
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(hosts)))
         .mark_rect()
@@ -66,14 +118,11 @@ def _host_heatmap(ctx: Context) -> Chart:
                 alt.Tooltip("bytes_per_step:Q", format=",.0f", title="bytes per step"),
             ],
         )
-        .properties(width=alt.Step(40), height=alt.Step(40), title="Bytes per step, host x host")
+        .properties(
+            width=alt.Step(step), height=alt.Step(step), title="Bytes per step, host x host"
+        )
     )
-    return Chart(
-        "wire_host_heatmap",
-        chart,
-        "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
-        "network.",
-    )
+    return Chart("wire_host_heatmap", chart, caption)
 
 
 #: Above this many ranks the report leaves out the model's intra/inter split (one prediction
@@ -136,6 +185,14 @@ def _demand(ctx: Context, sec: Section) -> None:
         if scope == "inter_host"
         else "to GPUs of its own (nothing crosses hosts)"
     )
+    caption = "Peaks and percentiles: view wire_demand_peaks."
+    hosts = demand["host"].n_unique()
+    if hosts > MAX_HOST_LINES:
+        demand = _top_hosts(demand, TOP_HOSTS)
+        caption = (
+            f"The {TOP_HOSTS} hosts that send the most over the step, and the mean of the "
+            f"other {hosts - TOP_HOSTS:,} hosts per bucket (of {hosts:,} hosts). " + caption
+        )
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(demand)))
         .mark_line(interpolate="step-after")
@@ -151,7 +208,28 @@ def _demand(ctx: Context, sec: Section) -> None:
         )
         .properties(width=600, height=200, title=f"What each host sends {where}, first step")
     )
-    sec.add(Chart("wire_host_demand", chart, "Peaks and percentiles: view wire_demand_peaks."))
+    sec.add(Chart("wire_host_demand", chart, caption))
+
+
+def _top_hosts(demand: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` hosts by bytes sent over the step (lowest name of equals), each bucket of
+    the others as one line "other hosts (mean)": their mean Gbit/s in it (every host has a
+    row per bucket, 0 where it sends nothing)."""
+    busiest = (
+        demand.group_by("host")
+        .agg(pl.col("gbps").sum())
+        .sort(["gbps", "host"], descending=[True, False])
+        .head(top)["host"]
+    )
+    kept = demand.filter(pl.col("host").is_in(busiest.implode()))
+    others = (
+        demand.filter(~pl.col("host").is_in(busiest.implode()))
+        .group_by("scope", "ms")
+        .agg(pl.col("gbps").mean())
+        .with_columns(pl.lit("other hosts (mean)").alias("host"))
+        .select(demand.columns)
+    )
+    return pl.concat([kept, others.sort("ms")])
 
 
 def _busiest(ctx: Context, sec: Section) -> None:

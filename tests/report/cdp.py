@@ -73,7 +73,11 @@ class Browser:
     """One headless Chromium process and a websocket to its first page."""
 
     def __init__(self, binary: str) -> None:
-        self._profile = tempfile.TemporaryDirectory(prefix="tw-chromium-")
+        # (ignore_cleanup_errors: a helper process of Chromium may still write to the profile
+        # as the browser ends)
+        self._profile = tempfile.TemporaryDirectory(
+            prefix="tw-chromium-", ignore_cleanup_errors=True
+        )
         self._proc = subprocess.Popen(
             [binary, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"],
             stdout=subprocess.DEVNULL,

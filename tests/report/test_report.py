@@ -459,3 +459,144 @@ def test_steps_from_a_named_marker_are_reported_with_it(tmp_path):
     assert "1 rank(s) recorded no ProfilerStep ranges: their steps are the ranges of" in page
     assert r"(decode (\d+))" in page
     assert "spanning the whole trace" not in page
+
+
+@pytest.fixture(scope="module")
+def many_ranks(tmp_path_factory) -> Path:
+    """The generated job of 1,024 ranks (128 hosts), linked."""
+    from tests.report.fixtures import large_job
+
+    ds = tmp_path_factory.mktemp("many") / "ds"
+    large_job(ds, ranks=1024)
+    return ds
+
+
+def _charts_by_name(dataset: Path) -> dict:
+    from altair.utils.schemapi import debug_mode
+
+    from pipeline.report import _sections
+
+    ctx = open_context(dataset)
+    with debug_mode(False):  # as build_report builds them
+        return {c.name: c for s in _sections(ctx) for c in s.charts()}
+
+
+def _values(spec: dict) -> list[list[dict]]:
+    """Every inline data list of a spec, outermost first."""
+    found = []
+    if isinstance(spec, dict):
+        if isinstance(spec.get("data"), dict) and "values" in spec["data"]:
+            found.append(spec["data"]["values"])
+        for key, value in spec.items():
+            if key != "data":
+                found += _values(value)
+    elif isinstance(spec, list):
+        for item in spec:
+            found += _values(item)
+    return found
+
+
+def test_many_ranks_charts_are_binned_and_capped_and_say_so(many_ranks):
+    from pipeline.report.page import chart_spec
+    from pipeline.report.timing import LATE_TOP, RANK_BINS
+    from pipeline.report.wire import TOP_HOSTS
+
+    charts = _charts_by_name(many_ranks)
+    for name in ("time_per_rank", "late_ranks", "wire_host_demand"):
+        chart_spec(charts[name].chart, validate=True)
+
+    per_rank = _values(chart_spec(charts["time_per_rank"].chart))[0]
+    assert len(per_rank) == RANK_BINS * 4  # 256 bins of 4 ranks, 4 parts each
+    assert {r["rank"] for r in per_rank} == set(range(0, 1024, 4))
+    assert all(r["last_rank"] == r["rank"] + 3 for r in per_rank)
+    assert all(r["rank"] <= r["max_rank"] <= r["last_rank"] for r in per_rank)
+    assert "bin of 4 consecutive ranks" in charts["time_per_rank"].caption
+
+    late = _values(chart_spec(charts["late_ranks"].chart))[0]
+    assert len(late) == LATE_TOP + 1
+    skews = [r["late_skew_ms"] for r in late[:-1]]
+    assert skews == sorted(skews, reverse=True)
+    assert late[-1]["who"].startswith("other ") and late[-1]["rank"] is None
+    assert f"the {LATE_TOP} that made the others wait longest" in charts["late_ranks"].caption
+
+    demand = _values(chart_spec(charts["wire_host_demand"].chart))[0]
+    hosts = {r["host"] for r in demand}
+    assert len(hosts) == TOP_HOSTS + 1 and "other hosts (mean)" in hosts
+    assert f"mean of the other {128 - TOP_HOSTS:,} hosts" in charts["wire_host_demand"].caption
+
+
+def test_many_ranks_aggregates_keep_the_totals(many_ranks):
+    """The late bars sum to every late rank's skew; the other hosts' line is their mean."""
+    ctx = open_context(many_ranks)
+    by_rank = ctx.query("skew_by_rank")
+    demand = ctx.query("wire_demand_step")
+    from pipeline.report.page import chart_spec
+
+    charts = _charts_by_name(many_ranks)
+    late = _values(chart_spec(charts["late_ranks"].chart))[0]
+    assert sum(r["late_count"] for r in late) == by_rank["late_count"].sum()
+    assert sum(r["late_skew_ms"] for r in late) == pytest.approx(
+        by_rank["late_skew_ns"].sum() / 1e6
+    )
+    drawn = _values(chart_spec(charts["wire_host_demand"].chart))[0]
+    kept = {r["host"] for r in drawn} - {"other hosts (mean)"}
+    total = demand["gbps"].sum()
+    drawn_total = sum(r["gbps"] for r in drawn if r["host"] in kept) + sum(
+        r["gbps"] for r in drawn if r["host"] == "other hosts (mean)"
+    ) * (demand["host"].n_unique() - len(kept))
+    assert drawn_total == pytest.approx(total)
+
+
+def test_small_jobs_draw_one_bar_per_rank_and_every_host(sample_linked):
+    from pipeline.report.page import chart_spec
+
+    charts = _charts_by_name(sample_linked)
+    per_rank = _values(chart_spec(charts["time_per_rank"].chart))[0]
+    assert sorted({r["rank"] for r in per_rank}) == list(range(8))
+    assert "bin of" not in charts["time_per_rank"].caption
+    assert all("who" not in r for r in _values(chart_spec(charts["late_ranks"].chart))[0])
+    assert charts["wire_host_demand"].caption == "Peaks and percentiles: view wire_demand_peaks."
+
+
+def test_many_ranks_wait_table_lists_the_ranks_that_waited_longest(many_ranks):
+    from altair.utils.schemapi import debug_mode
+
+    from pipeline.report import _sections
+    from pipeline.report.page import Table
+    from pipeline.report.waits import WAIT_TOP
+
+    ctx = open_context(many_ranks)
+    with debug_mode(False):  # as build_report builds them
+        waits = next(s for s in _sections(ctx) if s.id == "waits")
+    table = next(b for b in waits.blocks if isinstance(b, Table) and "waited longest" in b.caption)
+    assert table.caption.startswith(f"The {WAIT_TOP} of 1,024 ranks that waited longest")
+    assert len(table.rows) == WAIT_TOP
+    longest = ctx.query("wait_by_rank").sort(["wait_ns", "rank"], descending=[True, False])
+    assert [r[0] for r in table.rows] == longest["rank"].head(WAIT_TOP).to_list()
+
+
+def test_many_ranks_host_heatmap_folds_the_quieter_hosts(many_ranks):
+    from pipeline.report.page import chart_spec
+    from pipeline.report.wire import HEAT_HOSTS, OTHER_HOSTS
+
+    chart = _charts_by_name(many_ranks)["wire_host_heatmap"]
+    chart_spec(chart.chart, validate=True)
+    cells = _values(chart_spec(chart.chart))[0]
+    hosts = {r["src_host"] for r in cells} | {r["dst_host"] for r in cells}
+    assert len(hosts) == HEAT_HOSTS + 1 and OTHER_HOSTS in hosts
+    assert len(cells) <= (HEAT_HOSTS + 1) ** 2
+    matrix = open_context(many_ranks).query("wire_host_matrix")
+    assert sum(r["bytes_per_step"] for r in cells) == pytest.approx(matrix["bytes_per_step"].sum())
+    assert f"The {HEAT_HOSTS} of 128 hosts that send and receive the most" in chart.caption
+
+
+def test_small_jobs_heatmap_has_every_host(sample_linked):
+    from pipeline.report.page import chart_spec
+
+    chart = _charts_by_name(sample_linked)["wire_host_heatmap"]
+    matrix = open_context(sample_linked).query("wire_host_matrix")
+    assert len(_values(chart_spec(chart.chart))[0]) == matrix.height
+    assert chart.caption == (
+        "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
+        "network."
+    )
