@@ -424,8 +424,9 @@ def _late_chart(by_rank: pl.DataFrame) -> Chart:
             y=alt.Y("late_skew_ms:Q", title="skew others waited for it (ms, total)"),
             tooltip=[
                 alt.Tooltip("rank:O"),
-                alt.Tooltip("late_count:Q", format=",", title="times last"),
-                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms"),
+                alt.Tooltip("ranks:Q", format=",", title="ranks"),
+                alt.Tooltip("late_count:Q", format=",.1f", title="times last (per rank)"),
+                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms (per rank)"),
                 alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
             ],
         )
@@ -441,16 +442,20 @@ def _late_chart(by_rank: pl.DataFrame) -> Chart:
 
 def _late_top(by_rank: pl.DataFrame, top: int) -> pl.DataFrame:
     """The ``top`` ranks by late skew (largest first, lowest rank of equals), then one row
-    for the rest: their counts and skews summed, the largest of their skews."""
+    for the rest: their mean count and skew per rank (a sum of thousands of ranks would dwarf
+    the bars it stands beside), how many they are and the largest of their skews."""
     ranked = by_rank.sort(["late_skew_ns", "rank"], descending=[True, False])
-    head = ranked.head(top).with_columns(pl.col("rank").cast(pl.String).alias("who"))
+    head = ranked.head(top).with_columns(
+        pl.col("rank").cast(pl.String).alias("who"), pl.lit(1).alias("ranks")
+    )
     rest = ranked.slice(top)
     other = rest.select(
         pl.lit(None, pl.Int64).alias("rank"),
-        pl.col("late_count").sum(),
-        pl.col("late_skew_ns").sum(),
+        pl.col("late_count").mean(),
+        pl.col("late_skew_ns").mean(),
         pl.col("max_skew_ns").max(),
-        pl.lit(f"other {rest.height:,} ranks").alias("who"),
+        pl.lit(f"other {rest.height:,} ranks (mean)").alias("who"),
+        pl.lit(rest.height).alias("ranks"),
     )
     return pl.concat([head, other], how="vertical_relaxed").with_columns(
         (pl.col("late_skew_ns") / 1e6).alias("late_skew_ms"),
@@ -459,19 +464,20 @@ def _late_top(by_rank: pl.DataFrame, top: int) -> pl.DataFrame:
 
 
 def _late_chart_capped(by_rank: pl.DataFrame) -> Chart:
-    """Who arrives late when many ranks do: the LATE_TOP latest ranks and the rest summed."""
+    """Who arrives late when many ranks do: the LATE_TOP latest ranks and the rest's mean."""
     data = _late_top(by_rank, LATE_TOP)
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(data)))
         .mark_bar(color="#e45756")
         .encode(
             x=alt.X("who:N", sort=None, title="rank that arrived last"),
-            y=alt.Y("late_skew_ms:Q", title="skew others waited for it (ms, total)"),
+            y=alt.Y("late_skew_ms:Q", title="skew others waited for it (ms, total per rank)"),
             color=alt.condition("datum.rank == null", alt.value("#bab0ac"), alt.value("#e45756")),
             tooltip=[
                 alt.Tooltip("who:N", title="rank"),
-                alt.Tooltip("late_count:Q", format=",", title="times last"),
-                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms"),
+                alt.Tooltip("ranks:Q", format=",", title="ranks"),
+                alt.Tooltip("late_count:Q", format=",.1f", title="times last (per rank)"),
+                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms (per rank)"),
                 alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
             ],
         )
@@ -483,8 +489,8 @@ def _late_chart_capped(by_rank: pl.DataFrame) -> Chart:
         "Skew = last start minus first start of one collective "
         "across its ranks (clock-aligned by tokenwire link). "
         f"{by_rank.height:,} ranks arrived last at some collective: the {LATE_TOP} that made "
-        f"the others wait longest, then the other {by_rank.height - LATE_TOP:,} summed in one "
-        "grey bar.",
+        f"the others wait longest, then the other {by_rank.height - LATE_TOP:,} as one grey bar "
+        "of their mean per rank.",
     )
 
 

@@ -526,16 +526,21 @@ def test_many_ranks_charts_are_binned_and_capped_and_say_so(many_ranks):
 
 
 def test_many_ranks_aggregates_keep_the_totals(many_ranks):
-    """The late bars sum to every late rank's skew; the other hosts' line is their mean."""
+    """The late bars (the rest's bar as a mean per rank) and the host lines (the other hosts'
+    line as their mean) add up to every rank's and host's total."""
     ctx = open_context(many_ranks)
     by_rank = ctx.query("skew_by_rank")
     demand = ctx.query("wire_demand_step")
     from pipeline.report.page import chart_spec
+    from pipeline.report.timing import LATE_TOP
 
     charts = _charts_by_name(many_ranks)
     late = _values(chart_spec(charts["late_ranks"].chart))[0]
-    assert sum(r["late_count"] for r in late) == by_rank["late_count"].sum()
-    assert sum(r["late_skew_ms"] for r in late) == pytest.approx(
+    assert late[-1]["ranks"] == by_rank.height - LATE_TOP
+    assert sum(r["late_count"] * r["ranks"] for r in late) == pytest.approx(
+        by_rank["late_count"].sum()
+    )
+    assert sum(r["late_skew_ms"] * r["ranks"] for r in late) == pytest.approx(
         by_rank["late_skew_ns"].sum() / 1e6
     )
     drawn = _values(chart_spec(charts["wire_host_demand"].chart))[0]
