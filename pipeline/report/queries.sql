@@ -375,23 +375,44 @@ ORDER BY wait_ns DESC, late_rank;
 
 -- name: straggler_ranks
 -- Per rank, the steps it was the straggler of (how many, and which), the wait it caused
--- there and the layer it was most often busy in meanwhile.
+-- there, and the layer it was most often busy in and the dimension it most often delayed
+-- meanwhile (equally often: the first by name, so that every report of the same data is the
+-- same; mode() leaves ties to thread timing).
+WITH s AS (SELECT * FROM step_stragglers WHERE job = $job),
+usual_layer AS (
+    SELECT rank, first(busy_layer ORDER BY n DESC, busy_layer) AS busy_layer
+    FROM (SELECT rank, busy_layer, count(*) AS n FROM s WHERE busy_layer IS NOT NULL
+          GROUP BY ALL)
+    GROUP BY rank
+),
+usual_dim AS (
+    SELECT rank, first(parallel_dim ORDER BY n DESC, parallel_dim) AS parallel_dim
+    FROM (SELECT rank, parallel_dim, count(*) AS n FROM s WHERE parallel_dim IS NOT NULL
+          GROUP BY ALL)
+    GROUP BY rank
+)
 SELECT rank, count(*) AS steps, list(step ORDER BY step) AS step_list,
        sum(caused_wait_ns) AS caused_wait_ns,
        sum(caused_wait_ns) / nullif(sum(step_wait_ns), 0) AS wait_share,
-       mode(busy_layer) AS busy_layer, mode(parallel_dim) AS parallel_dim
-FROM step_stragglers
-WHERE job = $job
+       any_value(l.busy_layer) AS busy_layer, any_value(d.parallel_dim) AS parallel_dim
+FROM s LEFT JOIN usual_layer l USING (rank) LEFT JOIN usual_dim d USING (rank)
 GROUP BY rank
 ORDER BY caused_wait_ns DESC, rank
 LIMIT $limit;
 
 -- name: straggler_ops_top
 -- What the stragglers ran while the others waited, over every step: the ops (by own time)
--- and kernels that filled most of those windows.
-SELECT what, name, mode(layer) AS layer, count(DISTINCT step) AS steps,
+-- and kernels that filled most of those windows, with the layer they most often ran in
+-- (equally often: the first by name).
+WITH usual_layer AS (
+    SELECT what, name, first(layer ORDER BY n DESC, layer) AS layer
+    FROM (SELECT what, name, layer, count(*) AS n FROM straggler_ops
+          WHERE job = $job AND layer IS NOT NULL GROUP BY ALL)
+    GROUP BY what, name
+)
+SELECT what, name, any_value(u.layer) AS layer, count(DISTINCT step) AS steps,
        sum(overlap_ns) AS overlap_ns
-FROM straggler_ops
+FROM straggler_ops LEFT JOIN usual_layer u USING (what, name)
 WHERE job = $job
 GROUP BY what, name
 ORDER BY overlap_ns DESC, what, name
