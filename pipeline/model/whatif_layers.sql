@@ -21,7 +21,8 @@ outermost AS (
     WHERE prev_end IS NULL OR prev_end < end_ns
 ),
 forward_modules AS (
-    SELECT job, rank, file_id, seq_nr, any_value(module_path) AS module_path
+    -- (the first forward op of the sequence number, so that every run agrees)
+    SELECT job, rank, file_id, seq_nr, arg_min(module_path, (start_ns, op_id)) AS module_path
     FROM ops
     WHERE seq_nr IS NOT NULL AND seq_nr >= 0 AND module_path IS NOT NULL
       AND name NOT LIKE 'autograd::%'
