@@ -416,27 +416,36 @@ def _late_chart(by_rank: pl.DataFrame) -> Chart:
         (pl.col("late_skew_ns") / 1e6).alias("late_skew_ms"),
         (pl.col("max_skew_ns") / 1e6).alias("max_skew_ms"),
     )
-    chart = (
+    chart = _late_bars(
+        data,
+        x=alt.X("rank:O", title="rank that arrived last", axis=alt.Axis(labelOverlap=True)),
+        y_title="skew others waited for it (ms, total)",
+        tooltip=[
+            alt.Tooltip("rank:O"),
+            alt.Tooltip("late_count:Q", format=",", title="times last"),
+            alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms"),
+            alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
+        ],
+    )
+    return Chart("late_ranks", chart, _SKEW_CAPTION)
+
+
+#: What the late-rank chart's skew is.
+_SKEW_CAPTION = (
+    "Skew = last start minus first start of one collective "
+    "across its ranks (clock-aligned by tokenwire link)."
+)
+
+
+def _late_bars(
+    data: pl.DataFrame, *, x: alt.X, y_title: str, tooltip: list, **encoding
+) -> alt.Chart:
+    """The late-rank bars: one per row of ``data``, as tall as its skew in ms."""
+    return (
         alt.Chart(alt.Data(values=fmt.rows(data)))
         .mark_bar(color="#e45756")
-        .encode(
-            x=alt.X("rank:O", title="rank that arrived last", axis=alt.Axis(labelOverlap=True)),
-            y=alt.Y("late_skew_ms:Q", title="skew others waited for it (ms, total)"),
-            tooltip=[
-                alt.Tooltip("rank:O"),
-                alt.Tooltip("ranks:Q", format=",", title="ranks"),
-                alt.Tooltip("late_count:Q", format=",.1f", title="times last (per rank)"),
-                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms (per rank)"),
-                alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
-            ],
-        )
+        .encode(x=x, y=alt.Y("late_skew_ms:Q", title=y_title), tooltip=tooltip, **encoding)
         .properties(width=760, height=220, title="Who arrives late")
-    )
-    return Chart(
-        "late_ranks",
-        chart,
-        "Skew = last start minus first start of one collective "
-        "across its ranks (clock-aligned by tokenwire link).",
     )
 
 
@@ -465,32 +474,25 @@ def _late_top(by_rank: pl.DataFrame, top: int) -> pl.DataFrame:
 
 def _late_chart_capped(by_rank: pl.DataFrame) -> Chart:
     """Who arrives late when many ranks do: the LATE_TOP latest ranks and the rest's mean."""
-    data = _late_top(by_rank, LATE_TOP)
-    chart = (
-        alt.Chart(alt.Data(values=fmt.rows(data)))
-        .mark_bar(color="#e45756")
-        .encode(
-            x=alt.X("who:N", sort=None, title="rank that arrived last"),
-            y=alt.Y("late_skew_ms:Q", title="skew others waited for it (ms, total per rank)"),
-            color=alt.condition("datum.rank == null", alt.value("#bab0ac"), alt.value("#e45756")),
-            tooltip=[
-                alt.Tooltip("who:N", title="rank"),
-                alt.Tooltip("ranks:Q", format=",", title="ranks"),
-                alt.Tooltip("late_count:Q", format=",.1f", title="times last (per rank)"),
-                alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms (per rank)"),
-                alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
-            ],
-        )
-        .properties(width=760, height=220, title="Who arrives late")
+    chart = _late_bars(
+        _late_top(by_rank, LATE_TOP),
+        x=alt.X("who:N", sort=None, title="rank that arrived last"),
+        y_title="skew others waited for it (ms, total per rank)",
+        tooltip=[
+            alt.Tooltip("who:N", title="rank"),
+            alt.Tooltip("ranks:Q", format=",", title="ranks"),
+            alt.Tooltip("late_count:Q", format=",.1f", title="times last (per rank)"),
+            alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms (per rank)"),
+            alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
+        ],
+        color=alt.condition("datum.rank == null", alt.value("#bab0ac"), alt.value("#e45756")),
     )
     return Chart(
         "late_ranks",
         chart,
-        "Skew = last start minus first start of one collective "
-        "across its ranks (clock-aligned by tokenwire link). "
-        f"{by_rank.height:,} ranks arrived last at some collective: the {LATE_TOP} that made "
-        f"the others wait longest, then the other {by_rank.height - LATE_TOP:,} as one grey bar "
-        "of their mean per rank.",
+        f"{_SKEW_CAPTION} {by_rank.height:,} ranks arrived last at some collective: the "
+        f"{LATE_TOP} that made the others wait longest, then the other "
+        f"{by_rank.height - LATE_TOP:,} as one grey bar of their mean per rank.",
     )
 
 

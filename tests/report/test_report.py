@@ -570,7 +570,11 @@ def test_small_jobs_draw_one_bar_per_rank_and_every_host(sample_linked):
     per_rank = _values(chart_spec(charts["time_per_rank"].chart))[0]
     assert sorted({r["rank"] for r in per_rank}) == list(range(8))
     assert "bin of" not in charts["time_per_rank"].caption
-    assert all("who" not in r for r in _values(chart_spec(charts["late_ranks"].chart))[0])
+    late = chart_spec(charts["late_ranks"].chart)
+    assert all("who" not in r for r in _values(late)[0])
+    # every field a tooltip names is in the bars' rows (the capped chart's are not)
+    fields = {t["field"] for t in late["encoding"]["tooltip"]}
+    assert fields <= set(_values(late)[0][0]) and "ranks" not in fields
     assert charts["wire_host_demand"].caption == "Peaks and percentiles: view wire_demand_peaks."
 
 
