@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
+import yaml
 
 import pipeline
 from pipeline.ingest.run import ingest
@@ -61,6 +62,17 @@ def linked(run: str, dataset: Path) -> Dataset:
     """``run`` ingested and linked with its job.yaml."""
     ds = ingested(run, dataset)
     link(dataset, config=DATA / run / "job.yaml")
+    return ds
+
+
+def linked_as_torch(run: str, folder: Path) -> Dataset:
+    """``run`` ingested into ``folder/ds`` and linked with its job.yaml, its conventions
+    replaced by ``framework: torch`` alone (written to ``folder/job.yaml``)."""
+    config = yaml.safe_load((DATA / run / "job.yaml").read_text())
+    config["conventions"] = {"framework": "torch"}
+    (folder / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested(run, folder / "ds")
+    link(folder / "ds", config=folder / "job.yaml")
     return ds
 
 

@@ -31,6 +31,7 @@ from tests.cpu_gloo import (
     counts,
     ingested,
     linked,
+    linked_as_torch,
 )
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
@@ -222,11 +223,7 @@ def test_torch_conventions_on_the_recorded_ddp_run(tmp_path: Path) -> None:
     """The recorded DDP run with framework: torch: its one gradient bucket (under 1 MiB)
     matches PyTorch's first-bucket rule, and the loss all-reduce its script adds (a Megatron
     habit plain torch does not have) is unpredicted, in phase other."""
-    config = yaml.safe_load((DATA / "ddp" / "job.yaml").read_text())
-    config["conventions"] = {"framework": "torch"}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
-    ds = ingested("ddp", tmp_path / "ds")
-    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    ds = linked_as_torch("ddp", tmp_path)
     rows = ds.sql(
         "SELECT status, purpose, phase, predicted_calls, calls, message_bytes FROM ledger "
         "WHERE step = 2 ORDER BY status"

@@ -6,11 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 import pipeline
-from pipeline.link.runner import link
-from tests.cpu_gloo import ACT, BLOCK, DATA, EMBED, FP32, HEAD, PARAMS, ingested, linked
+from tests.cpu_gloo import (
+    ACT,
+    BLOCK,
+    EMBED,
+    FP32,
+    HEAD,
+    PARAMS,
+    linked,
+    linked_as_torch,
+)
 
 _ROW = ("parallel_dim", "op", "phase", "status", "predicted_calls", "predicted_message_bytes",
         "calls", "message_bytes")  # fmt: skip
@@ -77,11 +84,7 @@ def test_fsdp1_without_its_root_unit_names_the_items(tmp_path: Path) -> None:
     unit, each re-gathered backward: the root's gather and reduce-scatter are those items
     resized (the same bytes: parameters wrapped otherwise), the head's missing, the
     re-gathers missing."""
-    config = yaml.safe_load((DATA / "fsdp1" / "job.yaml").read_text())
-    config["conventions"] = {"framework": "torch"}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
-    ds = ingested("fsdp1", tmp_path / "ds")
-    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    ds = linked_as_torch("fsdp1", tmp_path)
     rows = ds.sql(
         "SELECT op, phase, status, predicted_message_bytes, message_bytes, reason FROM ledger "
         "WHERE step = 2 AND status <> 'matched' ORDER BY ALL"
