@@ -268,16 +268,20 @@ def summary(job: Job) -> dict[str, Any]:
             "efficiency": net.efficiency, "base_latency_us": net.base_latency_us,
             "intra_node_latency_us": net.intra_node_latency_us,
             "inter_node_latency_us": net.inter_node_latency_us,
-            "algorithm": list(candidates(net)) if net.algorithm == "auto" or
-            isinstance(net.algorithm, tuple) else net.algorithm,
+            "algorithm": list(candidates(net)) if _chooses(net) else net.algorithm,
         },
         "fitted": [vars(f).copy() for f in net.fitted],
     }  # fmt: skip
 
 
+def _chooses(net: Network) -> bool:
+    """Whether ``network.algorithm`` lets each collective take the fastest of several."""
+    return net.algorithm == "auto" or isinstance(net.algorithm, tuple)
+
+
 def _algorithms(net: Network) -> str:
     """The configured algorithm, or the fastest-of list it names."""
-    if net.algorithm == "auto" or isinstance(net.algorithm, tuple):
+    if _chooses(net):
         return "the fastest of " + ", ".join(candidates(net)) + " per collective"
     return net.algorithm
 
