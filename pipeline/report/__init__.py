@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from altair.utils.schemapi import debug_mode
 
 from pipeline.dataset.snapshot import read_snapshot
 from pipeline.errors import ConfigError
-from pipeline.model.config import Job, load_job
 from pipeline.report import (
     compute,
     glance,
@@ -36,6 +36,9 @@ from pipeline.report import (
 )
 from pipeline.report.context import Context, open_context
 from pipeline.report.page import Section, atomic_write_text, render, write_images
+
+if TYPE_CHECKING:
+    from pipeline.model.config import Job
 
 __all__ = ["ReportResult", "build_report"]
 
@@ -84,9 +87,13 @@ def build_report(
         A bad job.yaml.
     """
     config_path = None
-    if config is not None and not isinstance(config, Job):
-        config_path = Path(config)
-        config = load_job(config_path)
+    if config is not None:
+        # (the model is imported only for a report with a job.yaml)
+        from pipeline.model.config import Job, load_job
+
+        if not isinstance(config, Job):
+            config_path = Path(config)
+            config = load_job(config_path)
     unfit = None
     if config is not None:
         unfit = _link_for_predictions(Path(dataset), job, config_path or config)

@@ -12,14 +12,16 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
 from pipeline.dataset.views import connect
 from pipeline.errors import DatasetError
-from pipeline.model.config import Job
+
+if TYPE_CHECKING:
+    from pipeline.model.config import Job
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PARAM = re.compile(r"\$(\w+)")
@@ -87,6 +89,7 @@ def open_context(
         job = jobs[0]
     elif job not in jobs:
         raise DatasetError(f"{dataset}: no job {job!r} in the dataset (jobs: {_names(jobs)})")
+    con.execute(queries()["primary_sources_once"])
     return Context(dataset, con, job, jobs, config=config, config_path=config_path)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.ingest.vocab import DIMS
-from pipeline.model.predict import layout_summary, model_summary
 from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Chart, Facts, Note, Section, Table
@@ -56,6 +54,9 @@ def _trace_facts(ctx: Context) -> list[tuple[str, object]]:
 
 def _job_facts(ctx: Context) -> list[tuple[str, object]]:
     """What the job.yaml says: model, layout, batch, dtypes."""
+    from pipeline.ingest.vocab import DIMS
+    from pipeline.model.predict import layout_summary, model_summary
+
     job = ctx.config
     m, lay = model_summary(job), layout_summary(job)
     dims = ", ".join(f"{d}={lay[d]}" for d in DIMS if lay[d] > 1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.analysis import hang
 from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Facts, Note, Section, Table
@@ -17,6 +16,8 @@ def hang_section(ctx: Context) -> Section | None:
     """Where the ranks stopped agreeing, from flight recorder dumps; None without dumps."""
     if not ctx.row("flight_recorder_rows").get("files"):
         return None
+    from pipeline.analysis import hang  # (only for a job with dumps)
+
     sec = Section("hang", "Flight recorder: hang and mismatch check")
     coll = _frame(ctx, "collectives")
     comms = _frame(ctx, "communicators")

@@ -6,6 +6,12 @@
 -- Which jobs the dataset holds (files of every source, so a job with no rows still counts).
 SELECT job, count(*) AS files FROM files GROUP BY job ORDER BY job;
 
+-- name: primary_sources_once
+-- primary_sources (sources.sql), worked out once per report: a temporary table of the same
+-- name, which the queries below then read in place of the view (six of them count one source
+-- per rank; each use of the view is a pass over every collective of the dataset).
+CREATE TEMP TABLE primary_sources AS SELECT * FROM primary_sources;
+
 -- name: glance_ranks
 -- How many ranks and hosts, and what hardware and library they ran on. Ranks come from the
 -- files table (one small part per job), not from scanning every rank's rows.
@@ -232,6 +238,13 @@ SELECT channel, coalesce(transport, 'unknown') AS transport, count(*) AS connect
 FROM topology WHERE job = $job AND kind = 'connection' AND channel IS NOT NULL
 GROUP BY ALL ORDER BY channel, transport;
 
+-- name: topo_grid_ranks
+-- How many ranks the rank x channel grid (topo_rank_channel) would have: above a limit it
+-- is left out, and the grid is not read at all.
+SELECT count(*) AS ranks FROM (
+    SELECT DISTINCT rank FROM topology
+    WHERE job = $job AND kind = 'connection' AND channel IS NOT NULL);
+
 -- name: topo_rank_channel
 -- Per rank and channel, the transport of its connections (drawn for small jobs only).
 SELECT rank, channel,
@@ -271,14 +284,18 @@ GROUP BY w ORDER BY files DESC, w LIMIT $limit;
 -- no parallel dimension. Counted, never dropped.
 -- (after link, a step is the one link found: a logged call matched to a profiled one, or
 -- placed through another rank or its log order, is not outside every step)
-SELECT
-    count(*) AS collectives,
-    count(*) FILTER (WHERE coalesce(l.bytes, c.bytes) IS NULL) AS without_bytes,
-    count(*) FILTER (WHERE coalesce(l.step, c.step) IS NULL) AS without_step,
-    count(*) FILTER (WHERE c.dur_ns IS NULL) AS without_timing
-FROM collectives c
-LEFT JOIN collective_links l USING (job, rank, source, file_id, collective_id)
-WHERE c.job = $job AND c.source <> 'flight_recorder';
+-- (link writes one row per collective: only the collectives that lack a size or a step
+-- of their own are looked up in collective_links, not every one)
+WITH c AS (SELECT * FROM collectives WHERE job = $job AND source <> 'flight_recorder'),
+     gaps AS (
+        SELECT count(*) FILTER (WHERE coalesce(l.bytes, c.bytes) IS NULL) AS without_bytes,
+               count(*) FILTER (WHERE coalesce(l.step, c.step) IS NULL) AS without_step
+        FROM c LEFT JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+        WHERE c.bytes IS NULL OR c.step IS NULL)
+SELECT count(*) AS collectives, (SELECT without_bytes FROM gaps) AS without_bytes,
+       (SELECT without_step FROM gaps) AS without_step,
+       count(*) FILTER (WHERE dur_ns IS NULL) AS without_timing
+FROM c;
 
 -- name: quality_links
 -- After tokenwire link: collectives without a layer or a parallel dimension, by evidence.
@@ -498,17 +515,22 @@ SELECT coalesce(parallel_dim, 'unknown') AS parallel_dim,
 FROM wire_split WHERE job = $job AND step IS NOT NULL
 GROUP BY ALL ORDER BY parallel_dim;
 
+-- name: wire_demand_pick
+-- The step and scope wire_demand_step draws: the first step with timed rows, across hosts
+-- where anything crosses them in any step, else inside them (wire_demand's rows of the job
+-- going out; a timed row of wire is a row of them in one bucket or more).
+SELECT min(step) AS step,
+       CASE WHEN bool_or(inter_host) THEN 'inter_host' ELSE 'intra_host' END AS scope
+FROM wire WHERE job = $job AND step IS NOT NULL AND start_ns IS NOT NULL;
+
 -- name: wire_demand_step
--- What each host sends per 1 ms bucket over the first step with timed rows, in Gbit/s (0 in
--- the buckets it sends nothing): across hosts where anything crosses them, else inside them.
-WITH d AS (SELECT * FROM wire_demand WHERE job = $job AND direction = 'out'
-           AND step IS NOT NULL),
-     pick AS (SELECT min(step) AS step,
-                     CASE WHEN bool_or(scope = 'inter_host') THEN 'inter_host'
-                          ELSE 'intra_host' END AS scope FROM d),
-     sent AS (SELECT coalesce(d.host, '(unknown)') AS host, d.scope, d.bucket_start_ns,
-                     sum(d.gbps) AS gbps
-              FROM d JOIN pick ON d.step = pick.step AND d.scope = pick.scope
+-- What each host sends per 1 ms bucket over step $step, in Gbit/s (0 in the buckets it sends
+-- nothing), in $scope (wire_demand_pick). (Given as values, the step and scope reach the
+-- scan of wire: only that step's transfers are cut into buckets.)
+WITH sent AS (SELECT coalesce(host, '(unknown)') AS host, scope, bucket_start_ns,
+                     sum(gbps) AS gbps
+              FROM wire_demand
+              WHERE job = $job AND direction = 'out' AND step = $step AND scope = $scope
               GROUP BY ALL),
      grid AS (SELECT h.host, h.scope, unnest(range(b.first, b.last + 1, 1000000)) AS bucket_start_ns,
                      b.first

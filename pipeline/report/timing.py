@@ -176,7 +176,7 @@ def _rank_detail(
             y=alt.Y("sum(ms):Q", title="ms per step (mean over steps)"),
             color=color,
             order=alt.Order("part_order:Q"),
-            opacity=alt.condition(picked, alt.value(1.0), alt.value(0.55)),
+            opacity=alt.OpacityValue(**alt.condition(picked, alt.value(1.0), alt.value(0.55))),
             tooltip=tooltip,
         )
         .transform_filter(brush)
@@ -330,7 +330,7 @@ def _bandwidth_layers(points: pl.DataFrame, tests: pl.DataFrame, peaks: list[dic
         base = alt.Chart(alt.Data(values=fmt.rows(points)))
         layers.append(
             base.mark_rule(opacity=0.6).encode(
-                x=x, y=alt.Y("busbw_p10:Q"), y2="busbw_p90:Q", color=alt.Color("op:N")
+                x=x, y=alt.Y("busbw_p10:Q"), y2=alt.Y2("busbw_p90:Q"), color=alt.Color("op:N")
             )
         )
         layers.append(
@@ -485,7 +485,9 @@ def _late_chart_capped(by_rank: pl.DataFrame) -> Chart:
             alt.Tooltip("late_skew_ms:Q", format=",.3f", title="total skew ms (per rank)"),
             alt.Tooltip("max_skew_ms:Q", format=",.3f", title="largest skew ms"),
         ],
-        color=alt.condition("datum.rank == null", alt.value("#bab0ac"), alt.value("#e45756")),
+        color=alt.ColorValue(
+            **alt.condition("datum.rank == null", alt.value("#bab0ac"), alt.value("#e45756"))
+        ),
     )
     return Chart(
         "late_ranks",

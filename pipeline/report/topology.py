@@ -77,13 +77,13 @@ def _per_channel_chart(per_channel: pl.DataFrame) -> Chart:
 
 def _rank_channel_grid(ctx: Context) -> Chart | Note:
     """Each rank's transport per channel, or a note where there are too many ranks to draw."""
-    grid = ctx.query("topo_rank_channel")
-    ranks = grid["rank"].n_unique()
+    ranks = ctx.row("topo_grid_ranks")["ranks"]
     if ranks > MAX_GRID_RANKS:
         return Note(
             f"{ranks} ranks: the rank x channel grid is left out; the bars above sum over ranks.",
             "text",
         )
+    grid = ctx.query("topo_rank_channel")
     heat = (
         alt.Chart(alt.Data(values=fmt.rows(grid)))
         .mark_rect()

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import altair as alt
 import polars as pl
 
-from pipeline.model.config import DTYPE_BYTES
 from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Chart, Note, Section, Table
@@ -261,6 +260,8 @@ def _embedding(ctx: Context, tokens: int) -> tuple[Note, list[dict]]:
             "the prediction.",
             "text",
         ), []
+    from pipeline.model.config import DTYPE_BYTES
+
     e_a = DTYPE_BYTES[job.dtypes.activations]
     emb = job.model.hidden * e_a
     note = Note(

@@ -71,7 +71,12 @@ def _wait_chart(sec: Section, by_dim: pl.DataFrame) -> None:
             color=alt.Color(
                 "part:N", title=None, scale=alt.Scale(domain=_PARTS, range=_PART_COLORS)
             ),
-            tooltip=["collective:N", "part:N", alt.Tooltip("ms:Q", format=",.3f"), "calls:Q"],
+            tooltip=[
+                alt.Tooltip("collective:N"),
+                alt.Tooltip("part:N"),
+                alt.Tooltip("ms:Q", format=",.3f"),
+                alt.Tooltip("calls:Q"),
+            ],
         )
         .properties(
             width=700, title="Time in collectives: waiting for the last rank, or moving data"

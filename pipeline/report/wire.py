@@ -174,8 +174,14 @@ def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
     return out
 
 
+def demand_step(ctx: Context) -> pl.DataFrame:
+    """What each host sends per 1 ms bucket over the step wire_demand_pick chooses
+    (wire_demand_step)."""
+    return ctx.query("wire_demand_step", **ctx.row("wire_demand_pick"))
+
+
 def _demand(ctx: Context, sec: Section) -> None:
-    demand = ctx.query("wire_demand_step")
+    demand = demand_step(ctx)
     if demand.height == 0:
         sec.add(Note("No timed transfers: the demand over a step needs a timed source.", "text"))
         return

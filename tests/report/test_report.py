@@ -541,9 +541,11 @@ def test_many_ranks_aggregates_keep_the_totals(many_ranks):
     line as their mean) add up to every rank's and host's total."""
     ctx = open_context(many_ranks)
     by_rank = ctx.query("skew_by_rank")
-    demand = ctx.query("wire_demand_step")
     from pipeline.report.page import chart_spec
     from pipeline.report.timing import LATE_TOP
+    from pipeline.report.wire import demand_step
+
+    demand = demand_step(ctx)
 
     charts = _charts_by_name(many_ranks)
     late = _values(chart_spec(charts["late_ranks"].chart))[0]
