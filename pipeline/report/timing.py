@@ -359,7 +359,7 @@ def _bandwidth_layers(points: pl.DataFrame, tests: pl.DataFrame, peaks: list[dic
             .encode(
                 x=x,
                 y=y,
-                detail="test:N",
+                detail=alt.Detail("test:N"),
                 strokeDash=alt.StrokeDash("test:N", title="nccl-tests"),
                 tooltip=[
                     alt.Tooltip("test:N"),
@@ -374,7 +374,7 @@ def _bandwidth_layers(points: pl.DataFrame, tests: pl.DataFrame, peaks: list[dic
             alt.Chart(alt.Data(values=peaks))
             .mark_rule(color="#444")
             .encode(
-                y="busbw_gbps:Q",
+                y=alt.Y("busbw_gbps:Q"),
                 strokeDash=alt.StrokeDash("peak:N", title="network peak"),
                 tooltip=[alt.Tooltip("peak:N"), alt.Tooltip("busbw_gbps:Q", title="GB/s")],
             )

@@ -73,7 +73,7 @@ def _fold_hosts(matrix: pl.DataFrame, top: int) -> pl.DataFrame:
     )
     busiest = (
         moved.group_by("host")
-        .agg(pl.col("bytes_per_step").sum())
+        .agg(_fixed_sum("bytes_per_step"))
         .sort(["bytes_per_step", "host"], descending=[True, False])
         .head(top)["host"]
         .implode()
@@ -85,9 +85,17 @@ def _fold_hosts(matrix: pl.DataFrame, top: int) -> pl.DataFrame:
     return (
         matrix.with_columns(fold("src_host"), fold("dst_host"))
         .group_by("src_host", "dst_host")
-        .agg(pl.col("bytes_per_step").sum())
+        .agg(_fixed_sum("bytes_per_step"))
         .sort("src_host", "dst_host")
     )
+
+
+def _fixed_sum(col: str) -> pl.Expr:
+    """The sum of a float column per group, added in one order (smallest first): Polars
+    sums a large group in parallel pieces in whichever order they finish, so that two
+    reports of the same data could differ in the last digits, and hosts of equal bytes
+    could swap places in a top list."""
+    return pl.col(col).sort().sum()
 
 
 def _host_heatmap(ctx: Context) -> Chart:
@@ -223,7 +231,7 @@ def _top_hosts(demand: pl.DataFrame, top: int) -> pl.DataFrame:
     row per bucket, 0 where it sends nothing)."""
     busiest = (
         demand.group_by("host")
-        .agg(pl.col("gbps").sum())
+        .agg(_fixed_sum("gbps"))
         .sort(["gbps", "host"], descending=[True, False])
         .head(top)["host"]
     )
@@ -231,7 +239,7 @@ def _top_hosts(demand: pl.DataFrame, top: int) -> pl.DataFrame:
     others = (
         demand.filter(~pl.col("host").is_in(busiest.implode()))
         .group_by("scope", "ms")
-        .agg(pl.col("gbps").mean())
+        .agg(_fixed_sum("gbps") / pl.len())
         .with_columns(pl.lit("other hosts (mean)").alias("host"))
         .select(demand.columns)
     )
