@@ -100,18 +100,22 @@ GROUP BY ALL;
 -- name: layer_traffic
 -- Bytes per step by layer and phase, from the links of every collective to its layer (one
 -- source per rank: primary_sources).
-WITH lc AS (
-    SELECT l.layer, l.layer_index, l.layer_kind, l.phase, l.step, l.bytes
+-- (summed per step first: the steps are counted from those sums, not from a second pass
+-- over every link)
+WITH per_step AS (
+    SELECT l.layer, l.phase, l.step, min(l.layer_index) AS layer_index,
+           any_value(l.layer_kind) AS layer_kind, count(*) AS calls, sum(l.bytes) AS bytes
     FROM collective_links l
     JOIN primary_sources p USING (job, rank, source)
     WHERE l.job = $job
+    GROUP BY ALL
 ),
-steps AS (SELECT greatest(count(DISTINCT step), 1) AS n FROM lc)
+steps AS (SELECT greatest(count(DISTINCT step), 1) AS n FROM per_step)
 SELECT coalesce(layer, '(unattributed)') AS layer, min(layer_index) AS layer_index,
        coalesce(any_value(layer_kind), 'unknown') AS layer_kind, phase,
-       count(*) / any_value(steps.n) AS calls_per_step,
+       sum(calls) / any_value(steps.n) AS calls_per_step,
        coalesce(sum(bytes), 0) / any_value(steps.n) AS bytes_per_step
-FROM lc, steps GROUP BY ALL ORDER BY ALL;
+FROM per_step, steps GROUP BY ALL ORDER BY ALL;
 
 -- name: time_per_rank
 -- Time of each rank split into compute, overlapped and exposed communication and idle,
@@ -129,9 +133,16 @@ FROM time_breakdown WHERE job = $job ORDER BY rank, step;
 
 -- name: top_kernels
 -- The kernels that took the most GPU time over all ranks (names are data from the trace).
-SELECT name, kind, count(*) AS calls, sum(dur_ns) AS total_ns,
-       count(DISTINCT rank) AS ranks
-FROM kernels JOIN primary_kernel_sources USING (job, rank, source) WHERE job = $job
+-- (summed per rank first: a row per rank and kernel counts the ranks without a DISTINCT,
+-- which DuckDB works out as a join of its own over every kernel)
+WITH per_rank AS (
+    SELECT name, kind, rank, count(*) AS calls, sum(dur_ns) AS total_ns
+    FROM kernels JOIN primary_kernel_sources USING (job, rank, source) WHERE job = $job
+    GROUP BY name, kind, rank
+)
+SELECT name, kind, CAST(sum(calls) AS BIGINT) AS calls, sum(total_ns) AS total_ns,
+       count(rank) AS ranks
+FROM per_rank
 GROUP BY name, kind ORDER BY total_ns DESC, name LIMIT $limit;
 
 -- name: busbw_instances
