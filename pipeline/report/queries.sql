@@ -296,17 +296,20 @@ GROUP BY w ORDER BY files DESC, w LIMIT $limit;
 -- (after link, a step is the one link found: a logged call matched to a profiled one, or
 -- placed through another rank or its log order, is not outside every step)
 -- (link writes one row per collective: only the collectives that lack a size or a step
--- of their own are looked up in collective_links, not every one)
-WITH c AS (SELECT * FROM collectives WHERE job = $job AND source <> 'flight_recorder'),
-     gaps AS (
-        SELECT count(*) FILTER (WHERE coalesce(l.bytes, c.bytes) IS NULL) AS without_bytes,
-               count(*) FILTER (WHERE coalesce(l.step, c.step) IS NULL) AS without_step
-        FROM c LEFT JOIN collective_links l USING (job, rank, source, file_id, collective_id)
-        WHERE c.bytes IS NULL OR c.step IS NULL)
+-- of their own are looked up in collective_links, not every one; and the collectives are
+-- read twice rather than kept whole as a common table between the two reads)
+WITH gaps AS (
+    SELECT count(*) FILTER (WHERE coalesce(l.bytes, c.bytes) IS NULL) AS without_bytes,
+           count(*) FILTER (WHERE coalesce(l.step, c.step) IS NULL) AS without_step
+    FROM collectives c
+    LEFT JOIN collective_links l USING (job, rank, source, file_id, collective_id)
+    WHERE c.job = $job AND c.source <> 'flight_recorder'
+      AND (c.bytes IS NULL OR c.step IS NULL)
+)
 SELECT count(*) AS collectives, (SELECT without_bytes FROM gaps) AS without_bytes,
        (SELECT without_step FROM gaps) AS without_step,
        count(*) FILTER (WHERE dur_ns IS NULL) AS without_timing
-FROM c;
+FROM collectives WHERE job = $job AND source <> 'flight_recorder';
 
 -- name: quality_links
 -- After tokenwire link: collectives without a layer or a parallel dimension, by evidence.
@@ -510,12 +513,12 @@ FROM wire WHERE job = $job;
 
 -- name: wire_host_matrix
 -- Bytes per step each host sends each host (rows in a step; all rows when none has one).
-WITH w AS (SELECT * FROM wire WHERE job = $job),
-     s AS (SELECT count(DISTINCT step) AS steps FROM w)
+-- (wire read twice: a common table of it read twice is kept whole, every column)
+WITH s AS (SELECT count(DISTINCT step) AS steps FROM wire WHERE job = $job)
 SELECT coalesce(w.src_host, '(unknown)') AS src_host,
        coalesce(w.dst_host, '(unknown)') AS dst_host,
        sum(w.bytes) / greatest(any_value(s.steps), 1) AS bytes_per_step
-FROM w, s WHERE w.step IS NOT NULL OR s.steps = 0
+FROM wire w, s WHERE w.job = $job AND (w.step IS NOT NULL OR s.steps = 0)
 GROUP BY ALL ORDER BY ALL;
 
 -- name: wire_split_dims
