@@ -77,6 +77,7 @@ def open_context(
     """
     dataset = Path(dataset)
     con = connect(dataset)
+    con.execute(queries()["read_once"])
     jobs = [r[0] for r in con.execute(queries()["jobs"]).fetchall()]
     if not jobs:
         raise DatasetError(f"{dataset}: the dataset holds no files yet (run tokenwire ingest)")
@@ -89,7 +90,6 @@ def open_context(
         job = jobs[0]
     elif job not in jobs:
         raise DatasetError(f"{dataset}: no job {job!r} in the dataset (jobs: {_names(jobs)})")
-    con.execute(queries()["primary_sources_once"])
     return Context(dataset, con, job, jobs, config=config, config_path=config_path)
 
 

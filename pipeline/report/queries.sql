@@ -6,11 +6,14 @@
 -- Which jobs the dataset holds (files of every source, so a job with no rows still counts).
 SELECT job, count(*) AS files FROM files GROUP BY job ORDER BY job;
 
--- name: primary_sources_once
--- primary_sources (sources.sql), worked out once per report: a temporary table of the same
--- name, which the queries below then read in place of the view (six of them count one source
--- per rank; each use of the view is a pass over every collective of the dataset).
+-- name: read_once
+-- What several queries below read, read once per report: each becomes a temporary table of
+-- the same name, which they then read in place of the view. primary_sources (sources.sql),
+-- of which six count one source per rank: each use of the view is a pass over every
+-- collective of the dataset. And files, which seven read: one part per file where a job's
+-- small parts are not merged, each opened again by every query.
 CREATE TEMP TABLE primary_sources AS SELECT * FROM primary_sources;
+CREATE TEMP TABLE files AS SELECT * FROM files;
 
 -- name: glance_ranks
 -- How many ranks and hosts, and what hardware and library they ran on. Ranks come from the
