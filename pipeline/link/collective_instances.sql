@@ -87,6 +87,7 @@ FROM i;
 
 -- Pairs of instances of the same collective: one of a less trusted source (dropped) and
 -- one of a more trusted source (kept), linked by a matched call of one rank.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _same_instances AS
 SELECT DISTINCT s.job, s.source, s.instance_comm AS comm, s.instance_seq AS seq,
        p.source AS kept_source, p.instance_comm AS kept_comm, p.instance_seq AS kept_seq

@@ -96,6 +96,7 @@ LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _layer_names n ON n.layer = c.layer;
 
 -- The profiler's context of each call another source matched to a profiler collective.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _matched_context AS
 SELECT m.job, m.rank, m.source, m.file_id, m.collective_id, p.step, p.phase, p.layer,
        p.layer_index, p.layer_kind, p.attributed_by, p.backward_op

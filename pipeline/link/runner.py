@@ -20,11 +20,11 @@ import pyarrow as pa
 
 from pipeline.dataset.commit import SPILL, Transaction, write_part
 from pipeline.dataset.rank_sets import STORED_VIEW
-from pipeline.dataset.schema import conform, table_schema
+from pipeline.dataset.schema import conform, load_schemas, table_schema
 from pipeline.dataset.store import part_columns, part_path
 from pipeline.dataset.views import connect, empty_select, require_readable, typed_columns
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.link.plan import plan
+from pipeline.link.plan import Plan, SqlFile, plan
 
 if TYPE_CHECKING:  # (the model's module is imported only by a link with a job.yaml)
     from pipeline.model.config import Job
@@ -64,7 +64,8 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
     with Transaction(dataset, create=False) as txn:
         # (the manifest is read once, by the transaction: 0.16 s for the 28 MB manifest of
         # 16,384 ranks, and the lock holds it)
-        con = connect(dataset, derived=False, manifest=txn.manifest)
+        steps = plan()
+        con = connect(dataset, derived=False, manifest=txn.manifest, tables=_raw_tables(steps))
         # Big jobs spill to disk beside the dataset instead of holding every row in memory
         # (the transaction removed a link planted there: DuckDB would write through it).
         con.execute("SET preserve_insertion_order = false")
@@ -74,10 +75,10 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         if not jobs:
             raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
         _register_job_inputs(con, jobs, config)
-        steps = plan()
+        secondary = _has_secondary_sources(con)
         for sql in steps.files:
             try:
-                con.execute(sql.text)
+                _run_file(con, sql, secondary=secondary)
             except duckdb.Error as exc:  # a damaged part (named here), else a bug in our SQL
                 require_readable(dataset, txn.manifest.all_parts())
                 raise RuntimeError(f"link step {sql.name} failed: {exc}") from exc
@@ -89,6 +90,46 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         con.close()
         rows = _materialize(txn, tables)
     return LinkSummary(rows=rows, config=_label(config) if config is not None else None)
+
+
+#: Marks, in the comment before it, a statement whose rows all come from collectives of a
+#: source other than the profiler's (an NCCL log, Nsight, a flight recorder: the calls
+#: matched across sources). On a job whose collectives are all the profiler's it is made
+#: empty: bound but not run (``LIMIT 0``), so its table has the same columns and types.
+SECONDARY_ONLY = "-- (rows only from secondary sources)"
+
+
+def _has_secondary_sources(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether any collective is of a source other than the profiler's."""
+    (found,) = con.execute("SELECT bool_or(source <> 'kineto') FROM collectives").fetchone()
+    return bool(found)
+
+
+def _run_file(con: duckdb.DuckDBPyConnection, sql: SqlFile, *, secondary: bool) -> None:
+    """Run one link SQL file; without secondary sources, its statements marked
+    :data:`SECONDARY_ONLY` make their tables empty (their scans of the collectives cost
+    some ms each for no row)."""
+    if secondary or SECONDARY_ONLY not in sql.text:
+        con.execute(sql.text)
+        return
+    for statement in duckdb.extract_statements(sql.text):
+        if SECONDARY_ONLY in statement.query:
+            con.execute(statement.query.rstrip().rstrip(";") + "\nLIMIT 0")
+        else:
+            con.execute(statement)
+
+
+#: The raw tables that link reads besides those its SQL files name: the runner's (ranks, and
+#: communicators for the layout's groups) and those of every connection's macros and views
+#: (collectives: dataset/sources.sql).
+_RUNNER_READS = ("collectives", "communicators", "ranks")
+
+
+def _raw_tables(steps: Plan) -> set[str]:
+    """The raw tables link reads: only these get views (each view reads the footers of all
+    its parts; a job's files and time breakdown are never read by link)."""
+    raw = {name for name, schema in load_schemas().items() if not schema.derived}
+    return raw & {*_RUNNER_READS, *(r for f in steps.files for r in f.reads)}
 
 
 #: Rows of one DuckDB row group: the unit its parallel scans of a table split by.
