@@ -44,8 +44,10 @@ SELECT job, rank, source, file_id, collective_id, instance_comm, instance_seq, o
        group_size, start_ns, end_ns, dur_ns, step, phase, layer, layer_kind, parallel_dim
 FROM _links_keyed WHERE instance_seq IS NOT NULL;
 
--- (sources may spell a host differently; the first name in sort order, so every run agrees)
-CREATE VIEW _rank_hosts AS
+-- (sources may spell a host differently; the first name in sort order, so every run agrees;
+-- a table: the statements below and wire.sql read it eight times, a view would read every
+-- part of the ranks each time)
+CREATE TEMP TABLE _rank_hosts AS
 SELECT job, rank, min(host) AS host
 FROM ranks GROUP BY ALL;
 

@@ -70,12 +70,11 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         # (the transaction removed a link planted there: DuckDB would write through it).
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET temp_directory = ?", [str(dataset / SPILL)])
-        _small_job_threads(con)
+        secondary = _small_job_threads(con)
         jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
         if not jobs:
             raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
         _register_job_inputs(con, jobs, config)
-        secondary = _has_secondary_sources(con)
         for sql in steps.files:
             try:
                 _run_file(con, sql, secondary=secondary)
@@ -97,12 +96,6 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
 #: matched across sources). On a job whose collectives are all the profiler's it is made
 #: empty: bound but not run (``LIMIT 0``), so its table has the same columns and types.
 SECONDARY_ONLY = "-- (rows only from secondary sources)"
-
-
-def _has_secondary_sources(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether any collective is of a source other than the profiler's."""
-    (found,) = con.execute("SELECT bool_or(source <> 'kineto') FROM collectives").fetchone()
-    return bool(found)
 
 
 def _run_file(con: duckdb.DuckDBPyConnection, sql: SqlFile, *, secondary: bool) -> None:
@@ -136,15 +129,19 @@ def _raw_tables(steps: Plan) -> set[str]:
 ROW_GROUP = 122_880
 
 
-def _small_job_threads(con: duckdb.DuckDBPyConnection) -> None:
+def _small_job_threads(con: duckdb.DuckDBPyConnection) -> bool:
     """One DuckDB thread for a job of fewer collectives than one row group: link's tables
     follow the collectives, so each of its statements would hand the other threads one
     piece or none, and on such a job their start and hand-over cost more CPU than they save
     time (0.15 s of 1.6 s at 2.1 M events; the same wall time). (Counted from the Parquet
-    footers, which the views have read.)"""
-    (collectives,) = con.execute("SELECT count(*) FROM collectives").fetchone()
+    footers, which the views have read.) Returns whether any collective is of a source
+    other than the profiler's (:data:`SECONDARY_ONLY`), from the same scan."""
+    collectives, secondary = con.execute(
+        "SELECT count(*), coalesce(bool_or(source <> 'kineto'), false) FROM collectives"
+    ).fetchone()
     if collectives < ROW_GROUP:
         con.execute("SET threads = 1")
+    return secondary
 
 
 def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]:
