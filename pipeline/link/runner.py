@@ -144,9 +144,10 @@ def _small_job_threads(con: duckdb.DuckDBPyConnection) -> bool:
     """One DuckDB thread for a job of fewer collectives than one row group: link's tables
     follow the collectives, so each of its statements would hand the other threads one
     piece or none, and on such a job their start and hand-over cost more CPU than they save
-    time (0.15 s of 1.6 s at 2.1 M events; the same wall time). (Counted from the Parquet
-    footers, which the views have read.) Returns whether any collective is of a source
-    other than the profiler's (:data:`SECONDARY_ONLY`), from the same scan."""
+    time (0.15 s of 1.6 s at 2.1 M events; the same wall time). Returns whether any
+    collective is of a source other than the profiler's (:data:`SECONDARY_ONLY`), from the
+    same scan (the count comes from the Parquet footers, which the views have read; the
+    sources from the column)."""
     collectives, secondary = con.execute(
         "SELECT count(*), coalesce(bool_or(source <> 'kineto'), false) FROM collectives"
     ).fetchone()
