@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 import tempfile
+from collections.abc import Collection
 from importlib import resources
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def connect(
     derived: bool = True,
     read_only: bool = False,
     manifest: Manifest | None = None,
+    tables: Collection[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view per table of ``dataset``.
 
@@ -47,7 +49,9 @@ def connect(
     database (``enable_external_access = false``), and no way to undo that
     (``lock_configuration``). Statements that write are refused by the caller
     (:func:`pipeline.dataset.query.run_query`). ``manifest``: the dataset's, already read
-    by a caller that holds the writer lock (else it is read here).
+    by a caller that holds the writer lock (else it is read here). ``tables``: only these
+    tables get views (a caller that reads a few of them: each view reads the footers of
+    all its parts); the others are then unknown to the connection.
 
     Raises
     ------
@@ -57,7 +61,11 @@ def connect(
     dataset = Path(dataset)
     if not (dataset / MANIFEST).is_file():
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
-    schemas = [s for s in load_schemas().values() if derived or not s.derived]
+    schemas = [
+        s
+        for s in load_schemas().values()
+        if (derived or not s.derived) and (tables is None or s.name in tables)
+    ]
     by_table = manifest.parts_by_table() if manifest is not None else read_parts_by_table(dataset)
     by_table = {schema.name: by_table.get(schema.name, []) for schema in schemas}
     parts = [rel for rels in by_table.values() for rel in rels]

@@ -18,14 +18,15 @@
 -- row directly (job, source, instance_comm, instance_seq); instance_seq is NULL where it is
 -- in no instance (no sequence number, or a send/recv whose peer is unknown). A collective's
 -- key is its own columns, set without a join; only the send/recv rows, numbered apart (a
--- window over every call would sort them all), are joined back to their calls.
+-- window over every call would sort them all), are joined back to their calls by row
+-- (rowid: the table's rows stay where they are until the update).
 ALTER TABLE _links_dimmed RENAME TO _links_keyed;
 ALTER TABLE _links_keyed ADD COLUMN instance_comm VARCHAR;
 ALTER TABLE _links_keyed ADD COLUMN instance_seq BIGINT;
 UPDATE _links_keyed SET instance_comm = comm, instance_seq = seq
 WHERE op NOT IN ('send', 'recv') AND seq IS NOT NULL;
 CREATE TEMP TABLE _p2p_keys AS
-SELECT job, rank, source, file_id, collective_id,
+SELECT rowid AS links_row,
        concat_ws(' ', comm, 'p2p')
            || ' ' || CAST(CASE WHEN op = 'send' THEN rank ELSE peer END AS VARCHAR) || '->'
            || CAST(CASE WHEN op = 'send' THEN peer ELSE rank END AS VARCHAR) AS instance_comm,
@@ -35,8 +36,7 @@ FROM _links_keyed WHERE op IN ('send', 'recv') AND peer IS NOT NULL;
 UPDATE _links_keyed l
 SET instance_comm = r.instance_comm, instance_seq = r.instance_seq
 FROM _p2p_keys r
-WHERE r.job = l.job AND r.rank = l.rank AND r.source = l.source AND r.file_id = l.file_id
-  AND r.collective_id = l.collective_id;
+WHERE l.rowid = r.links_row;
 
 -- The calls that are in an instance, with what the files after this one match them by.
 CREATE TEMP TABLE _instance_rows AS
@@ -44,8 +44,10 @@ SELECT job, rank, source, file_id, collective_id, instance_comm, instance_seq, o
        group_size, start_ns, end_ns, dur_ns, step, phase, layer, layer_kind, parallel_dim
 FROM _links_keyed WHERE instance_seq IS NOT NULL;
 
--- (sources may spell a host differently; the first name in sort order, so every run agrees)
-CREATE VIEW _rank_hosts AS
+-- (sources may spell a host differently; the first name in sort order, so every run agrees;
+-- a table: the statements below and wire.sql read it eight times, a view would read every
+-- part of the ranks each time)
+CREATE TEMP TABLE _rank_hosts AS
 SELECT job, rank, min(host) AS host
 FROM ranks GROUP BY ALL;
 

@@ -18,20 +18,6 @@
 -- reads: _adopted_groups, _filled_sizes, collective_matches, collectives, communicators
 -- creates: _layer_index, _links_attributed
 
--- The global rank of each send/recv peer. NCCL's own records (the log's COLL line, the
--- NVTX payload in Nsight) give the peer's rank in the communicator; the job's communicator
--- rows of that source say which global rank holds that place.
-CREATE TEMP TABLE _collective_peers AS
-SELECT c.job, c.rank, c.source, c.file_id, c.collective_id,
-       CASE WHEN c.source IN ('nccl_log', 'nsys') THEN m.rank ELSE c.peer END AS peer
-FROM collectives c
--- (a place two ranks claim is left unknown: one row per collective, whatever the input)
-LEFT JOIN (SELECT job, source, comm, rank_in_comm, min(rank) AS rank FROM communicators
-           WHERE source IN ('nccl_log', 'nsys') AND rank_in_comm IS NOT NULL
-           GROUP BY ALL HAVING count(DISTINCT rank) = 1) m
-    ON m.job = c.job AND m.source = c.source AND m.comm = c.comm AND m.rank_in_comm = c.peer
-WHERE c.peer IS NOT NULL;
-
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE
     WHEN regexp_matches(lower(c), 'moe|expert|router') THEN 'moe'
@@ -69,9 +55,9 @@ SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
            -- Pipeline schedules issue send/recv between the forward and backward ranges.
            -- Stages follow rank order (Megatron puts pp outermost), so activations flow to
            -- higher ranks (forward) and gradients to lower ones (backward).
-           WHEN c.op = 'send' AND p.peer > c.rank OR c.op = 'recv' AND p.peer < c.rank
+           WHEN c.op = 'send' AND c.peer > c.rank OR c.op = 'recv' AND c.peer < c.rank
                THEN 'forward'
-           WHEN c.op = 'send' AND p.peer < c.rank OR c.op = 'recv' AND p.peer > c.rank
+           WHEN c.op = 'send' AND c.peer < c.rank OR c.op = 'recv' AND c.peer > c.rank
                THEN 'backward'
            ELSE 'other' END) AS phase,
        -- module path or NVTX range of the layer
@@ -87,15 +73,28 @@ SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
        CASE WHEN c.bytes IS NULL AND f.bytes IS NOT NULL THEN f.filled_from
             ELSE c.size_source END AS size_source,
        -- for matching one collective across ranks (clock_offsets.sql), not published
-       p.peer, CASE WHEN g.comm IS NOT NULL THEN g.seq ELSE c.seq END AS seq, c.group_size,
+       c.peer, CASE WHEN g.comm IS NOT NULL THEN g.seq ELSE c.seq END AS seq, c.group_size,
        c.enqueue_ns, c.start_ns, c.end_ns, c.dur_ns
-FROM collectives c
+FROM (
+    -- The global rank of each send/recv peer. NCCL's own records (the log's COLL line, the
+    -- NVTX payload in Nsight) give the peer's rank in the communicator; the job's
+    -- communicator rows of that source say which global rank holds that place. (Joined
+    -- here, in the one read of the collectives' columns, not as a table of its own.)
+    SELECT c.* REPLACE (
+               CASE WHEN c.source IN ('nccl_log', 'nsys') THEN m.rank ELSE c.peer END AS peer)
+    FROM collectives c
+    -- (a place two ranks claim is left unknown: one row per collective, whatever the input)
+    LEFT JOIN (SELECT job, source, comm, rank_in_comm, min(rank) AS rank FROM communicators
+               WHERE source IN ('nccl_log', 'nsys') AND rank_in_comm IS NOT NULL
+               GROUP BY ALL HAVING count(DISTINCT rank) = 1) m
+        ON m.job = c.job AND m.source = c.source AND m.comm = c.comm
+       AND m.rank_in_comm = c.peer) c
 LEFT JOIN _filled_sizes f USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _adopted_groups g USING (job, rank, source, file_id, collective_id)
-LEFT JOIN _collective_peers p USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _layer_names n ON n.layer = c.layer;
 
 -- The profiler's context of each call another source matched to a profiler collective.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _matched_context AS
 SELECT m.job, m.rank, m.source, m.file_id, m.collective_id, p.step, p.phase, p.layer,
        p.layer_index, p.layer_kind, p.attributed_by, p.backward_op

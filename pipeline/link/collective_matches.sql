@@ -52,6 +52,7 @@ CREATE MACRO _recorded_op(op, op_name) AS
          ELSE op END;
 
 -- (only ranks another source also recorded: nothing else can match)
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _primary_calls AS
 SELECT job, rank, file_id, collective_id, comm, op, _recorded_op(op, op_name) AS recorded_op,
        bytes, dtype, seq, enqueue_ns,
@@ -61,6 +62,7 @@ FROM collectives
 SEMI JOIN (SELECT DISTINCT job, rank FROM collectives WHERE source <> 'kineto') USING (job, rank)
 WHERE source = 'kineto';
 
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _secondary_calls AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, m.primary_comm, c.op, c.bytes,
        c.dtype, c.seq, c.enqueue_ns, c.source IN ('flight_recorder', 'nsys') AS timed,
@@ -75,6 +77,7 @@ JOIN _comm_map m USING (job, source, comm);
 -- and op alone the join paired every call of a long capture with every profiler call.
 CREATE MACRO _bucket_50ms(ns) AS (ns - (ns % 50000000 + 50000000) % 50000000) // 50000000;
 
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _time_matches AS
 WITH primary_calls AS (
     SELECT *, _bucket_50ms(enqueue_ns) AS bucket
@@ -108,6 +111,7 @@ QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_i
 -- on the same rank and op, sizes agreeing, mutually nearest within 50 ms. The recorder
 -- names the group and its sequence number (_adopted_groups), which the profiler's call
 -- takes: the same call of two groups is then two instances, not one.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _commless_matches AS
 WITH primary_calls AS (
     SELECT job, rank, file_id, collective_id, _recorded_op(op, op_name) AS recorded_op, bytes,
@@ -143,6 +147,7 @@ QUALIFY row_number() OVER (PARTITION BY job, rank, source, file_id, collective_i
                            ORDER BY gap, source, file_id, collective_id) = 1;
 
 -- The group and sequence number each group-less profiler call takes from its recorder call.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _adopted_groups AS
 SELECT m.job, m.rank, 'kineto' AS source, m.primary_file_id AS file_id,
        m.primary_collective_id AS collective_id, c.comm, c.seq
@@ -156,6 +161,7 @@ JOIN collectives c USING (job, rank, source, file_id, collective_id);
 -- number when those are unique in the log. The full scoring pairs every call with every
 -- call of its op: a log of a whole run against a profiler's window of a few steps is
 -- millions of pairs a rank, and this settles that case in a pass.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _seq_offsets AS
 WITH groups AS (  -- (rank, log, comm) whose log repeats no sequence number of an op
     SELECT job, rank, source, primary_comm
@@ -200,6 +206,7 @@ WHERE c.agree - c.disagree = b.sized AND c.same_seq = b.calls;
 
 -- Order, in full, where the quick way settled nothing: score every offset by the sizes that
 -- agree, then the sequence numbers; keep the single best per rank and comm.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _order_offsets AS
 WITH scored AS (
     SELECT s.job, s.rank, s.source, s.primary_comm, s.k - p.k AS offset_calls,
@@ -226,6 +233,7 @@ SELECT * FROM _seq_offsets;
 
 -- (the log position of each profiler call is worked out first: joined on an expression of
 -- two tables, DuckDB paired every call with every call of its op and then filtered)
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _order_matches AS
 WITH wanted AS (
     SELECT o.job, o.rank, o.source, o.primary_comm, p.op, p.k + o.offset_calls AS k,
@@ -244,6 +252,7 @@ WHERE NOT s.timed;
 
 -- (with the matched call's own size and dtype, for _filled_sizes, not published: read
 -- again from the collectives, 0.2 s of a link of 16,384 ranks)
+-- (rows only from secondary sources)
 CREATE TEMP TABLE collective_matches AS
 SELECT job, rank, source, file_id, collective_id, 'kineto' AS primary_source,
        primary_file_id, primary_collective_id, method, sizes_agree, bytes, dtype
@@ -258,6 +267,7 @@ SELECT job, rank, source, file_id, collective_id, 'kineto', primary_file_id,
 FROM _commless_matches;
 
 -- Sizes and dtypes a profiler collective lacks, from the call matched to it.
+-- (rows only from secondary sources)
 CREATE TEMP TABLE _filled_sizes AS
 SELECT m.job, m.rank, 'kineto' AS source, m.primary_file_id AS file_id,
        m.primary_collective_id AS collective_id,

@@ -22,12 +22,14 @@
 -- one nanosecond earlier where the call moved no data (it ended before its last rank
 -- arrived, by the clocks): then its own end is the arrival, and the call must not find
 -- itself. So every hop finds a call that ended strictly earlier and the walk ends.
+-- (What the call was, its op, dimension, layer and group, is read from its
+-- collective_waits row for the few calls of the paths only: waits_row.)
 CREATE TEMP TABLE _path_calls AS
 SELECT row_number() OVER () AS call_id, job, step, rank,
        aligned_start_ns + wait_ns AS moving_ns, aligned_start_ns + dur_ns AS end_ns,
        coalesce(late_rank, rank) AS late_rank,
        aligned_start_ns + wait_ns - (wait_ns = dur_ns)::BIGINT AS search_ns,
-       op, parallel_dim, layer, comm, seq
+       rowid AS waits_row
 FROM collective_waits WHERE step IS NOT NULL;
 
 -- Each rank's step on the aligned clock (steps of the job's timed source, as the calls).
@@ -67,8 +69,10 @@ WITH RECURSIVE walk(job, step, hop, call_id) AS (
     FROM walk w JOIN _path_next x ON x.call_id = w.call_id
     WHERE x.next_id IS NOT NULL
 )
-SELECT w.job, w.step, w.hop, c.*  EXCLUDE (job, step, call_id)
-FROM walk w JOIN _path_calls c USING (call_id);
+SELECT w.job, w.step, w.hop, c.* EXCLUDE (job, step, call_id, waits_row),
+       x.op, x.parallel_dim, x.layer, x.comm, x.seq
+FROM walk w JOIN _path_calls c USING (call_id)
+JOIN collective_waits x ON x.rowid = c.waits_row;
 
 CREATE TEMP TABLE critical_path AS
 WITH hops AS (

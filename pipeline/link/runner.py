@@ -20,11 +20,11 @@ import pyarrow as pa
 
 from pipeline.dataset.commit import SPILL, Transaction, write_part
 from pipeline.dataset.rank_sets import STORED_VIEW
-from pipeline.dataset.schema import conform, table_schema
+from pipeline.dataset.schema import conform, load_schemas, table_schema
 from pipeline.dataset.store import part_columns, part_path
 from pipeline.dataset.views import connect, empty_select, require_readable, typed_columns
 from pipeline.errors import ConfigError, DatasetError
-from pipeline.link.plan import plan
+from pipeline.link.plan import Plan, SqlFile, plan
 
 if TYPE_CHECKING:  # (the model's module is imported only by a link with a job.yaml)
     from pipeline.model.config import Job
@@ -64,20 +64,21 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
     with Transaction(dataset, create=False) as txn:
         # (the manifest is read once, by the transaction: 0.16 s for the 28 MB manifest of
         # 16,384 ranks, and the lock holds it)
-        con = connect(dataset, derived=False, manifest=txn.manifest)
+        steps = plan()
+        con = connect(dataset, derived=False, manifest=txn.manifest, tables=_raw_tables(steps))
         # Big jobs spill to disk beside the dataset instead of holding every row in memory
         # (the transaction removed a link planted there: DuckDB would write through it).
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET temp_directory = ?", [str(dataset / SPILL)])
-        _small_job_threads(con)
+        secondary = _small_job_threads(con)
+        _hold_communicators(con)
         jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
         if not jobs:
             raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
         _register_job_inputs(con, jobs, config)
-        steps = plan()
         for sql in steps.files:
             try:
-                con.execute(sql.text)
+                _run_file(con, sql, secondary=secondary)
             except duckdb.Error as exc:  # a damaged part (named here), else a bug in our SQL
                 require_readable(dataset, txn.manifest.all_parts())
                 raise RuntimeError(f"link step {sql.name} failed: {exc}") from exc
@@ -91,19 +92,68 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
     return LinkSummary(rows=rows, config=_label(config) if config is not None else None)
 
 
+#: Marks, in the comment before it, a statement whose rows all come from collectives of a
+#: source other than the profiler's (an NCCL log, Nsight, a flight recorder: the calls
+#: matched across sources). On a job whose collectives are all the profiler's it is made
+#: empty: bound but not run (``LIMIT 0``), so its table has the same columns and types.
+SECONDARY_ONLY = "-- (rows only from secondary sources)"
+
+
+def _run_file(con: duckdb.DuckDBPyConnection, sql: SqlFile, *, secondary: bool) -> None:
+    """Run one link SQL file; without secondary sources, its statements marked
+    :data:`SECONDARY_ONLY` make their tables empty (their scans of the collectives cost
+    some ms each for no row)."""
+    if secondary or SECONDARY_ONLY not in sql.text:
+        con.execute(sql.text)
+        return
+    for statement in duckdb.extract_statements(sql.text):
+        if SECONDARY_ONLY in statement.query:
+            con.execute(statement.query.rstrip().rstrip(";") + "\nLIMIT 0")
+        else:
+            con.execute(statement)
+
+
+def _hold_communicators(con: duckdb.DuckDBPyConnection) -> None:
+    """The communicators, in the form their parts store, held in memory for the run: a few
+    rows per rank, which link reads six times (each rank set, the peers', roots' and
+    followers' ranks, the NCCL logs' places), and each read of the view opens every part
+    (some 5 ms at 32 ranks, whatever the rows). The communicators' view reads this one."""
+    held = "_held_communicators"
+    con.execute(f"CREATE TEMP TABLE {held} AS SELECT * FROM {STORED_VIEW}")
+    con.execute(f"CREATE OR REPLACE VIEW {STORED_VIEW} AS SELECT * FROM {held}")
+
+
+#: The raw tables that link reads besides those its SQL files name: the runner's (ranks, and
+#: communicators for the layout's groups) and those of every connection's macros and views
+#: (collectives: dataset/sources.sql).
+_RUNNER_READS = ("collectives", "communicators", "ranks")
+
+
+def _raw_tables(steps: Plan) -> set[str]:
+    """The raw tables link reads: only these get views (each view reads the footers of all
+    its parts; a job's files and time breakdown are never read by link)."""
+    raw = {name for name, schema in load_schemas().items() if not schema.derived}
+    return raw & {*_RUNNER_READS, *(r for f in steps.files for r in f.reads)}
+
+
 #: Rows of one DuckDB row group: the unit its parallel scans of a table split by.
 ROW_GROUP = 122_880
 
 
-def _small_job_threads(con: duckdb.DuckDBPyConnection) -> None:
+def _small_job_threads(con: duckdb.DuckDBPyConnection) -> bool:
     """One DuckDB thread for a job of fewer collectives than one row group: link's tables
     follow the collectives, so each of its statements would hand the other threads one
     piece or none, and on such a job their start and hand-over cost more CPU than they save
-    time (0.15 s of 1.6 s at 2.1 M events; the same wall time). (Counted from the Parquet
-    footers, which the views have read.)"""
-    (collectives,) = con.execute("SELECT count(*) FROM collectives").fetchone()
+    time (0.15 s of 1.6 s at 2.1 M events; the same wall time). Returns whether any
+    collective is of a source other than the profiler's (:data:`SECONDARY_ONLY`), from the
+    same scan (the count comes from the Parquet footers, which the views have read; the
+    sources from the column)."""
+    collectives, secondary = con.execute(
+        "SELECT count(*), coalesce(bool_or(source <> 'kineto'), false) FROM collectives"
+    ).fetchone()
     if collectives < ROW_GROUP:
         con.execute("SET threads = 1")
+    return secondary
 
 
 def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]:

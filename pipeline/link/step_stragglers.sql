@@ -84,7 +84,8 @@ WITH rank_ops AS (
     SELECT o.* FROM ops o SEMI JOIN _straggler_windows w USING (job, rank, source)
 ),
 op_overlap AS (
-    SELECT w.job, w.step, w.rank, w.start_ns AS window_ns, o.file_id, o.op_id, o.parent_id,
+    -- (a window is one row of _straggler_windows: its rowid, one key where four would do)
+    SELECT w.job, w.step, w.rank, w.rowid AS window_row, o.file_id, o.op_id, o.parent_id,
            o.name, o.module_path,
            least(o.end_ns, w.end_ns) - greatest(o.start_ns, w.start_ns) AS overlap_ns
     FROM _straggler_windows w
@@ -93,15 +94,14 @@ op_overlap AS (
      AND o.start_ns < w.end_ns AND o.end_ns > w.start_ns
 ),
 children AS (
-    SELECT job, step, rank, window_ns, file_id, parent_id AS op_id,
-           sum(overlap_ns) AS child_ns
+    SELECT window_row, file_id, parent_id AS op_id, sum(overlap_ns) AS child_ns
     FROM op_overlap WHERE parent_id IS NOT NULL GROUP BY ALL
 ),
 activity AS (
     SELECT o.job, o.step, o.rank, 'op' AS what, o.name, o.module_path AS layer,
            o.overlap_ns - coalesce(c.child_ns, 0) AS overlap_ns
     FROM op_overlap o
-    LEFT JOIN children c USING (job, step, rank, window_ns, file_id, op_id)
+    LEFT JOIN children c USING (window_row, file_id, op_id)
     UNION ALL
     SELECT w.job, w.step, w.rank, 'kernel', k.name, k.nvtx_range,
            least(k.end_ns, w.end_ns) - greatest(k.start_ns, w.start_ns)

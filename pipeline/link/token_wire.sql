@@ -26,8 +26,9 @@ LEFT JOIN _job_facts f USING (job)
 GROUP BY ALL;
 
 -- One source per rank (a log and a trace of the same rank would count each call twice):
--- primary_sources (dataset/sources.sql).
-CREATE VIEW _rank_sources AS
+-- primary_sources (dataset/sources.sql). (A table: _observed reads it twice, a view would
+-- read the collectives' parts each time.)
+CREATE TEMP TABLE _rank_sources AS
 SELECT job, rank, source, source_preference(source) AS source_order FROM primary_sources;
 
 -- A rank counted from a lesser source than the job's best (a rank that was not profiled)
