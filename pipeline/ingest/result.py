@@ -36,6 +36,11 @@ class Warnings:
         if count > 0:
             self._counts[message] += count
 
+    def extend(self, other: Warnings) -> None:
+        """Add ``other``'s warnings after these."""
+        for message, count in other._counts.items():
+            self.add(message, count)
+
     @property
     def total(self) -> int:
         """Number of warnings recorded."""

@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from pipeline.dataset.schema import conform
 from pipeline.errors import TokenwireError, TraceFormatError
 from pipeline.ingest.derive.attribution import attribute_collectives
 from pipeline.ingest.derive.nesting import add_nesting, add_scope_path
@@ -252,26 +253,33 @@ def parse_batch(
     files one by one instead, so that only the bad file fails.
     """
     batches = _Batches()
-    files: list[_File] = []
+    read: list[_File] = []
     out: list[ParseResult | TokenwireError | None] = [None] * len(paths)
     for i, path in enumerate(paths):
-        batches.start(len(files))
+        batches.start(len(read), Path(path))
         try:
-            files.append(_read(Path(path), i, batches, batch_bytes))
+            read.append(_read(Path(path), i, batches, batch_bytes))
         except TokenwireError as exc:
-            batches.drop()
-            out[i] = exc
+            out[i] = batches.drop() or exc  # (a bad time in what was read comes first)
+    failed = batches.flush()
+    for key, exc in failed.items():
+        out[read[key].index] = exc
+    files = [f for key, f in enumerate(read) if key not in failed]
+    for key, f in enumerate(read):
+        f.first_id = batches.first_ids.get(key, 0)
+        f.warnings.extend(f.later)
     if files:
-        for file, result in zip(
-            files, _parse_read(files, batches, step_marker, derive), strict=True
-        ):
+        keys = [key for key in range(len(read)) if key not in failed]
+        results = _parse_read(files, batches, keys, step_marker, derive)
+        for file, result in zip(files, results, strict=True):
             out[file.index] = result
     return out  # type: ignore[return-value]  # (every slot is filled)
 
 
 @dataclass
 class _File:
-    """One file of a batch: its header, rank and warnings, and its first ``event_id``."""
+    """One file of a batch: its header, rank and warnings (``later``: those found after its
+    events, added after them), and its first ``event_id``."""
 
     path: Path
     index: int
@@ -279,29 +287,31 @@ class _File:
     rank: int
     rank_source: str
     warnings: Warnings
-    first_id: int
+    later: Warnings
+    first_id: int = 0
 
 
 def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
     """Decode one file into ``batches`` (its frames keyed by the file's place in them)."""
     warnings = Warnings()
-    first_id = batches.count
     stream = EventStream(path, Event, Trace, batch_bytes)
     for batch in stream:
-        batches.add(batch, warnings, path=path, first=stream.events_seen - len(batch))
+        batches.add(batch, warnings, first=stream.events_seen - len(batch))
     trace: Trace = stream.header
     base = trace.baseTimeNanoseconds or 0
     if abs(base) > MAX_ABS_US * 1000:
         raise TraceFormatError(path, f"$.baseTimeNanoseconds: {base} is out of range")
-    rank, rank_source = _rank(path, trace, warnings)
-    return _File(path, index, trace, rank, rank_source, warnings, first_id)
+    later = Warnings()
+    rank, rank_source = _rank(path, trace, later)
+    return _File(path, index, trace, rank, rank_source, warnings, later)
 
 
 def _parse_read(
-    files: list[_File], batches: _Batches, step_marker: str | None, derive: bool
+    files: list[_File], batches: _Batches, keys: list[int], step_marker: str | None, derive: bool
 ) -> list[ParseResult]:
-    """The tables of the files read into ``batches``, worked out over all of them at once."""
-    host, gpu, meta = batches.frames([f.trace.baseTimeNanoseconds or 0 for f in files])
+    """The tables of the files read into ``batches`` (under ``keys``), worked out over all
+    of them at once."""
+    host, gpu, meta = batches.frames([f.trace.baseTimeNanoseconds or 0 for f in files], keys)
     steps = _steps(host, gpu, len(files), step_marker)
     ops = _ops(host, steps)
     del host
@@ -369,12 +379,27 @@ _HOST_ARGS = tuple(n for n in (*_COMMON_ARGS, *_HOST_ONLY_ARGS) if n in _ARG_COL
 _GPU_ARGS = tuple(n for n in (*_COMMON_ARGS, *_GPU_ONLY_ARGS) if n in _ARG_COLUMNS)
 
 
+@dataclass
+class _Pending:
+    """A file's decoded events (those kept, with their index in ``traceEvents``) whose frames
+    are yet to be built."""
+
+    file: int
+    path: Path
+    warnings: Warnings
+    events: list[Event]
+    index: list[int]
+
+
 class _Batches:
     """Columnar frames built batch by batch: host ranges, GPU activity, collective metadata.
 
     Each event keeps ``event_id``, its index among the events read (file order, running on
     from one file to the next), whichever frame it lands in, and ``file``, the place of its
-    file among those read (:meth:`start`).
+    file among those read (:meth:`start`). A file decoded in one batch of JSON (a small
+    file) waits for the next ones: the frames of many such files are built at once
+    (:meth:`flush`), each query's fixed cost paid once for all of them; a file of several
+    batches has each built as it is decoded, as memory would otherwise hold its events.
     """
 
     def __init__(self) -> None:
@@ -382,32 +407,84 @@ class _Batches:
         self.gpu: list[pl.DataFrame] = []
         self.meta: list[pl.DataFrame] = []
         self.count = 0
-        self.file = 0
+        #: The first event id of each file (by its place) with events.
+        self.first_ids: dict[int, int] = {}
+        self._file = 0
+        self._path = Path()
+        self._pending: list[_Pending] = []
         self._mark = (0, 0, 0, 0)
 
-    def start(self, file: int) -> None:
-        """The events added next are those of file ``file``."""
-        self.file = file
+    def start(self, file: int, path: Path) -> None:
+        """The events added next are those of file ``file``, at ``path``."""
+        self._file, self._path = file, path
         self._mark = (len(self.host), len(self.gpu), len(self.meta), self.count)
 
-    def drop(self) -> None:
-        """Forget what the file begun by the last :meth:`start` added (it failed)."""
+    def drop(self) -> TraceFormatError | None:
+        """Forget what the file begun by the last :meth:`start` added (it failed); the error
+        its events' times give, if any (the one the file fails with: found as each batch is
+        read, before anything after it)."""
+        error = None
+        if self._pending and self._pending[-1].file == self._file:
+            error = self._build([self._pending.pop()]).get(self._file)
         host, gpu, meta, self.count = self._mark
         del self.host[host:], self.gpu[gpu:], self.meta[meta:]
+        self.first_ids.pop(self._file, None)
+        return error
 
-    def add(self, batch: list[Event], warnings: Warnings, *, path: Path, first: int) -> None:
-        """Turn one batch of decoded events into frames; the structs can be freed after.
+    def add(self, batch: list[Event], warnings: Warnings, *, first: int) -> None:
+        """Take one batch of decoded events; the structs can be freed once it is built.
 
         ``first`` is the index of the batch's first event in ``traceEvents``, for errors.
         """
         kept = [i for i, e in enumerate(batch) if e.ph == "X" and (e.cat in _HOST or e.cat in _GPU)]
-        evs = [batch[i] for i in kept]
-        if not evs:
+        if not kept:
             return
-        index = [first + i for i in kept]
-        frame = _batch_frame(evs, warnings, path, index, (self.count, self.file))
-        self.count += frame.height
-        args = [e.args or _NO_ARGS for e in evs]
+        pending = _Pending(
+            self._file, self._path, warnings, [batch[i] for i in kept], [first + i for i in kept]
+        )
+        if not self._pending or self._pending[-1].file != self._file:
+            self._pending.append(pending)  # (the file's first batch: it waits)
+            return
+        # a file of several batches: the other files first, then each of its batches at once
+        own = self._pending.pop()
+        self.flush()
+        self._mark = (len(self.host), len(self.gpu), len(self.meta), self.count)
+        for part in (own, pending):
+            error = self._build([part]).get(self._file)
+            if error is not None:
+                raise error
+
+    def flush(self) -> dict[int, TraceFormatError]:
+        """Build the frames of the events waiting; the files whose times are bad, by place,
+        with their error (their events left out)."""
+        pending, self._pending = self._pending, []
+        return self._build(pending) if pending else {}
+
+    def _build(self, pending: list[_Pending]) -> dict[int, TraceFormatError]:
+        """The frames of ``pending``'s events; the files whose times are bad, with their
+        error (their events left out)."""
+        evs = [e for p in pending for e in p.events]
+        index = [i for p in pending for i in p.index]
+        files = np.repeat([p.file for p in pending], [len(p.events) for p in pending])
+        frame, skipped = _batch_frame(evs, index, files, self.count)
+        self.count += len(evs)
+        by_file = {p.file: p for p in pending}
+        for file, count in skipped.items():
+            by_file[file].warnings.add(
+                "events without a time or with a non-numeric pid were skipped", count
+            )
+        errors = _time_errors(frame, {p.file: p.path for p in pending})
+        if errors:
+            frame = frame.filter(~pl.col("file").is_in(list(errors)))
+        keys, at = np.unique(frame.get_column("file").to_numpy(), return_index=True)
+        ids = frame.get_column("event_id").to_numpy()[at]
+        for key, first_id in zip(keys.tolist(), ids.tolist(), strict=True):
+            self.first_ids.setdefault(key, first_id)
+        self._split(frame, [e.args or _NO_ARGS for e in evs])
+        return errors
+
+    def _split(self, frame: pl.DataFrame, args: list[Args]) -> None:
+        """Host ranges, GPU activity and collective metadata of ``frame``, with their args."""
         parts = frame.partition_by("_gpu", as_dict=True, include_key=False)
         if (False,) in parts:
             self.host.append(_with_args(parts[False,], args, _HOST_ONLY_ARGS, _HOST_FRAME))
@@ -417,10 +494,16 @@ class _Batches:
         if meta.height:  # (an event skipped for its time or pid is not in ``frame``)
             self.meta.append(meta)
 
-    def frames(self, bases: list[int]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        """(host, gpu, meta), times made unix-epoch with each file's ``bases`` and ``end_ns``
-        added."""
-        base = pl.lit(pl.Series(bases, dtype=pl.Int64)).gather(pl.col("file"))
+    def frames(
+        self, bases: list[int], keys: list[int]
+    ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """(host, gpu, meta) of the files under ``keys`` (the others failed: none of their
+        events is left), each file's ``file`` its place in ``keys``, times made unix-epoch
+        with each one's ``bases`` and ``end_ns`` added."""
+        place = np.zeros(max(keys) + 1, dtype=np.int64)
+        place[keys] = np.arange(len(keys))
+        file = pl.lit(pl.Series(place)).gather(pl.col("file"))
+        base = pl.lit(pl.Series(bases, dtype=pl.Int64)).gather(file)
 
         def whole(parts: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
             if not parts:
@@ -429,7 +512,9 @@ class _Batches:
             parts.clear()
             start = pl.col("start_ns") + base
             return frame.with_columns(
-                start.alias("start_ns"), (start + pl.col("dur_ns")).alias("end_ns")
+                file.alias("file"),
+                start.alias("start_ns"),
+                (start + pl.col("dur_ns")).alias("end_ns"),
             )
 
         meta = pl.concat(self.meta, how="vertical") if self.meta else None
@@ -446,14 +531,16 @@ _NO_ARGS = Args()
 
 
 def _batch_frame(
-    evs: list[Event], warnings: Warnings, path: Path, index: list[int], ids: tuple[int, int]
-) -> pl.DataFrame:
+    evs: list[Event], index: list[int], files: np.ndarray, first_id: int
+) -> tuple[pl.DataFrame, dict[int, int]]:
     """The events' own columns (their args come after, on the rows that keep them), with
     ``start_ns`` still relative to ``baseTimeNanoseconds`` (which may come after the events
-    in the file); ``event_id`` numbers the events kept from ``ids[0]``, ``file`` is ``ids[1]``
-    (the file's place in a batch), ``_pos`` is each
-    one's place in ``evs``, ``_index`` in ``traceEvents``, ``_gpu`` and ``_meta`` say whether
-    it is GPU activity and whether it may carry collective metadata.
+    in the file), and how many events of each file were skipped (no time, or a pid that is
+    no number). ``event_id`` numbers the events kept from ``first_id``, ``file`` is each
+    one's file (``files``), ``_pos`` its place in ``evs``, ``_index`` in ``traceEvents``;
+    ``_gpu`` and ``_meta`` say whether it is GPU activity and whether it may carry
+    collective metadata, ``_bad_ts`` and ``_bad_dur`` whether those times are no times
+    (:func:`_time_errors`).
 
     Each column is one ``map(attrgetter)`` over the structs (C loops, no Python frame per
     event), and the rest two lazy plans: on a small file the fixed cost of each query
@@ -461,6 +548,7 @@ def _batch_frame(
     """
     frame = pl.DataFrame(
         [
+            pl.Series("file", files, dtype=pl.Int64),
             pl.Series("cat", _values(evs, "cat"), dtype=CAT),
             pl.Series("name", _values(evs, "name"), dtype=pl.String),
             # strict=False turns a value of another type (a string where an int belongs) into null.
@@ -477,12 +565,12 @@ def _batch_frame(
     kernels = pl.Series(list({e.name for e in evs if e.cat == "kernel"}), dtype=pl.String)
     comm = kernels.filter(kernels.str.contains(f"(?i){COMM_KERNEL}"))
     carries_meta = pl.col("name").is_in(comm.to_list()) & (pl.col("cat") == "kernel")
-    event_id = (pl.int_range(pl.len(), dtype=pl.Int64) + ids[0]).alias("event_id")
+    event_id = (pl.int_range(pl.len(), dtype=pl.Int64) + first_id).alias("event_id")
     frame = (
         frame.lazy()
         .select(
             event_id,
-            pl.lit(ids[1], pl.Int64).alias("file"),
+            "file",
             "cat",
             "name",
             "pid",
@@ -508,31 +596,38 @@ def _batch_frame(
         )  # (none: 0)
         .collect(engine=ENGINE)
     )
-    skipped = frame.get_column("_skip").sum()
-    if skipped:
-        warnings.add("events without a time or with a non-numeric pid were skipped", skipped)
-        frame = frame.filter(~pl.col("_skip")).with_columns(event_id)
-    _check_times(path, frame)
-    return frame
+    skip = frame.get_column("_skip")
+    if not skip.any():
+        return frame, {}
+    skipped = np.bincount(files[skip.to_numpy()])
+    frame = frame.filter(~pl.col("_skip")).with_columns(event_id)
+    return frame, {file: int(n) for file, n in enumerate(skipped.tolist()) if n}
 
 
 #: The time fields of an event (JSON text) and the columns they are read into.
 _TIMES = (("ts", "start_ns"), ("dur", "_dur_ns"))
 
 
-def _check_times(path: Path, frame: pl.DataFrame) -> None:
+def _time_errors(frame: pl.DataFrame, paths: dict[int, Path]) -> dict[int, TraceFormatError]:
     """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`:
     the texts as read into ``start_ns`` and ``_dur_ns`` (:func:`us_text_to_ns`), flagged
-    ``_bad_ts`` and ``_bad_dur`` by :func:`_batch_frame`."""
+    ``_bad_ts`` and ``_bad_dur`` by :func:`_batch_frame`. The error of each file (by its
+    place; ``paths``) with a bad one: its first bad ``ts``, else its first bad ``dur``."""
+    errors: dict[int, TraceFormatError] = {}
     for col, _ in _TIMES:
         if not frame.get_column(f"_bad_{col}").any():
             continue
-        index, value = frame.filter(pl.col(f"_bad_{col}")).select("_index", col).row(0)
-        raise TraceFormatError(
-            path,
-            f"$.traceEvents[{index}].{col}: {value} is not a time in microseconds "
-            f"(a number within +-{MAX_ABS_US:.0e})",
-        )
+        bad = frame.filter(pl.col(f"_bad_{col}")).select("file", "_index", col)
+        for file, index, value in bad.unique("file", keep="first", maintain_order=True).iter_rows():
+            errors.setdefault(
+                file,
+                TraceFormatError(
+                    paths[file],
+                    f"$.traceEvents[{index}].{col}: {value} is not a time in microseconds "
+                    f"(a number within +-{MAX_ABS_US:.0e})",
+                ),
+            )
+    return errors
 
 
 def _with_args(
@@ -1014,7 +1109,10 @@ def split_tables(
     With ``derive``, the collectives' attribution and the time breakdown are worked out
     first, over the whole batch, with ``file`` standing in as ``rank`` (their key for what
     belongs together); each file then gets a ``time_breakdown`` only where it has rows, as
-    :func:`~pipeline.ingest.derive.time_breakdown.add_time_breakdown` adds it.
+    :func:`~pipeline.ingest.derive.time_breakdown.add_time_breakdown` adds it. Each table is
+    then conformed to its schema (:func:`~pipeline.dataset.schema.conform`; the writer's
+    ``job`` and ``file_id`` left blank for it to fill), so that the writer's conform of each
+    file's part casts nothing: a cast of each column of a batch, not of each file's.
     """
     keyed = {name: _file_as_rank(frame) for name, frame in tables.items()}
     if derive:
@@ -1032,6 +1130,8 @@ def split_tables(
             *((pl.col(c) - pl.lit(offset_of).gather(pl.col("rank"))).alias(c) for c in ids),
         )
         whole = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+        if derive:
+            whole = conform(name, whole, job="", source="kineto", file_id="")
         for k, (start, end) in enumerate(itertools.pairwise(bounds.tolist())):
             if end > start or name != "time_breakdown":
                 out[k][name] = whole.slice(start, end - start)
