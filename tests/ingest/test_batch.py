@@ -90,7 +90,8 @@ def test_a_batch_with_step_markers(tmp_path: Path) -> None:
 
 
 def _bad_files(folder: Path) -> list[Path]:
-    """A truncated file, a malformed one and one whose event has a time that is no number."""
+    """A truncated file, a malformed one, one whose event has a time out of range and one
+    whose event's duration is no number (and its base time out of range)."""
     folder.mkdir()
     truncated = folder / "rank90.pt.trace.json"
     truncated.write_bytes(gzip.decompress(_gloo_files()[0].read_bytes())[:5000])
@@ -101,22 +102,40 @@ def _bad_files(folder: Path) -> list[Path]:
         '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,'
         ' "ts": 1e30, "dur": 1}]}'
     )
-    return [truncated, malformed, bad_time]
+    # a bad time, and a base time out of range found after it: the bad time is the error
+    bad_base = folder / "rank93.pt.trace.json"
+    bad_base.write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,'
+        ' "ts": 1, "dur": "x"}], "baseTimeNanoseconds": 9000000000000000000}'
+    )
+    return [truncated, malformed, bad_time, bad_base]
 
 
-def test_a_bad_file_fails_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("batch_bytes", "waiting"),
+    [
+        (kineto.BATCH_BYTES, kineto.WAITING_EVENTS),  # every file's frames built at once
+        (kineto.BATCH_BYTES, 1_000),  # a few files at a time
+        (64 * 1024, kineto.WAITING_EVENTS),  # the good files' frames built as they are read
+    ],
+)
+def test_a_bad_file_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int, waiting: int
+) -> None:
+    monkeypatch.setattr(kineto, "WAITING_EVENTS", waiting)
     good = _gloo_files()[:4]
     bad = _bad_files(tmp_path / "bad")
-    files = [good[0], bad[0], good[1], bad[1], good[2], bad[2], good[3]]
-    results = kineto.parse_batch(files, derive=True)
+    files = [good[0], bad[0], good[1], bad[1], good[2], bad[2], bad[2], bad[3], good[3]]
+    results = kineto.parse_batch(files, derive=True, batch_bytes=batch_bytes)
     for path, result in zip(files, results, strict=True):
         if path in bad:
             assert isinstance(result, TraceFormatError), path
             with pytest.raises(TraceFormatError) as alone:
                 kineto.parse(path)
             assert str(result) == str(alone.value)
+            assert path != bad[3] or '.dur: "x" is not a time' in str(result)
         else:
-            _assert_same(result, _alone(path))
+            _assert_same(result, _alone(path, batch_bytes=batch_bytes))
 
 
 def _ingest_one_by_one(files: list[Path], out: Path) -> run.IngestSummary:

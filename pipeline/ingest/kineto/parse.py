@@ -261,7 +261,8 @@ def parse_batch(
             read.append(_read(Path(path), i, batches, batch_bytes))
         except TokenwireError as exc:
             out[i] = batches.drop() or exc  # (a bad time in what was read comes first)
-    failed = batches.flush()
+    batches.flush()
+    failed = batches.failed
     for key, exc in failed.items():
         out[read[key].index] = exc
     files = [f for key, f in enumerate(read) if key not in failed]
@@ -409,14 +410,21 @@ class _Batches:
         self.count = 0
         #: The first event id of each file (by its place) with events.
         self.first_ids: dict[int, int] = {}
+        #: The files (by place) whose events' times are bad, with their error.
+        self.failed: dict[int, TraceFormatError] = {}
         self._file = 0
         self._path = Path()
         self._pending: list[_Pending] = []
+        self._waiting = 0
         self._mark = (0, 0, 0, 0)
 
     def start(self, file: int, path: Path) -> None:
         """The events added next are those of file ``file``, at ``path``."""
         self._file, self._path = file, path
+        self._set_mark()
+
+    def _set_mark(self) -> None:
+        """What :meth:`drop` goes back to: the frames built before the file's own."""
         self._mark = (len(self.host), len(self.gpu), len(self.meta), self.count)
 
     def drop(self) -> TraceFormatError | None:
@@ -425,7 +433,9 @@ class _Batches:
         read, before anything after it)."""
         error = None
         if self._pending and self._pending[-1].file == self._file:
-            error = self._build([self._pending.pop()]).get(self._file)
+            own = self._pending.pop()
+            self._waiting -= len(own.events)
+            error = self._build([own]).get(self._file)
         host, gpu, meta, self.count = self._mark
         del self.host[host:], self.gpu[gpu:], self.meta[meta:]
         self.first_ids.pop(self._file, None)
@@ -443,22 +453,28 @@ class _Batches:
             self._file, self._path, warnings, [batch[i] for i in kept], [first + i for i in kept]
         )
         if not self._pending or self._pending[-1].file != self._file:
+            if self._pending and self._waiting + len(kept) > WAITING_EVENTS:
+                self.flush()  # (the files before: their structs are held until then)
+                self._set_mark()
             self._pending.append(pending)  # (the file's first batch: it waits)
+            self._waiting += len(kept)
             return
         # a file of several batches: the other files first, then each of its batches at once
         own = self._pending.pop()
+        self._waiting -= len(own.events)
         self.flush()
-        self._mark = (len(self.host), len(self.gpu), len(self.meta), self.count)
+        self._set_mark()
         for part in (own, pending):
             error = self._build([part]).get(self._file)
             if error is not None:
                 raise error
 
-    def flush(self) -> dict[int, TraceFormatError]:
-        """Build the frames of the events waiting; the files whose times are bad, by place,
-        with their error (their events left out)."""
-        pending, self._pending = self._pending, []
-        return self._build(pending) if pending else {}
+    def flush(self) -> None:
+        """Build the frames of the events waiting; the files whose times are bad go to
+        :attr:`failed` (their events left out)."""
+        pending, self._pending, self._waiting = self._pending, [], 0
+        if pending:
+            self.failed.update(self._build(pending))
 
     def _build(self, pending: list[_Pending]) -> dict[int, TraceFormatError]:
         """The frames of ``pending``'s events; the files whose times are bad, with their
@@ -525,6 +541,10 @@ class _Batches:
             meta if meta is not None else _EMPTY_BATCH.select("event_id", *_META_COLUMNS),
         )
 
+
+#: Events of files decoded in one batch of JSON that wait for the next files before their
+#: frames are built, at most (about 32 MB of JSON): their structs are held until then.
+WAITING_EVENTS = 128 * 1024
 
 #: The args of an event that has none.
 _NO_ARGS = Args()
@@ -1122,10 +1142,12 @@ def split_tables(
     offset_of = pl.Series(first_ids, dtype=pl.Int64)
     out: list[dict[str, pa.Table]] = [{} for _ in ranks]
     for name, table in keyed.items():
-        file = table.column("rank").to_numpy()
+        frame = pl.from_arrow(table)
+        # (through Polars: Arrow's to_numpy would import pandas, which tokenwire never uses)
+        file = frame.get_column("rank").to_numpy()
         bounds = np.searchsorted(file, np.arange(len(ranks) + 1), side="left")
         ids = [c for c in _ID_COLUMNS.get(name, ()) if c in table.column_names]
-        frame = pl.from_arrow(table).with_columns(
+        frame = frame.with_columns(
             pl.lit(rank_of).gather(pl.col("rank")).alias("rank"),
             *((pl.col(c) - pl.lit(offset_of).gather(pl.col("rank"))).alias(c) for c in ids),
         )
