@@ -7,7 +7,8 @@ check that a change meant to be only faster changes no row.
 and run beside the working tree, each build in its own process. Inputs, each ingested as its
 own job: the sample job, every run of ``tests/data/cpu_gloo`` and, where present, every
 Kineto and Nsight folder of the real traces beside the repository (the formats whose
-files hold ops). Each table is read whole, sorted on all its
+files hold ops), and one job of many small Kineto files of several runs (:func:`mixed_job`),
+which ingest parses in batches of files at once. Each table is read whole, sorted on all its
 columns and compared; the command exits 1 on the first table that differs.
 """
 
@@ -53,6 +54,30 @@ def default_inputs() -> dict[str, Path]:
         for sub in sorted(folder.iterdir()):
             inputs[f"real-{kind}-{sub.name.split('.')[0]}"] = sub
     return inputs
+
+
+#: The runs of tests/data/cpu_gloo whose rank files go into :func:`mixed_job`.
+_MIXED_RUNS = ("ddp4", "fsdp4", "moe4", "pp4", "tp_dp", "recsys_a2a", "straggler", "fsdp1_4")
+
+
+def mixed_job(out: Path) -> Path:
+    """A job of many small files ingested together: the Kineto rank files of several runs of
+    ``tests/data/cpu_gloo`` and the 8 DLRM ranks of the real traces (where present), each
+    under a rank of its own (``benchmarks.bench_floor.many_small``), beside one run's flight
+    recorder dumps. Ingest parses them in batches (``pipeline.ingest.run.parse_files``), so
+    this job compares the batched parse with the other build's."""
+    from benchmarks.bench_floor import many_small
+
+    traces = [
+        p
+        for run in _MIXED_RUNS
+        for p in sorted((REPO / "tests" / "data" / "cpu_gloo" / run).glob("rank*.pt.trace.json.gz"))
+    ]
+    traces += sorted((REAL / "kineto" / "dlrm_v100_8ranks").glob("*.json.gz"))
+    many_small(traces, 1, out)
+    for dump in sorted((REPO / "tests" / "data" / "cpu_gloo" / "ddp4").glob("*flight_recorder*")):
+        (out / dump.name).write_bytes(dump.read_bytes())
+    return out
 
 
 def run_build(root: Path, out: Path, inputs: dict[str, Path]) -> None:
@@ -120,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     inputs = {p.name: p for p in args.inputs} if args.inputs else default_inputs()
     with tempfile.TemporaryDirectory(prefix="tw-builds-") as tmp:
+        if not args.inputs:
+            inputs["batch-mixed"] = mixed_job(Path(tmp) / "inputs" / "batch-mixed")
         before = args.keep or Path(tmp) / "before"
         if not before.is_dir():
             base = Path(tmp) / "base"

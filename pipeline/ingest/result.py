@@ -36,6 +36,11 @@ class Warnings:
         if count > 0:
             self._counts[message] += count
 
+    def extend(self, other: Warnings) -> None:
+        """Add ``other``'s warnings after these."""
+        for message, count in other._counts.items():
+            self.add(message, count)
+
     @property
     def total(self) -> int:
         """Number of warnings recorded."""
@@ -62,6 +67,10 @@ class ParseResult:
         How the rank(s) were found (``distributedInfo``, ``file_name``, ...).
     warnings
         Counted warnings about the content (never fatal).
+    derived
+        Whether the collectives' attribution and the ``time_breakdown`` table are in
+        ``tables`` already (:mod:`pipeline.ingest.derive`; a batch of Kineto files works
+        them out over all its files at once), so ingest does not work them out again.
     """
 
     format: str
@@ -69,6 +78,7 @@ class ParseResult:
     format_version: str | None = None
     rank_source: str | None = None
     warnings: Warnings = field(default_factory=Warnings)
+    derived: bool = False
 
 
 def columns(table: pa.Table | None, dtypes: dict[str, pl.DataType]) -> pl.DataFrame:

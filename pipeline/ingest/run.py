@@ -49,12 +49,21 @@ from pipeline.errors import TokenwireError, TraceFormatError
 from pipeline.ingest.derive.attribution import attribute_collectives
 from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.detect import detect, module_for
+from pipeline.ingest.result import ParseResult
 
 if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
     from pipeline.ingest.distributed import Cluster
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
 POOL_MIN_BYTES = 64 * 1024 * 1024
+#: A Kineto file smaller than this (on disk) is parsed in a batch with others
+#: (:func:`parse_files`): a small file's time goes mostly to the fixed cost of each Polars
+#: query, whatever its rows, which a batch pays once for all its files.
+BATCH_FILE_BYTES = 2 * 1024 * 1024
+#: A batch holds up to this many files ...
+BATCH_FILES = 32
+#: ... and this many bytes (on disk); a larger file is a task alone.
+BATCH_BYTES = 8 * 1024 * 1024
 #: The small tables of parsed files wait in the main process until the commit writes them,
 #: up to this many (packed) bytes in all; past it, those held are written at once, one part
 #: per table and job shared by their files. Measured on a generated job of 1,024 ranks:
@@ -313,23 +322,50 @@ def _parse_all(
         for i, out in zip(index, outs, strict=True):
             slots[i] = out
     elif jobs <= 1:
-        for i, a in planned:
-            slots[i] = parse_file(*a)
-            _notify(on_file, slots[i])
+        for batch in _tasks(planned, sizes, BATCH_FILES):
+            for (i, _), out in zip(batch, parse_files([a for _, a in batch]), strict=True):
+                slots[i] = out
+                _notify(on_file, out)
     else:
-        _parse_in_pool(planned, jobs, slots, on_file)
+        # (at least 4 tasks a worker, so that none waits on the last one for long)
+        files = max(1, min(BATCH_FILES, len(sizes) // (4 * jobs)))
+        _parse_in_pool(_tasks(planned, sizes, files), jobs, slots, on_file)
     return [out for out in slots if out is not None]
 
 
-def _parse_in_pool(planned: Iterator[tuple[int, tuple]], jobs: int, slots: list, on_file) -> None:
-    """Parse in ``jobs`` spawned processes, each task submitted as soon as it is planned."""
+def _tasks(
+    planned: Iterator[tuple[int, tuple]], sizes: list[int], files: int
+) -> Iterator[list[tuple[int, tuple]]]:
+    """``planned`` cut into tasks (:func:`parse_files`): a file of :data:`BATCH_FILE_BYTES`
+    or more alone, smaller ones together, up to ``files`` files and :data:`BATCH_BYTES`."""
+    batch: list[tuple[int, tuple]] = []
+    held = 0
+    for i, a in planned:
+        if sizes[i] >= BATCH_FILE_BYTES:
+            yield [(i, a)]
+            continue
+        batch.append((i, a))
+        held += sizes[i]
+        if len(batch) >= files or held >= BATCH_BYTES:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
+
+
+def _parse_in_pool(
+    tasks: Iterator[list[tuple[int, tuple]]], jobs: int, slots: list, on_file
+) -> None:
+    """Parse in ``jobs`` spawned processes, each task (a batch of files, see
+    :func:`parse_files`) submitted as soon as it is planned."""
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         with _worker_environment(jobs):  # the workers start while their tasks are submitted
-            futures = {pool.submit(parse_file, *a): i for i, a in planned}
+            futures = {pool.submit(parse_files, [a for _, a in t]): t for t in tasks}
         try:
             for future in as_completed(futures):
-                slots[futures[future]] = out = future.result()
-                _notify(on_file, out)
+                for (i, _), out in zip(futures[future], future.result(), strict=True):
+                    slots[i] = out
+                    _notify(on_file, out)
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
@@ -382,23 +418,43 @@ def parse_file(
 
     Never raises: bad input and internal errors come back as a failed outcome.
     """
-    out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
-    try:
+
+    def parsed() -> tuple[str, ParseResult] | None:
         fmt = detect(path)
         if fmt is None:
             if explicit:
                 raise TraceFormatError(path, "not a trace format tokenwire reads")
+            return None
+        options = {"step_marker": step_marker} if step_marker and fmt == "kineto" else {}
+        return fmt, module_for(fmt).parse(path, **options)
+
+    return _outcome(FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256),
+                    parsed, dataset, small_rows)  # fmt: skip
+
+
+def _outcome(
+    out: FileOutcome,
+    parsed: Callable[[], tuple[str, ParseResult] | None],
+    dataset: Path,
+    small_rows: int,
+) -> FileOutcome:
+    """``out`` (failed until it is written) once the format and tables that ``parsed``
+    gives (None: a format tokenwire does not read) are worked out and written."""
+    path = out.path
+    try:
+        found = parsed()
+        if found is None:
             out.status = "unrecognised"
             return out
-        options = {"step_marker": step_marker} if step_marker and fmt == "kineto" else {}
-        result = module_for(fmt).parse(path, **options)
+        fmt, result = found
         out.format = fmt
         out.format_version = result.format_version
         out.rank_source = result.rank_source
         out.warnings = result.warnings.messages()
         out.warning_count = result.warnings.total
-        attribute_collectives(result.tables)
-        add_time_breakdown(result.tables)
+        if not result.derived:
+            attribute_collectives(result.tables)
+            add_time_breakdown(result.tables)
         _write_tables(out, result.tables, dataset, small_rows)
         out.status = "ingested"
     except DatasetWriteError:
@@ -420,8 +476,54 @@ def parse_file(
 
 
 def parse_files(batch: list[tuple]) -> list[FileOutcome]:
-    """:func:`parse_file` of each argument tuple of ``batch``, in order (a Dask task)."""
-    return [parse_file(*a) for a in batch]
+    """:func:`parse_file` of each argument tuple of ``batch``, in order (a Dask task, a
+    pool task): its small Kineto files (under :data:`BATCH_FILE_BYTES`) are parsed together
+    (:func:`pipeline.ingest.kineto.parse.parse_batch`), the others one by one."""
+    outs: list[FileOutcome | None] = [None] * len(batch)
+    small = [i for i, a in enumerate(batch) if _batchable(a[0])]
+    for i, out in zip(small, _parse_kineto(batch[i] for i in small), strict=True):
+        outs[i] = out
+    for i, a in enumerate(batch):
+        if outs[i] is None:
+            outs[i] = parse_file(*a)
+    return outs  # type: ignore[return-value]  # (every slot is filled)
+
+
+def _batchable(path: Path) -> bool:
+    """Whether ``path`` is a Kineto trace small enough to be parsed in a batch."""
+    try:
+        return path.stat().st_size < BATCH_FILE_BYTES and detect(path) == "kineto"
+    except Exception:  # (parse_file reports it)
+        return False
+
+
+def _parse_kineto(batch: Iterable[tuple]) -> list[FileOutcome]:
+    """:func:`parse_file` of each Kineto file of ``batch``, all parsed at once; where a step
+    over the whole batch fails unexpectedly, each file is parsed again alone, so that only
+    the file that makes it fail fails."""
+    batch = list(batch)
+    if len(batch) <= 1:
+        return [parse_file(*a) for a in batch]
+    from pipeline.ingest.kineto.parse import parse_batch
+
+    marker = batch[0][6] if len(batch[0]) > 6 else None
+    try:
+        results = parse_batch([a[0] for a in batch], step_marker=marker, derive=True)
+    except Exception:
+        return [parse_file(*a) for a in batch]
+    outs = []
+    for (path, job, _, sha256, dataset, *rest), result in zip(batch, results, strict=True):
+        out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
+        small_rows = rest[0] if rest else 0
+        outs.append(_outcome(out, functools.partial(_given, result), dataset, small_rows))
+    return outs
+
+
+def _given(result: ParseResult | Exception) -> tuple[str, ParseResult]:
+    """A Kineto file's result from its batch (raised: the error it failed with)."""
+    if isinstance(result, Exception):
+        raise result
+    return "kineto", result
 
 
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:

@@ -19,7 +19,8 @@ _POS_BITS = 34
 def add_nesting(ranges: pl.DataFrame) -> pl.DataFrame:
     """Add ``depth`` and ``parent_id`` to ranges with ``op_id, pid, tid, start_ns, end_ns``.
 
-    Within one (pid, tid), a range's parent is the innermost range open at its start. At equal
+    Within one (pid, tid) (of one ``file``, where ``ranges`` has that column: several files
+    parsed together), a range's parent is the innermost range open at its start. At equal
     times a range that ends closes before one that starts opens, and a longer range opens
     before a shorter one, so back-to-back and same-start ranges nest the way they were
     recorded. Ranges that overlap without nesting (rare, async) get a best-effort parent.
@@ -33,7 +34,8 @@ def add_nesting(ranges: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Int64).alias("depth"), pl.lit(None, pl.Int64).alias("parent_id")
         )
     n = ranges.height
-    thread = ranges.select(pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).to_series()
+    keys = ["file", "pid", "tid"] if "file" in ranges.columns else ["pid", "tid"]
+    thread = ranges.select(pl.struct(keys).rank("dense").cast(pl.Int64)).to_series()
     thread = thread.to_numpy()
     start = ranges.get_column("start_ns").to_numpy()
     end = ranges.get_column("end_ns").to_numpy()

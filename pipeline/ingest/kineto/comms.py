@@ -73,83 +73,97 @@ COLLECTIVE_COLUMNS = [
 
 
 def collectives_table(
-    trace: Trace,
-    groups: dict[str, dict[str, Any]],
+    groups: list[dict[str, dict[str, Any]]],
     events: pl.DataFrame,
     ops: pl.DataFrame,
     meta: pl.DataFrame,
     kernels: pl.DataFrame,
-    warnings: Warnings,
+    warnings: list[Warnings],
 ) -> pl.DataFrame:
-    """One row per collective this rank executed (NCCL kernel or gloo work), schema columns
-    plus ``_pg_desc`` and ``_pg_ranks`` for :func:`communicators_table`.
+    """One row per collective each file's rank executed (NCCL kernel or gloo work), the
+    schema columns, ``file``, and ``_pg_desc`` and ``_pg_ranks`` for
+    :func:`communicators_table`.
 
-    ``groups`` is :func:`process_groups` of the trace; ``events`` the GPU activity with its
-    collective metadata; ``meta`` the collective metadata of every event that has some, by
-    ``event_id`` (for ``record_param_comms``).
+    Frames hold the events of one or more files (``file``: the index of the file's
+    :func:`process_groups` in ``groups`` and its warnings in ``warnings``). ``events`` is the
+    GPU activity with its collective metadata; ``meta`` the collective metadata of every
+    event that has some, by ``event_id`` (for ``record_param_comms``).
     """
     gpu = _nccl_kernel_collectives(events, ops, meta, kernels)
     # a trace recorded without CUDA activities keeps the nccl:<op> annotations (with their
     # Input Dims) but no kernels: each is a collective, as gloo's work is
-    prefixes = ("gloo:", "nccl:") if gpu.is_empty() else ("gloo:",)
-    cpu = _gloo_collectives(ops, warnings, prefixes)
+    with_kernels = gpu.get_column("file").unique().to_list() if not gpu.is_empty() else []
+    cpu = _gloo_collectives(ops, warnings, with_kernels)
     frame = pl.concat([gpu, cpu], how="diagonal_relaxed") if not cpu.is_empty() else gpu
     if frame.is_empty():
         return _empty()
-    frame = _finish(frame, groups, trace)
-    missing = frame.get_column("bytes").null_count()
-    if missing:
-        warnings.add("collectives without size metadata (op taken from the kernel name)", missing)
+    frame = _finish(frame, groups)
+    missing = frame.group_by("file").agg(pl.col("bytes").null_count())
+    for file, count in missing.iter_rows():
+        warnings[file].add(
+            "collectives without size metadata (op taken from the kernel name)", count
+        )
     return frame
 
 
 def communicators_table(
-    groups: dict[str, dict[str, Any]], rank: int, collectives: pl.DataFrame
+    groups: list[dict[str, dict[str, Any]]], ranks: list[int], collectives: pl.DataFrame
 ) -> pl.DataFrame:
-    """Process groups from ``distributedInfo.pg_config`` (``groups``, :func:`process_groups`),
-    plus groups only named on events."""
-    rows = {}
-    for pg in groups.values():
-        rows[pg["pg_name"]] = pg
-    seen = collectives.filter(pl.col("pg_name").is_not_null()).unique("pg_name", keep="first")
-    for name, desc, ranks_text, size in seen.select(
-        "pg_name", "_pg_desc", "_pg_ranks", "group_size"
+    """Process groups from ``distributedInfo.pg_config`` (``groups``, :func:`process_groups`
+    of each file), plus groups only named on events; by file, then name."""
+    rows: list[dict[str, dict[str, Any]]] = [dict(g) for g in groups]
+    seen = collectives.filter(pl.col("pg_name").is_not_null()).unique(
+        ["file", "pg_name"], keep="first"
+    )
+    for file, name, desc, ranks_text, size in seen.select(
+        "file", "pg_name", "_pg_desc", "_pg_ranks", "group_size"
     ).iter_rows():
-        if name not in rows:
-            ranks = int_list(json_value(ranks_text))
-            rows[name] = {
+        if name not in rows[file]:
+            listed = int_list(json_value(ranks_text))
+            rows[file][name] = {
                 "pg_name": name,
                 "pg_desc": desc,
                 "backend": None,
-                "nranks": size if size is not None else (len(ranks) if ranks else None),
-                "ranks": ranks,
+                "nranks": size if size is not None else (len(listed) if listed else None),
+                "ranks": listed,
             }
     frame = pl.DataFrame(
         [
-            {
-                "comm": f"pg:{name}",
-                "pg_name": name,
-                "pg_desc": pg.get("pg_desc"),
-                "backend": pg.get("backend"),
-                "nranks": pg.get("nranks"),
-                "ranks": pg.get("ranks"),
-                "rank_in_comm": pg["ranks"].index(rank)
-                if pg.get("ranks") and rank in pg["ranks"]
-                else None,
-            }
-            for name, pg in rows.items()
+            _communicator(file, pg, rank)
+            for file, (by_name, rank) in enumerate(zip(rows, ranks, strict=True))
+            for pg in by_name.values()
         ],
-        schema={
-            "comm": pl.String,
-            "pg_name": pl.String,
-            "pg_desc": pl.String,
-            "backend": pl.String,
-            "nranks": pl.Int64,
-            "ranks": pl.List(pl.Int64),
-            "rank_in_comm": pl.Int64,
-        },
+        schema=_COMMUNICATOR,
     )
-    return frame.sort("pg_name")
+    return frame.sort("file", "pg_name")
+
+
+def _communicator(file: int, pg: dict[str, Any], rank: int) -> dict[str, Any]:
+    """A ``communicators`` row of file ``file`` (of rank ``rank``)."""
+    return {
+        "file": file,
+        "comm": f"pg:{pg['pg_name']}",
+        "pg_name": pg["pg_name"],
+        "pg_desc": pg.get("pg_desc"),
+        "backend": pg.get("backend"),
+        "nranks": pg.get("nranks"),
+        "ranks": pg.get("ranks"),
+        "rank_in_comm": pg["ranks"].index(rank)
+        if pg.get("ranks") and rank in pg["ranks"]
+        else None,
+    }
+
+
+_COMMUNICATOR = {
+    "file": pl.Int64,
+    "comm": pl.String,
+    "pg_name": pl.String,
+    "pg_desc": pl.String,
+    "backend": pl.String,
+    "nranks": pl.Int64,
+    "ranks": pl.List(pl.Int64),
+    "rank_in_comm": pl.Int64,
+}
 
 
 def process_groups(trace: Trace) -> dict[str, dict[str, Any]]:
@@ -175,18 +189,22 @@ def process_groups(trace: Trace) -> dict[str, dict[str, Any]]:
     return out
 
 
+#: What names a thread in frames of several files.
+_THREAD = ("file", "pid", "tid")
+
+
 def _enclosing(inner: pl.LazyFrame, outer: pl.LazyFrame, prefix: str) -> pl.LazyFrame:
-    """Join to each ``inner`` row (pid, tid, start_ns, end_ns) the latest-starting ``outer``
-    range on the same thread that contains it; outer columns get ``prefix`` (null where none
-    does, and where ``outer`` has no rows)."""
+    """Join to each ``inner`` row (file, pid, tid, start_ns, end_ns) the latest-starting
+    ``outer`` range on the same thread of the same file that contains it; outer columns get
+    ``prefix`` (null where none does, and where ``outer`` has no rows)."""
     names = outer.collect_schema().names()
-    renamed = outer.rename({c: f"{prefix}{c}" for c in names if c not in ("pid", "tid")})
-    added = [f"{prefix}{c}" for c in names if c not in ("pid", "tid")]
+    renamed = outer.rename({c: f"{prefix}{c}" for c in names if c not in _THREAD})
+    added = [f"{prefix}{c}" for c in names if c not in _THREAD]
     joined = inner.sort("start_ns").join_asof(
         renamed.sort(f"{prefix}start_ns"),
         left_on="start_ns",
         right_on=f"{prefix}start_ns",
-        by=["pid", "tid"],
+        by=list(_THREAD),
         strategy="backward",
         check_sortedness=False,
     )
@@ -215,7 +233,7 @@ def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         r"^(nccl|rccl):"
     )
     launchers = ops.filter(named | annotated).select(
-        "pid", "tid", "start_ns", "end_ns", pl.col("op_id").alias("launcher_id")
+        *_THREAD, "start_ns", "end_ns", pl.col("op_id").alias("launcher_id")
     )
     if launchers.is_empty():
         return kernels
@@ -224,15 +242,16 @@ def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     calls = (
         ops.lazy()
         .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
-        .select("correlation", "pid", "tid", "start_ns", "end_ns")
+        .select("correlation", *_THREAD, "start_ns", "end_ns")
         .drop_nulls("correlation")
-        .unique("correlation", keep="first")
+        .unique(["file", "correlation"], keep="first")
     )
-    launched = candidates.select("kernel_id", "kind", "correlation", "start_ns").join(
-        calls.rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"}), on="correlation"
+    launched = candidates.select("file", "kernel_id", "kind", "correlation", "start_ns").join(
+        calls.rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"}),
+        on=["file", "correlation"],
     )
     host = launched.select(
-        "kernel_id", "pid", "tid", pl.col("call_start_ns").alias("start_ns"),
+        "kernel_id", *_THREAD, pl.col("call_start_ns").alias("start_ns"),
         pl.col("call_end_ns").alias("end_ns"),
     )  # fmt: skip
     around = _enclosing(host, launchers.lazy(), "l_").select("kernel_id", "l_launcher_id")
@@ -260,24 +279,23 @@ def _nccl_kernel_collectives(
     goes to their fixed cost, not to its rows)."""
     comm_ids = kernels.filter(pl.col("kind") == "comm").select("kernel_id", "step")
     if comm_ids.is_empty():
-        return pl.DataFrame()
+        return pl.DataFrame(schema={"file": pl.Int64})
     ops_ = ops.lazy()
     launched = _launched(events.lazy(), ops_, comm_ids.lazy())
     # Launch times stand in for the kernel's own while finding the enclosing host ranges.
     host = launched.select(
         "collective_id",
-        "pid",
-        "tid",
+        *_THREAD,
         pl.col("launch_start_ns").alias("start_ns"),
         pl.col("launch_end_ns").alias("end_ns"),
     ).filter(pl.col("start_ns").is_not_null())
     by_ext, around_rpc = _record_param_comms(host, ops_, meta.lazy())
     around_ann, around_c10d = _launching_ops(host, ops_)
     frame = (
-        launched.join(by_ext, on="external_id", how="left")
-        .join(around_rpc.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
-        .join(around_ann.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
-        .join(around_c10d.drop("pid", "tid", "start_ns", "end_ns"), on="collective_id", how="left")
+        launched.join(by_ext, on=["file", "external_id"], how="left")
+        .join(around_rpc.drop(*_THREAD, "start_ns", "end_ns"), on="collective_id", how="left")
+        .join(around_ann.drop(*_THREAD, "start_ns", "end_ns"), on="collective_id", how="left")
+        .join(around_c10d.drop(*_THREAD, "start_ns", "end_ns"), on="collective_id", how="left")
     )
     return _kernel_call_fields(frame).collect(engine=ENGINE)
 
@@ -286,6 +304,7 @@ def _launched(events: pl.LazyFrame, ops_: pl.LazyFrame, comm_ids: pl.LazyFrame) 
     """The communication kernels with the runtime call that launched each (``launch_*``)."""
     k = events.join(comm_ids, left_on="event_id", right_on="kernel_id").select(
         pl.col("event_id").alias("collective_id"),
+        "file",
         "name",
         "start_ns",
         "end_ns",
@@ -299,14 +318,14 @@ def _launched(events: pl.LazyFrame, ops_: pl.LazyFrame, comm_ids: pl.LazyFrame) 
     launches = (
         ops_.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
         .select(
-            "correlation", "pid", "tid", "start_ns", "end_ns", pl.col("op_id").alias("launch_op_id")
+            "correlation", *_THREAD, "start_ns", "end_ns", pl.col("op_id").alias("launch_op_id")
         )
         .drop_nulls("correlation")
-        .unique("correlation", keep="first")
+        .unique(["file", "correlation"], keep="first")
     )
     return k.join(
         launches.rename({"start_ns": "launch_start_ns", "end_ns": "launch_end_ns"}),
-        on="correlation",
+        on=["file", "correlation"],
         how="left",
     )
 
@@ -323,12 +342,13 @@ def _record_param_comms(
         .sort("op_id")
     )
     by_ext = rpc.select(
+        "file",
         "external_id",
         *[pl.col(c).alias(f"x_{c}") for c in COLLECTIVE_ARGS],
         pl.col("start_ns").alias("x_start_ns"),
-    ).unique("external_id", keep="first")
+    ).unique(["file", "external_id"], keep="first")
     around_rpc = _enclosing(
-        host, rpc.select("pid", "tid", "start_ns", "end_ns", *COLLECTIVE_ARGS), "r_"
+        host, rpc.select(*_THREAD, "start_ns", "end_ns", *COLLECTIVE_ARGS), "r_"
     )
     return by_ext, around_rpc
 
@@ -338,10 +358,10 @@ def _launching_ops(host: pl.LazyFrame, ops_: pl.LazyFrame) -> tuple[pl.LazyFrame
     (``c_*``: c10d::allreduce_, symm_mem::multimem_all_reduce_, ...) around each launch."""
     annotations = ops_.filter(
         (pl.col("kind") == "user_annotation") & pl.col("name").str.contains(r"^(nccl|rccl):")
-    ).select("pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types")
+    ).select(*_THREAD, "start_ns", "end_ns", "name", "input_dims", "input_types")
     around_ann = _enclosing(host, annotations, "a_")
     c10d = ops_.filter(pl.col("name").str.contains(COLLECTIVE_LAUNCH_OP)).select(
-        "pid", "tid", "start_ns", "end_ns", "name", "input_dims", "input_types", "concrete_inputs"
+        *_THREAD, "start_ns", "end_ns", "name", "input_dims", "input_types", "concrete_inputs"
     )
     return around_ann, _enclosing(host, c10d, "c_")
 
@@ -371,10 +391,15 @@ def _kernel_call_fields(frame: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _gloo_collectives(
-    ops: pl.DataFrame, warnings: Warnings, prefixes: tuple[str, ...] = ("gloo:",)
+    ops: pl.DataFrame, warnings: list[Warnings], with_kernels: list[int]
 ) -> pl.DataFrame:
-    named = pl.any_horizontal(pl.col("name").str.starts_with(p) for p in prefixes)
+    """The ``gloo:<op>`` annotations of each file as collectives, and its ``nccl:<op>`` ones
+    where the file has no communication kernels (``with_kernels``: the files that have),
+    each matched with its ``c10d::`` call by order within its op."""
+    nccl = pl.col("name").str.starts_with("nccl:") & ~pl.col("file").is_in(with_kernels)
+    named = pl.col("name").str.starts_with("gloo:") | nccl
     work = ops.filter((pl.col("kind") == "user_annotation") & named).select(
+        "file",
         pl.col("op_id").alias("collective_id"),
         "name",
         "tid",
@@ -390,29 +415,19 @@ def _gloo_collectives(
     if work.is_empty():
         return pl.DataFrame()
     calls = ops.filter(pl.col("name").str.starts_with("c10d::")).select(
+        "file",
         pl.col("start_ns").alias("enqueue_ns"),
         pl.col("op_id").alias("launch_op_id"),
         "concrete_inputs",
         pl.col("name").alias("launch_name"),
         pl.col("input_dims").alias("launch_dims"),
-        _gloo_runs_as(op_expr(pl.col("name")), work["_op"]).alias("_op"),
+        _gloo_runs_as(op_expr(pl.col("name")), work).alias("_op"),
         op_expr(pl.col("name")).alias("_call_op"),
     )
-    work = work.sort("start_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
-    calls = calls.sort("enqueue_ns").with_columns(pl.int_range(pl.len()).over("_op").alias("_k"))
-    counts_work = work.group_by("_op").len()
-    counts_call = calls.group_by("_op").len()
-    same = counts_work.join(counts_call, on="_op", suffix="_c").filter(
-        pl.col("len") == pl.col("len_c")
-    )
-    unmatched = counts_work.height - same.height
-    if unmatched:
-        warnings.add(
-            "gloo work whose c10d call could not be matched by order (no enqueue time or peer)",
-            unmatched,
-        )
-    calls = calls.join(same.select("_op"), on="_op")
-    frame = work.join(calls, on=["_op", "_k"], how="left")
+    order = pl.int_range(pl.len()).over("file", "_op").alias("_k")
+    work = work.sort("file", "start_ns", maintain_order=True).with_columns(order)
+    calls = calls.sort("file", "enqueue_ns", maintain_order=True).with_columns(order)
+    frame = work.join(_matched_calls(work, calls, warnings), on=["file", "_op", "_k"], how="left")
     # the op is the call's where gloo ran it as another (a reduce-scatter's all-reduce)
     called = pl.col("_call_op").is_not_null() & (pl.col("_call_op") != pl.col("_op"))
     return (
@@ -436,20 +451,42 @@ def _gloo_collectives(
     )
 
 
-def _gloo_runs_as(call_op: pl.Expr, work_ops: pl.Series) -> pl.Expr:
+def _matched_calls(
+    work: pl.DataFrame, calls: pl.DataFrame, warnings: list[Warnings]
+) -> pl.DataFrame:
+    """The calls of the (file, op)s that have as many calls as gloo work: the others cannot
+    be matched by order (a warning per such op, on its file)."""
+    counts_work = work.group_by("file", "_op").len()
+    counts_call = calls.group_by("file", "_op").len()
+    same = counts_work.join(counts_call, on=["file", "_op"], suffix="_c").filter(
+        pl.col("len") == pl.col("len_c")
+    )
+    unmatched = counts_work.join(same, on=["file", "_op"], how="anti").group_by("file").len()
+    for file, count in unmatched.iter_rows():
+        warnings[file].add(
+            "gloo work whose c10d call could not be matched by order (no enqueue time or peer)",
+            count,
+        )
+    return calls.join(same.select("file", "_op"), on=["file", "_op"])
+
+
+def _gloo_runs_as(call_op: pl.Expr, work: pl.DataFrame) -> pl.Expr:
     """The gloo work op that carries out a ``c10d::`` call of ``call_op``: its own, except a
-    reduce-scatter in a trace with no ``gloo:reduce_scatter`` work. gloo then runs
+    reduce-scatter in a file with no ``gloo:reduce_scatter`` work. gloo then runs
     ``c10d::_reduce_scatter_base_`` as a ``gloo:all_reduce`` of the call's whole input (the
     work's Input Dims are the call's input; the flight recorder names it ``gloo:all_reduce``
     too), so the call pairs with the all-reduces in order and keeps its own op and sizes."""
-    if "reduce_scatter" in work_ops.to_list():
-        return call_op
-    return pl.when(call_op == "reduce_scatter").then(pl.lit("all_reduce")).otherwise(call_op)
+    own = work.filter(pl.col("_op") == "reduce_scatter").get_column("file").unique().to_list()
+    runs_other = (call_op == "reduce_scatter") & ~pl.col("file").is_in(own)
+    return pl.when(runs_other).then(pl.lit("all_reduce")).otherwise(call_op)
 
 
-def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace) -> pl.DataFrame:
-    """Normalize op and dtype, compute sizes and peers, number the calls per communicator."""
-    only_group = next(iter(groups.values())) if len(groups) == 1 else None
+def _finish(frame: pl.DataFrame, groups: list[dict[str, dict[str, Any]]]) -> pl.DataFrame:
+    """Normalize op and dtype, compute sizes and peers, number the calls per communicator
+    (``groups``: each file's process groups)."""
+    only = [next(iter(g.values())) if len(g) == 1 else {} for g in groups]
+    only_name = pl.Series([g.get("pg_name") for g in only], dtype=pl.String)
+    only_size = pl.Series([g.get("nranks") for g in only], dtype=pl.Int64)
     dims = _per_text(frame, "input_dims", _first_numel, pl.Int64)
     dims_dtype = _per_text(frame, "input_types", _first_type, pl.String)
     frame = frame.with_columns(
@@ -461,12 +498,10 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
         .fill_null("none")
         .alias("size_source"),
         dims.alias("_dims_numel"),
-        pl.coalesce("pg_name", pl.lit(only_group["pg_name"] if only_group else None, pl.String)),
+        pl.coalesce("pg_name", pl.lit(only_name).gather(pl.col("file"))),
     )
     size = dtype_size_expr(pl.col("dtype"))
-    group = pl.coalesce(
-        "group_size", pl.lit(only_group["nranks"] if only_group else None, pl.Int64)
-    )
+    group = pl.coalesce("group_size", pl.lit(only_size).gather(pl.col("file")))
     # the launching op of a flat all_gather / reduce_scatter records both buffers, output
     # first (c10d::_allgather_base_ and _reduce_scatter_base_: Input Dims [[out], [in]])
     both = _launch_buffers(frame)
@@ -490,20 +525,22 @@ def _finish(frame: pl.DataFrame, groups: dict[str, dict[str, Any]], trace: Trace
                 "bytes"
             ),
             ("pg:" + pl.col("pg_name")).alias("comm"),
-            _peer(groups, frame).alias("peer"),
         )
         .with_columns(pl.lit(None, pl.Int64).alias(c) for c in missing)
     )
+    plan = _with_peer(plan, groups, frame)
     # Like PyTorch's own counters, collectives and point-to-point calls count separately.
     plan = plan.sort("enqueue_ns", "start_ns", nulls_last=True).with_columns(
         pl.coalesce(
-            "seq", pl.int_range(pl.len()).over("comm", pl.col("op").is_in(["send", "recv"]))
+            "seq",
+            pl.int_range(pl.len()).over("file", "comm", pl.col("op").is_in(["send", "recv"])),
         )
         .cast(pl.Int64)
         .alias("seq")
     )
     return (
         plan.select(
+            "file",
             *COLLECTIVE_COLUMNS,
             pl.col("pg_desc").alias("_pg_desc"),
             pl.col("pg_ranks").alias("_pg_ranks"),
@@ -545,24 +582,36 @@ def _nth_numel(text: str | None, n: int) -> int | None:
     return _first_numel(msgspec.json.encode([dims[n]]).decode())
 
 
-def _peer(groups: dict[str, dict[str, Any]], frame: pl.DataFrame) -> pl.Expr:
-    """Send/recv peer from ``c10d::send``/``recv_`` Concrete Inputs (group rank), made global
-    through the group's rank list when it is known."""
+def _with_peer(
+    plan: pl.LazyFrame, groups: list[dict[str, dict[str, Any]]], frame: pl.DataFrame
+) -> pl.LazyFrame:
+    """``plan`` with ``peer``: the send/recv peer from ``c10d::send``/``recv_`` Concrete
+    Inputs (group rank), made global through the group's rank list in its file's
+    ``groups`` when it is known."""
     local = _per_text(frame, "concrete_inputs", _peer_from_inputs, pl.Int64)
-    # only the groups of this rank's sends and receives: every trace lists the world group,
+    p2p = pl.col("op").is_in(["send", "recv"])
+    # only the groups of each file's sends and receives: every trace lists the world group,
     # and a table of its 16,384 ranks cost each trace of a 16,384-rank job 2.6 ms
-    ops = frame.get_column("op").to_list()
-    names = frame.get_column("pg_name").to_list()
-    p2p = sorted(
-        {n for n, op in zip(names, ops, strict=True) if op in ("send", "recv") and n is not None}
+    named = frame.filter(p2p & pl.col("pg_name").is_not_null()).select("file", "pg_name")
+    rows = [
+        (file, name, at, rank)
+        for file, name in named.unique().iter_rows()
+        for at, rank in enumerate(groups[file].get(name, {}).get("ranks") or [])
+    ]
+    plan = plan.with_columns(local.alias("_local_peer"))
+    if rows:
+        ranks = pl.DataFrame(
+            rows, schema=["file", "pg_name", "_local_peer", "_global_peer"], orient="row"
+        ).cast({"file": pl.Int64, "pg_name": pl.String, "_local_peer": pl.Int64})
+        plan = plan.join(
+            ranks.lazy(), on=["file", "pg_name", "_local_peer"], how="left", maintain_order="left"
+        )
+    else:
+        plan = plan.with_columns(pl.lit(None, pl.Int64).alias("_global_peer"))
+    peer = pl.coalesce(pl.col("_global_peer").cast(pl.Int64), "_local_peer")
+    return plan.with_columns(pl.when(p2p).then(peer).alias("peer")).drop(
+        "_local_peer", "_global_peer"
     )
-    global_rank = local
-    for name in p2p:
-        ranks = groups.get(name, {}).get("ranks") or []
-        if ranks:
-            in_group = local.replace_strict(dict(enumerate(ranks)), default=local)
-            global_rank = pl.when(pl.col("pg_name") == name).then(in_group).otherwise(global_rank)
-    return pl.when(pl.col("op").is_in(["send", "recv"])).then(global_rank)
 
 
 def _per_text(frame: pl.DataFrame, column: str, read: Any, dtype: pl.DataType) -> pl.Expr:
@@ -623,7 +672,7 @@ def int_list(value: Any) -> list[int] | None:
 
 
 def _empty() -> pl.DataFrame:
-    schema = {c: pl.Int64 for c in COLLECTIVE_COLUMNS}
+    schema = {c: pl.Int64 for c in ("file", *COLLECTIVE_COLUMNS)}
     schema.update(
         {c: pl.String for c in ("comm", "pg_name", "op", "op_name", "dtype", "size_source")}
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,11 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import TraceFormatError
+from pipeline.dataset.schema import conform
+from pipeline.errors import TokenwireError, TraceFormatError
+from pipeline.ingest.derive.attribution import attribute_collectives
 from pipeline.ingest.derive.nesting import add_nesting, add_scope_path
+from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.kineto.comms import (
     collectives_table,
     comm_by_launch,
@@ -203,7 +207,8 @@ def sniff(path: Path, head: bytes) -> bool:
 def parse(
     path: Path, *, batch_bytes: int = BATCH_BYTES, step_marker: str | None = None
 ) -> ParseResult:
-    """Parse one Kineto trace into the dataset's tables.
+    """Parse one Kineto trace into the dataset's tables (a batch of one, see
+    :func:`parse_batch`).
 
     ``batch_bytes`` is how much JSON is decoded into Python objects at a time; it bounds the
     parser's memory beyond the columnar result and does not change the tables.
@@ -216,41 +221,128 @@ def parse(
         Broken gzip, malformed or truncated JSON (with the byte offset), or JSON that is
         not a trace.
     """
+    (result,) = parse_batch([path], batch_bytes=batch_bytes, step_marker=step_marker)
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def parse_batch(
+    paths: list[Path],
+    *,
+    batch_bytes: int = BATCH_BYTES,
+    step_marker: str | None = None,
+    derive: bool = False,
+) -> list[ParseResult | TokenwireError]:
+    """Parse several Kineto traces at once: a result per path, in order, each the tables
+    :func:`parse` gives for that file alone, or the error that file alone raises (bad
+    JSON, bad times, ...: it fails alone).
+
+    Each file is decoded with its own :class:`EventStream` into frames keyed by ``file``
+    (its place among the files read) whose ``event_id`` runs on from the previous file's;
+    every later step (steps, nesting, kernels, collectives, the small tables) is one plan
+    over the whole batch with ``file`` in every join, group and window, and the tables are
+    cut by file at the end. On many small files this spreads the fixed cost of each Polars
+    query (most of a small file's time) over the batch. ``derive``: also set each
+    collective's launch op, phase and layer and add ``time_breakdown``
+    (:func:`pipeline.ingest.derive.attribution.attribute_collectives`,
+    :func:`pipeline.ingest.derive.time_breakdown.add_time_breakdown`) over the batch, as
+    ingest would per file (the results say so in ``derived``).
+
+    An unexpected error in a step over the whole batch is raised: the caller parses the
+    files one by one instead, so that only the bad file fails.
+    """
+    batches = _Batches()
+    read: list[_File] = []
+    out: list[ParseResult | TokenwireError | None] = [None] * len(paths)
+    for i, path in enumerate(paths):
+        batches.start(len(read), Path(path))
+        try:
+            read.append(_read(Path(path), i, batches, batch_bytes))
+        except TokenwireError as exc:
+            out[i] = batches.drop() or exc  # (a bad time in what was read comes first)
+    batches.flush()
+    failed = batches.failed
+    for key, exc in failed.items():
+        out[read[key].index] = exc
+    files = [f for key, f in enumerate(read) if key not in failed]
+    for key, f in enumerate(read):
+        f.first_id = batches.first_ids.get(key, 0)
+        f.warnings.extend(f.later)
+    if files:
+        keys = [key for key in range(len(read)) if key not in failed]
+        results = _parse_read(files, batches, keys, step_marker, derive)
+        for file, result in zip(files, results, strict=True):
+            out[file.index] = result
+    return out  # type: ignore[return-value]  # (every slot is filled)
+
+
+@dataclass
+class _File:
+    """One file of a batch: its header, rank and warnings (``later``: those found after its
+    events, added after them), and its first ``event_id``."""
+
+    path: Path
+    index: int
+    trace: Trace
+    rank: int
+    rank_source: str
+    warnings: Warnings
+    later: Warnings
+    first_id: int = 0
+
+
+def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
+    """Decode one file into ``batches`` (its frames keyed by the file's place in them)."""
     warnings = Warnings()
     stream = EventStream(path, Event, Trace, batch_bytes)
-    batches = _Batches()
     for batch in stream:
-        batches.add(batch, warnings, path=path, first=stream.events_seen - len(batch))
+        batches.add(batch, warnings, first=stream.events_seen - len(batch))
     trace: Trace = stream.header
     base = trace.baseTimeNanoseconds or 0
     if abs(base) > MAX_ABS_US * 1000:
         raise TraceFormatError(path, f"$.baseTimeNanoseconds: {base} is out of range")
-    rank, rank_source = _rank(path, trace, warnings)
-    host, gpu, meta = batches.frames(trace.baseTimeNanoseconds or 0)
-    steps = _steps(host, gpu, step_marker)
+    later = Warnings()
+    rank, rank_source = _rank(path, trace, later)
+    return _File(path, index, trace, rank, rank_source, warnings, later)
+
+
+def _parse_read(
+    files: list[_File], batches: _Batches, keys: list[int], step_marker: str | None, derive: bool
+) -> list[ParseResult]:
+    """The tables of the files read into ``batches`` (under ``keys``), worked out over all
+    of them at once."""
+    host, gpu, meta = batches.frames([f.trace.baseTimeNanoseconds or 0 for f in files], keys)
+    steps = _steps(host, gpu, len(files), step_marker)
     ops = _ops(host, steps)
     del host
     kernels = comm_by_launch(_kernels(gpu, ops, steps), ops)
     gpu = gpu.join(meta, on="event_id", how="left")
-    groups = process_groups(trace)
-    comms = collectives_table(trace, groups, gpu, ops, meta, kernels, warnings)
+    groups = [process_groups(f.trace) for f in files]
+    warnings = [f.warnings for f in files]
+    comms = collectives_table(groups, gpu, ops, meta, kernels, warnings)
     tables = {
-        "ranks": _ranks_table(trace, ops, gpu, rank),
-        "communicators": communicators_table(groups, rank, comms),
+        "ranks": _ranks_table([f.trace for f in files], ops, gpu),
+        "communicators": communicators_table(groups, [f.rank for f in files], comms),
         "steps": _steps_table(steps, ops),
-        "ops": ops[OPS_COLUMNS],  # (columns picked by name: no query)
+        "ops": ops[["file", *OPS_COLUMNS]],  # (columns picked by name: no query)
         "kernels": kernels,
         "collectives": comms[[c for c in comms.columns if c not in ("_pg_desc", "_pg_ranks")]],
     }
-    tables = {name: _with_rank(frame, rank) for name, frame in tables.items()}
-    version = f"schema {trace.schemaVersion}" if trace.schemaVersion is not None else None
-    return ParseResult(
-        format="kineto",
-        tables=tables,
-        format_version=version,
-        rank_source=rank_source,
-        warnings=warnings,
-    )
+    per_file = split_tables(tables, [f.rank for f in files], [f.first_id for f in files], derive)
+    return [
+        ParseResult(
+            format="kineto",
+            tables=file_tables,
+            format_version=(
+                f"schema {f.trace.schemaVersion}" if f.trace.schemaVersion is not None else None
+            ),
+            rank_source=f.rank_source,
+            warnings=f.warnings,
+            derived=derive,
+        )
+        for f, file_tables in zip(files, per_file, strict=True)
+    ]
 
 
 def _rank(path: Path, trace: Trace, warnings: Warnings) -> tuple[int, str]:
@@ -288,11 +380,27 @@ _HOST_ARGS = tuple(n for n in (*_COMMON_ARGS, *_HOST_ONLY_ARGS) if n in _ARG_COL
 _GPU_ARGS = tuple(n for n in (*_COMMON_ARGS, *_GPU_ONLY_ARGS) if n in _ARG_COLUMNS)
 
 
+@dataclass
+class _Pending:
+    """A file's decoded events (those kept, with their index in ``traceEvents``) whose frames
+    are yet to be built."""
+
+    file: int
+    path: Path
+    warnings: Warnings
+    events: list[Event]
+    index: list[int]
+
+
 class _Batches:
     """Columnar frames built batch by batch: host ranges, GPU activity, collective metadata.
 
-    Each event keeps ``event_id``, its index among the events read (file order), whichever
-    frame it lands in.
+    Each event keeps ``event_id``, its index among the events read (file order, running on
+    from one file to the next), whichever frame it lands in, and ``file``, the place of its
+    file among those read (:meth:`start`). A file decoded in one batch of JSON (a small
+    file) waits for the next ones: the frames of many such files are built at once
+    (:meth:`flush`), each query's fixed cost paid once for all of them; a file of several
+    batches has each built as it is decoded, as memory would otherwise hold its events.
     """
 
     def __init__(self) -> None:
@@ -300,19 +408,99 @@ class _Batches:
         self.gpu: list[pl.DataFrame] = []
         self.meta: list[pl.DataFrame] = []
         self.count = 0
+        #: The first event id of each file (by its place) with events.
+        self.first_ids: dict[int, int] = {}
+        #: The files (by place) whose events' times are bad, with their error.
+        self.failed: dict[int, TraceFormatError] = {}
+        self._file = 0
+        self._path = Path()
+        self._pending: list[_Pending] = []
+        self._waiting = 0
+        self._mark = (0, 0, 0, 0)
 
-    def add(self, batch: list[Event], warnings: Warnings, *, path: Path, first: int) -> None:
-        """Turn one batch of decoded events into frames; the structs can be freed after.
+    def start(self, file: int, path: Path) -> None:
+        """The events added next are those of file ``file``, at ``path``."""
+        self._file, self._path = file, path
+        self._set_mark()
+
+    def _set_mark(self) -> None:
+        """What :meth:`drop` goes back to: the frames built before the file's own."""
+        self._mark = (len(self.host), len(self.gpu), len(self.meta), self.count)
+
+    def drop(self) -> TraceFormatError | None:
+        """Forget what the file begun by the last :meth:`start` added (it failed); the error
+        its events' times give, if any (the one the file fails with: found as each batch is
+        read, before anything after it)."""
+        error = None
+        if self._pending and self._pending[-1].file == self._file:
+            own = self._pending.pop()
+            self._waiting -= len(own.events)
+            error = self._build([own]).get(self._file)
+        host, gpu, meta, self.count = self._mark
+        del self.host[host:], self.gpu[gpu:], self.meta[meta:]
+        self.first_ids.pop(self._file, None)
+        return error
+
+    def add(self, batch: list[Event], warnings: Warnings, *, first: int) -> None:
+        """Take one batch of decoded events; the structs can be freed once it is built.
 
         ``first`` is the index of the batch's first event in ``traceEvents``, for errors.
         """
         kept = [i for i, e in enumerate(batch) if e.ph == "X" and (e.cat in _HOST or e.cat in _GPU)]
-        evs = [batch[i] for i in kept]
-        if not evs:
+        if not kept:
             return
-        frame = _batch_frame(evs, warnings, path, [first + i for i in kept], self.count)
-        self.count += frame.height
-        args = [e.args or _NO_ARGS for e in evs]
+        pending = _Pending(
+            self._file, self._path, warnings, [batch[i] for i in kept], [first + i for i in kept]
+        )
+        if not self._pending or self._pending[-1].file != self._file:
+            if self._pending and self._waiting + len(kept) > WAITING_EVENTS:
+                self.flush()  # (the files before: their structs are held until then)
+                self._set_mark()
+            self._pending.append(pending)  # (the file's first batch: it waits)
+            self._waiting += len(kept)
+            return
+        # a file of several batches: the other files first, then each of its batches at once
+        own = self._pending.pop()
+        self._waiting -= len(own.events)
+        self.flush()
+        self._set_mark()
+        for part in (own, pending):
+            error = self._build([part]).get(self._file)
+            if error is not None:
+                raise error
+
+    def flush(self) -> None:
+        """Build the frames of the events waiting; the files whose times are bad go to
+        :attr:`failed` (their events left out)."""
+        pending, self._pending, self._waiting = self._pending, [], 0
+        if pending:
+            self.failed.update(self._build(pending))
+
+    def _build(self, pending: list[_Pending]) -> dict[int, TraceFormatError]:
+        """The frames of ``pending``'s events; the files whose times are bad, with their
+        error (their events left out)."""
+        evs = [e for p in pending for e in p.events]
+        index = [i for p in pending for i in p.index]
+        files = np.repeat([p.file for p in pending], [len(p.events) for p in pending])
+        frame, skipped = _batch_frame(evs, index, files, self.count)
+        self.count += len(evs)
+        by_file = {p.file: p for p in pending}
+        for file, count in skipped.items():
+            by_file[file].warnings.add(
+                "events without a time or with a non-numeric pid were skipped", count
+            )
+        errors = _time_errors(frame, {p.file: p.path for p in pending})
+        if errors:
+            frame = frame.filter(~pl.col("file").is_in(list(errors)))
+        keys, at = np.unique(frame.get_column("file").to_numpy(), return_index=True)
+        ids = frame.get_column("event_id").to_numpy()[at]
+        for key, first_id in zip(keys.tolist(), ids.tolist(), strict=True):
+            self.first_ids.setdefault(key, first_id)
+        self._split(frame, [e.args or _NO_ARGS for e in evs])
+        return errors
+
+    def _split(self, frame: pl.DataFrame, args: list[Args]) -> None:
+        """Host ranges, GPU activity and collective metadata of ``frame``, with their args."""
         parts = frame.partition_by("_gpu", as_dict=True, include_key=False)
         if (False,) in parts:
             self.host.append(_with_args(parts[False,], args, _HOST_ONLY_ARGS, _HOST_FRAME))
@@ -322,17 +510,27 @@ class _Batches:
         if meta.height:  # (an event skipped for its time or pid is not in ``frame``)
             self.meta.append(meta)
 
-    def frames(self, base_ns: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        """(host, gpu, meta), times made unix-epoch with ``base_ns`` and ``end_ns`` added."""
+    def frames(
+        self, bases: list[int], keys: list[int]
+    ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """(host, gpu, meta) of the files under ``keys`` (the others failed: none of their
+        events is left), each file's ``file`` its place in ``keys``, times made unix-epoch
+        with each one's ``bases`` and ``end_ns`` added."""
+        place = np.zeros(max(keys) + 1, dtype=np.int64)
+        place[keys] = np.arange(len(keys))
+        file = pl.lit(pl.Series(place)).gather(pl.col("file"))
+        base = pl.lit(pl.Series(bases, dtype=pl.Int64)).gather(file)
 
         def whole(parts: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
             if not parts:
                 return _EMPTY_BATCH.select(columns).with_columns(pl.col("start_ns").alias("end_ns"))
             frame = pl.concat(parts, how="vertical")
             parts.clear()
-            start = pl.col("start_ns") + base_ns
+            start = pl.col("start_ns") + base
             return frame.with_columns(
-                start.alias("start_ns"), (start + pl.col("dur_ns")).alias("end_ns")
+                file.alias("file"),
+                start.alias("start_ns"),
+                (start + pl.col("dur_ns")).alias("end_ns"),
             )
 
         meta = pl.concat(self.meta, how="vertical") if self.meta else None
@@ -344,18 +542,25 @@ class _Batches:
         )
 
 
+#: Events of files decoded in one batch of JSON that wait for the next files before their
+#: frames are built, at most (about 32 MB of JSON): their structs are held until then.
+WAITING_EVENTS = 128 * 1024
+
 #: The args of an event that has none.
 _NO_ARGS = Args()
 
 
 def _batch_frame(
-    evs: list[Event], warnings: Warnings, path: Path, index: list[int], first_id: int
-) -> pl.DataFrame:
+    evs: list[Event], index: list[int], files: np.ndarray, first_id: int
+) -> tuple[pl.DataFrame, dict[int, int]]:
     """The events' own columns (their args come after, on the rows that keep them), with
     ``start_ns`` still relative to ``baseTimeNanoseconds`` (which may come after the events
-    in the file); ``event_id`` numbers the events kept from ``first_id``, ``_pos`` is each
-    one's place in ``evs``, ``_index`` in ``traceEvents``, ``_gpu`` and ``_meta`` say whether
-    it is GPU activity and whether it may carry collective metadata.
+    in the file), and how many events of each file were skipped (no time, or a pid that is
+    no number). ``event_id`` numbers the events kept from ``first_id``, ``file`` is each
+    one's file (``files``), ``_pos`` its place in ``evs``, ``_index`` in ``traceEvents``;
+    ``_gpu`` and ``_meta`` say whether it is GPU activity and whether it may carry
+    collective metadata, ``_bad_ts`` and ``_bad_dur`` whether those times are no times
+    (:func:`_time_errors`).
 
     Each column is one ``map(attrgetter)`` over the structs (C loops, no Python frame per
     event), and the rest two lazy plans: on a small file the fixed cost of each query
@@ -363,6 +568,7 @@ def _batch_frame(
     """
     frame = pl.DataFrame(
         [
+            pl.Series("file", files, dtype=pl.Int64),
             pl.Series("cat", _values(evs, "cat"), dtype=CAT),
             pl.Series("name", _values(evs, "name"), dtype=pl.String),
             # strict=False turns a value of another type (a string where an int belongs) into null.
@@ -384,6 +590,7 @@ def _batch_frame(
         frame.lazy()
         .select(
             event_id,
+            "file",
             "cat",
             "name",
             "pid",
@@ -409,31 +616,38 @@ def _batch_frame(
         )  # (none: 0)
         .collect(engine=ENGINE)
     )
-    skipped = frame.get_column("_skip").sum()
-    if skipped:
-        warnings.add("events without a time or with a non-numeric pid were skipped", skipped)
-        frame = frame.filter(~pl.col("_skip")).with_columns(event_id)
-    _check_times(path, frame)
-    return frame
+    skip = frame.get_column("_skip")
+    if not skip.any():
+        return frame, {}
+    skipped = np.bincount(files[skip.to_numpy()])
+    frame = frame.filter(~pl.col("_skip")).with_columns(event_id)
+    return frame, {file: int(n) for file, n in enumerate(skipped.tolist()) if n}
 
 
 #: The time fields of an event (JSON text) and the columns they are read into.
 _TIMES = (("ts", "start_ns"), ("dur", "_dur_ns"))
 
 
-def _check_times(path: Path, frame: pl.DataFrame) -> None:
+def _time_errors(frame: pl.DataFrame, paths: dict[int, Path]) -> dict[int, TraceFormatError]:
     """Every ``ts`` (and ``dur``, where given) must be a number within :data:`MAX_ABS_US`:
     the texts as read into ``start_ns`` and ``_dur_ns`` (:func:`us_text_to_ns`), flagged
-    ``_bad_ts`` and ``_bad_dur`` by :func:`_batch_frame`."""
+    ``_bad_ts`` and ``_bad_dur`` by :func:`_batch_frame`. The error of each file (by its
+    place; ``paths``) with a bad one: its first bad ``ts``, else its first bad ``dur``."""
+    errors: dict[int, TraceFormatError] = {}
     for col, _ in _TIMES:
         if not frame.get_column(f"_bad_{col}").any():
             continue
-        index, value = frame.filter(pl.col(f"_bad_{col}")).select("_index", col).row(0)
-        raise TraceFormatError(
-            path,
-            f"$.traceEvents[{index}].{col}: {value} is not a time in microseconds "
-            f"(a number within +-{MAX_ABS_US:.0e})",
-        )
+        bad = frame.filter(pl.col(f"_bad_{col}")).select("file", "_index", col)
+        for file, index, value in bad.unique("file", keep="first", maintain_order=True).iter_rows():
+            errors.setdefault(
+                file,
+                TraceFormatError(
+                    paths[file],
+                    f"$.traceEvents[{index}].{col}: {value} is not a time in microseconds "
+                    f"(a number within +-{MAX_ABS_US:.0e})",
+                ),
+            )
+    return errors
 
 
 def _with_args(
@@ -540,14 +754,17 @@ def us_text_to_ns(text: pl.Expr) -> pl.Expr:
     return text.cast(pl.Decimal(38, 3), strict=False).to_physical().cast(pl.Int64, strict=False)
 
 
-def _steps(events: pl.DataFrame, gpu: pl.DataFrame, step_marker: str | None = None) -> pl.DataFrame:
-    """``ProfilerStep#N`` ranges on the host: step number, start, end, marker.
+def _steps(
+    events: pl.DataFrame, gpu: pl.DataFrame, files: int, step_marker: str | None = None
+) -> pl.DataFrame:
+    """``ProfilerStep#N`` ranges on the host: file, step number, start, end, marker (by
+    file, then start).
 
-    A trace without them takes the ranges of the user's ``step_marker``
-    (:func:`_marked_steps`) where it names one and the trace has some; else (inference, a
-    profiler run with no schedule) it is one step, 0, spanning every host and GPU event
-    (``marker`` ``whole_trace``), so that it still gets a time breakdown and its collectives
-    a step.
+    A file without them takes the ranges of the user's ``step_marker``
+    (:func:`_marked_steps`) where it names one and the file has some; else (inference, a
+    profiler run with no schedule) it is one step, 0, spanning every host and GPU event of
+    the file (``marker`` ``whole_trace``), so that it still gets a time breakdown and its
+    collectives a step. ``files``: how many files ``events`` and ``gpu`` hold.
     """
     steps = (
         events.lazy()
@@ -555,32 +772,49 @@ def _steps(events: pl.DataFrame, gpu: pl.DataFrame, step_marker: str | None = No
             (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#")
         )
         .select(
+            "file",
             pl.col("name").str.extract(r"#(\d+)").cast(pl.Int64).alias("step"),
             "start_ns",
             "end_ns",
             pl.lit("ProfilerStep", pl.String).alias("marker"),
         )
         .drop_nulls("step")
-        .unique("step", keep="first")
-        .sort("start_ns")
+        .unique(["file", "step"], keep="first")
+        .sort("file", "start_ns", maintain_order=True)
         .collect(engine=ENGINE)
     )
-    if not steps.is_empty():
+    found = set(steps.get_column("file").unique().to_list())
+    if len(found) == files:
         return steps
+    pieces = [steps]
     if step_marker is not None:
-        marked = _marked_steps(events, step_marker).cast(steps.schema)
-        if not marked.is_empty():
-            return marked
-    spans = pl.concat(
-        [f.select("start_ns", "end_ns") for f in (events, gpu) if not f.is_empty()]
-        or [steps.select("start_ns", "end_ns")]
-    )
-    start, end = spans["start_ns"].min(), spans["end_ns"].max()
-    if start is None or end is None:
-        return steps
-    return pl.DataFrame(
-        {"step": [0], "start_ns": [start], "end_ns": [end], "marker": ["whole_trace"]},
-        schema=steps.schema,
+        unmarked = events.filter(~pl.col("file").is_in(list(found)))
+        marked = _marked_steps(unmarked, step_marker).cast(steps.schema)
+        pieces.append(marked)
+        found.update(marked.get_column("file").unique().to_list())
+    if len(found) < files:
+        pieces.append(_whole_trace_steps(events, gpu, found).cast(steps.schema))
+    return pl.concat(pieces).sort("file", maintain_order=True)
+
+
+def _whole_trace_steps(events: pl.DataFrame, gpu: pl.DataFrame, found: set[int]) -> pl.DataFrame:
+    """Step 0 of each file not in ``found``, from its first host or GPU event's start to its
+    last one's end (no step for a file without any)."""
+    spans = pl.concat([f.select("file", "start_ns", "end_ns") for f in (events, gpu)])
+    return (
+        spans.lazy()
+        .filter(~pl.col("file").is_in(list(found)))
+        .group_by("file")
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .drop_nulls(["start_ns", "end_ns"])
+        .select(
+            "file",
+            pl.lit(0, pl.Int64).alias("step"),
+            "start_ns",
+            "end_ns",
+            pl.lit("whole_trace", pl.String).alias("marker"),
+        )
+        .collect(engine=ENGINE)
     )
 
 
@@ -589,39 +823,46 @@ def _marked_steps(events: pl.DataFrame, pattern: str) -> pl.DataFrame:
     ``pattern``, a regular expression (an exact name is one): ``marker`` is the pattern.
 
     The step number is the pattern's first capture group where it has one (``step (\\d+)``),
-    else the range's place in the trace from 0. A range inside an earlier one (a marker
+    else the range's place in its file from 0. A range inside an earlier one (a marker
     nested in a marker) is part of that step, not a step of its own; a range whose group
     holds no number is left out.
     """
     anchored = f"^(?:{pattern})$"
     marked = events.filter(
         (pl.col("cat") == "user_annotation") & pl.col("name").str.contains(anchored)
-    ).sort("start_ns", "end_ns")
-    ends_before = pl.col("end_ns").cum_max().shift(1)
+    ).sort("file", "start_ns", "end_ns", maintain_order=True)
+    ends_before = pl.col("end_ns").cum_max().shift(1).over("file")
     marked = marked.filter(ends_before.is_null() | (pl.col("start_ns") >= ends_before))
     if re.compile(pattern).groups:
         number = pl.col("name").str.extract(anchored, 1).cast(pl.Int64, strict=False)
     else:
-        number = pl.int_range(pl.len(), dtype=pl.Int64)
+        number = pl.int_range(pl.len(), dtype=pl.Int64).over("file")
     return (
         marked.select(
-            number.alias("step"), "start_ns", "end_ns", pl.lit(pattern, pl.String).alias("marker")
+            "file",
+            number.alias("step"),
+            "start_ns",
+            "end_ns",
+            pl.lit(pattern, pl.String).alias("marker"),
         )
         .drop_nulls("step")
-        .unique("step", keep="first", maintain_order=True)
+        .unique(["file", "step"], keep="first", maintain_order=True)
     )
 
 
 def step_of(frame: pl.DataFrame, steps: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
-    """Add ``step``: the step whose host range holds ``frame[at]``, else null.
+    """Add ``step``: the step of the row's ``file`` whose host range holds ``frame[at]``,
+    else null.
 
-    A sorted search of the (few) step starts, on numpy arrays; the rows keep their order, so
-    a wide frame is never sorted or joined (each would be another copy of it).
+    A sorted search of the (few) step starts of each file, on numpy arrays; the rows keep
+    their order, so a wide frame is never sorted or joined (each would be another copy of
+    it).
     """
     if steps.is_empty():
         return frame.with_columns(pl.lit(None, pl.Int64).alias("step"))
-    starts = steps.get_column("start_ns").to_numpy()
-    marks = steps if np.all(starts[1:] > starts[:-1]) else steps.sort("start_ns")
+    step_file = steps.get_column("file").to_numpy()
+    order = np.lexsort((steps.get_column("start_ns").to_numpy(), step_file))
+    starts = steps.get_column("start_ns").to_numpy()[order]
     times = frame.get_column(at)
     if times.null_count():
         known = times.is_not_null().to_numpy()
@@ -629,27 +870,45 @@ def step_of(frame: pl.DataFrame, steps: pl.DataFrame, at: str = "start_ns") -> p
     else:  # (no query for what every row has)
         known = np.ones(len(times), dtype=bool)
         t = times.to_numpy()
-    # the last step that starts at or before each time (-1: none)
-    i = np.searchsorted(marks.get_column("start_ns").to_numpy(), t, side="right") - 1
+    # the last step of the row's file that starts at or before each time (none: below lo)
+    files = frame.get_column("file").to_numpy()
+    lo = np.searchsorted(step_file[order], files, side="left")
+    i = _search_within(starts, lo, np.searchsorted(step_file[order], files, side="right"), t) - 1
     found = np.maximum(i, 0)
-    inside = known & (i >= 0) & (t <= marks.get_column("end_ns").to_numpy()[found])
-    step = pl.Series("step", marks.get_column("step").to_numpy()[found], dtype=pl.Int64)
+    ends = steps.get_column("end_ns").to_numpy()[order]
+    inside = known & (i >= lo) & (t <= ends[found])
+    step = pl.Series("step", steps.get_column("step").to_numpy()[order][found], dtype=pl.Int64)
     step = step.set(pl.Series(~inside), None)
     if "step" in frame.columns:
         return frame.with_columns(step)
     return frame.hstack([step])
 
 
+def _search_within(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each ``t``, the first position in ``values[lo:hi]`` (sorted) whose value is
+    greater (``searchsorted(side="right")`` within each row's own range), all rows at once:
+    a bisection of about log2(hi - lo) rounds of numpy steps."""
+    lo, hi = lo.copy(), hi.copy()
+    active = lo < hi
+    while active.any():
+        mid = (lo + hi) // 2
+        right = active & (values[np.minimum(mid, len(values) - 1)] <= t)
+        lo = np.where(right, mid + 1, lo)
+        hi = np.where(active & ~right, mid, hi)
+        active = lo < hi
+    return lo
+
+
 def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Host ranges with nesting, module path and step.
+    """Host ranges with nesting, module path and step (``file`` kept: every file's own).
 
     Nesting, scopes and steps are worked out on a narrow frame (ids, thread, times) and put
     back beside the wide one in ``op_id`` order, so the wide columns are never copied.
     """
     is_module = (pl.col("cat") == "python_function") & pl.col("name").str.starts_with("nn.Module: ")
     narrow = host.select(
-        pl.col("event_id").alias("op_id"), "pid", "tid", "start_ns", "end_ns", "name", "cat",
-        is_module.alias("is_module"),
+        pl.col("event_id").alias("op_id"), "file", "pid", "tid", "start_ns", "end_ns", "name",
+        "cat", is_module.alias("is_module"),
     )  # fmt: skip
     narrow = add_nesting(narrow)
     narrow = add_scope_path(
@@ -676,7 +935,7 @@ def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             narrow.get_column("step"),
             narrow.get_column("is_module"),
         )
-        .select(*OPS_COLUMNS, "is_module", "concrete_inputs")
+        .select("file", *OPS_COLUMNS, "is_module", "concrete_inputs")
         .collect(engine=ENGINE)
     )
 
@@ -697,16 +956,17 @@ def _kernels(gpu: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.Da
     launches = (
         ops.lazy()
         .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
-        .select("correlation", pl.col("step").alias("launch_step"))
+        .select("file", "correlation", pl.col("step").alias("launch_step"))
         .drop_nulls("correlation")
-        .unique("correlation", keep="first")
+        .unique(["file", "correlation"], keep="first")
     )
     kind = per_distinct(gpu, ["name", "cat"], kernel_kind(pl.col("name"), pl.col("cat")))
     gpu = step_of(gpu, steps).hstack([kind.alias("kind")])
     return (
         gpu.lazy()
-        .join(launches, on="correlation", how="left", maintain_order="left")
+        .join(launches, on=["file", "correlation"], how="left", maintain_order="left")
         .select(
+            "file",
             pl.col("event_id").alias("kernel_id"),
             "device",
             pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
@@ -728,9 +988,10 @@ def _kernels(gpu: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.Da
 
 
 def _steps_table(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Steps with the tokens the rank's token embedding saw in each."""
+    """Steps with the tokens the rank's token embedding saw in each (by file, then step)."""
     if steps.is_empty():
         return steps.select(
+            "file",
             "step",
             "start_ns",
             "end_ns",
@@ -740,16 +1001,17 @@ def _steps_table(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     tokens = embedding_tokens(ops)
     return (
         steps.lazy()
-        .join(tokens.lazy(), on="step", how="left")
+        .join(tokens.lazy(), on=["file", "step"], how="left")
         .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-        .select("step", "start_ns", "end_ns", "dur_ns", "tokens", "tokens_source", "marker")
-        .sort("step")
+        .select("file", "step", "start_ns", "end_ns", "dur_ns", "tokens", "tokens_source", "marker")
+        .sort("file", "step")
         .collect(engine=ENGINE)
     )
 
 
 def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
-    """Tokens per step from ``aten::embedding`` calls whose indices are [batch, sequence].
+    """Tokens per file and step from ``aten::embedding`` calls whose indices are [batch,
+    sequence].
 
     The token embedding is the one with the largest table (weight rows) among those with
     2-D indices; positional embeddings take 1-D indices. Every call of it in a step counts
@@ -757,17 +1019,19 @@ def embedding_tokens(ops: pl.DataFrame) -> pl.DataFrame:
     """
     emb = ops.filter((pl.col("name") == "aten::embedding") & pl.col("step").is_not_null())
     rows = []
-    for step, dims_text in emb.select("step", "input_dims").iter_rows():
+    for file, step, dims_text in emb.select("file", "step", "input_dims").iter_rows():
         dims = json_value(dims_text)
         if not _embedding_dims(dims):
             continue
-        rows.append((step, dims[0][0], dims[1][0], dims[1][1]))
-    empty = pl.DataFrame(schema={"step": pl.Int64, "tokens": pl.Int64, "tokens_source": pl.String})
+        rows.append((file, step, dims[0][0], dims[1][0], dims[1][1]))
+    empty = pl.DataFrame(
+        schema={"file": pl.Int64, "step": pl.Int64, "tokens": pl.Int64, "tokens_source": pl.String}
+    )
     if not rows:
         return empty
-    calls = pl.DataFrame(rows, schema=["step", "vocab", "batch", "seq"], orient="row")
-    token_table = calls.filter(pl.col("vocab") == pl.col("vocab").max().over("step"))
-    return token_table.group_by("step").agg(
+    calls = pl.DataFrame(rows, schema=["file", "step", "vocab", "batch", "seq"], orient="row")
+    token_table = calls.filter(pl.col("vocab") == pl.col("vocab").max().over("file", "step"))
+    return token_table.group_by("file", "step").agg(
         (pl.col("batch") * pl.col("seq")).sum().alias("tokens"),
         pl.format(
             "aten::embedding [{}, {}] x {}",
@@ -792,47 +1056,116 @@ def _embedding_dims(dims: Any) -> bool:
     return fits_int64(values[2] * values[3])  # type: ignore[operator]
 
 
-def _ranks_table(trace: Trace, ops: pl.DataFrame, gpu: pl.DataFrame, rank: int) -> pl.DataFrame:
-    info = trace.distributedInfo or {}
+def _ranks_table(traces: list[Trace], ops: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """A row per file (``traces``, in order): its process, device and distributed setup."""
+    files = pl.DataFrame({"file": range(len(traces))}, schema={"file": pl.Int64})
     # one column at a time: filtering the whole frame would copy its strings (GBs for a big trace)
-    pid = ops.select(pl.col("pid").filter(pl.col("kind") == "cpu_op").mode().min()).item()
+    pids = (
+        ops.lazy()
+        .group_by("file")
+        .agg(pl.col("pid").filter(pl.col("kind") == "cpu_op").mode().min())
+    )
     kernel_devices = pl.col("device").filter(pl.col("cat") == "kernel").drop_nulls()
-    device = gpu.select(kernel_devices.mode().min()).item()
-    device = int(device) if device is not None else None
-    gpu_name = None
-    for props in trace.deviceProperties or []:
-        if isinstance(props, dict) and device is not None and props.get("id") == device:
-            gpu_name = str_or_none(props.get("name"))
-    return pl.DataFrame(
-        {
-            "world_size": [int64_or_none(info.get("world_size"))],
-            "host": [trace.host_name],
-            "pid": [pid],
-            "device": [f"cuda:{device}" if device is not None else "cpu"],
-            "gpu_name": [gpu_name],
-            "backend": [_str(info.get("backend"))],
-            "comm_lib_version": [_str(info.get("nccl_version"))],
-            "base_time_ns": [trace.baseTimeNanoseconds],
-        },
-        schema={
-            "world_size": pl.Int64,
-            "host": pl.String,
-            "pid": pl.Int64,
-            "device": pl.String,
-            "gpu_name": pl.String,
-            "backend": pl.String,
-            "comm_lib_version": pl.String,
-            "base_time_ns": pl.Int64,
-        },
+    devices = gpu.lazy().group_by("file").agg(kernel_devices.mode().min())
+    found = (
+        files.lazy()
+        .join(pids, on="file", how="left")
+        .join(devices, on="file", how="left")
+        .sort("file")
+        .collect(engine=ENGINE)
+    )
+    rows = []
+    for trace, pid, device in zip(traces, found["pid"], found["device"], strict=True):
+        info = trace.distributedInfo or {}
+        device = int(device) if device is not None else None
+        gpu_name = None
+        for props in trace.deviceProperties or []:
+            if isinstance(props, dict) and device is not None and props.get("id") == device:
+                gpu_name = str_or_none(props.get("name"))
+        rows.append({
+            "world_size": int64_or_none(info.get("world_size")),
+            "host": trace.host_name,
+            "pid": pid,
+            "device": f"cuda:{device}" if device is not None else "cpu",
+            "gpu_name": gpu_name,
+            "backend": _str(info.get("backend")),
+            "comm_lib_version": _str(info.get("nccl_version")),
+            "base_time_ns": trace.baseTimeNanoseconds,
+        })  # fmt: skip
+    return (
+        pl.DataFrame(rows, schema=_RANKS)
+        .with_columns(files.get_column("file"))
+        .select("file", *_RANKS)
     )
 
 
-def _with_rank(frame: pl.DataFrame, rank: int) -> pa.Table:
-    keep = [frame.get_column(c) for c in frame.columns if c not in ("rank",)]
-    ranks = pl.Series("rank", np.full(frame.height, rank, dtype=np.int64))
+_RANKS = {
+    "world_size": pl.Int64,
+    "host": pl.String,
+    "pid": pl.Int64,
+    "device": pl.String,
+    "gpu_name": pl.String,
+    "backend": pl.String,
+    "comm_lib_version": pl.String,
+    "base_time_ns": pl.Int64,
+}
+
+
+#: The columns that hold event ids (``event_id`` runs on across a batch's files): table ->
+#: columns.
+_ID_COLUMNS = {
+    "ops": ("op_id", "parent_id"),
+    "kernels": ("kernel_id",),
+    "collectives": ("collective_id", "launch_op_id"),
+}
+
+
+def split_tables(
+    tables: dict[str, pl.DataFrame], ranks: list[int], first_ids: list[int], derive: bool
+) -> list[dict[str, pa.Table]]:
+    """A batch's tables (each sorted by its ``file`` column) cut into each file's own: its
+    ``rank`` first, event ids counted from the file's first (``first_ids``), ``file`` gone.
+
+    With ``derive``, the collectives' attribution and the time breakdown are worked out
+    first, over the whole batch, with ``file`` standing in as ``rank`` (their key for what
+    belongs together); each file then gets a ``time_breakdown`` only where it has rows, as
+    :func:`~pipeline.ingest.derive.time_breakdown.add_time_breakdown` adds it. Each table is
+    then conformed to its schema (:func:`~pipeline.dataset.schema.conform`; the writer's
+    ``job`` and ``file_id`` left blank for it to fill), so that the writer's conform of each
+    file's part casts nothing: a cast of each column of a batch, not of each file's.
+    """
+    keyed = {name: _file_as_rank(frame) for name, frame in tables.items()}
+    if derive:
+        attribute_collectives(keyed)
+        add_time_breakdown(keyed)
+    rank_of = pl.Series(ranks, dtype=pl.Int64)
+    offset_of = pl.Series(first_ids, dtype=pl.Int64)
+    out: list[dict[str, pa.Table]] = [{} for _ in ranks]
+    for name, table in keyed.items():
+        frame = pl.from_arrow(table)
+        # (through Polars: Arrow's to_numpy would import pandas, which tokenwire never uses)
+        file = frame.get_column("rank").to_numpy()
+        bounds = np.searchsorted(file, np.arange(len(ranks) + 1), side="left")
+        ids = [c for c in _ID_COLUMNS.get(name, ()) if c in table.column_names]
+        frame = frame.with_columns(
+            pl.lit(rank_of).gather(pl.col("rank")).alias("rank"),
+            *((pl.col(c) - pl.lit(offset_of).gather(pl.col("rank"))).alias(c) for c in ids),
+        )
+        whole = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+        if derive:
+            whole = conform(name, whole, job="", source="kineto", file_id="")
+        for k, (start, end) in enumerate(itertools.pairwise(bounds.tolist())):
+            if end > start or name != "time_breakdown":
+                out[k][name] = whole.slice(start, end - start)
+    return out
+
+
+def _file_as_rank(frame: pl.DataFrame) -> pa.Table:
+    """``frame`` as Arrow with its ``file`` column first, named ``rank``."""
+    keep = [frame.get_column(c) for c in frame.columns if c not in ("rank", "file")]
     # Arrow's string views share Polars' buffers; the default export copies every string of
     # every table at once (the writer casts one table at a time instead)
-    framed = pl.DataFrame([ranks, *keep])  # (the columns as they are: no query)
+    framed = pl.DataFrame([frame.get_column("file").alias("rank"), *keep])  # (no query)
     return framed.to_arrow(compat_level=pl.CompatLevel.newest())
 
 
@@ -843,6 +1176,7 @@ def _str(value: Any) -> str | None:
 _EMPTY_BATCH = pl.DataFrame(
     schema={
         "event_id": pl.Int64,
+        "file": pl.Int64,
         "cat": CAT,
         "name": pl.String,
         "pid": pl.Int64,
@@ -860,6 +1194,7 @@ _EMPTY_BATCH = pl.DataFrame(
 
 _HOST_FRAME = [
     "event_id",
+    "file",
     "cat",
     "name",
     "pid",
@@ -871,5 +1206,16 @@ _HOST_FRAME = [
     "concrete_inputs",
     *_HOST_ARGS,
 ]
-_GPU_FRAME = ["event_id", "cat", "name", "pid", "tid", "start_ns", "dur_ns", "grid", "block"]
+_GPU_FRAME = [
+    "event_id",
+    "file",
+    "cat",
+    "name",
+    "pid",
+    "tid",
+    "start_ns",
+    "dur_ns",
+    "grid",
+    "block",
+]
 _GPU_FRAME += _GPU_ARGS
