@@ -7,8 +7,10 @@ check that a change meant to be only faster changes no row.
 and run beside the working tree, each build in its own process. Inputs, each ingested as its
 own job: the sample job, every run of ``tests/data/cpu_gloo`` and, where present, every
 Kineto and Nsight folder of the real traces beside the repository (the formats whose
-files hold ops). Each table is read whole, sorted on all its
-columns and compared; the command exits 1 on the first table that differs.
+files hold ops), the real NCCL logs and nccl-tests outputs (a job each), and a generated job
+of 48 ranks' NCCL logs (:func:`nccl_job`), which ingest parses in batches of files at once.
+Each table is read whole, sorted on all its columns and compared; the command exits 1 on
+the first table that differs.
 """
 
 from __future__ import annotations
@@ -52,7 +54,21 @@ def default_inputs() -> dict[str, Path]:
             continue
         for sub in sorted(folder.iterdir()):
             inputs[f"real-{kind}-{sub.name.split('.')[0]}"] = sub
+    for kind in ("nccl_logs", "nccl_tests"):  # (files of many jobs: one job each folder)
+        if (REAL / kind).is_dir():
+            inputs[f"real-{kind}"] = REAL / kind
     return inputs
+
+
+def nccl_job(out: Path) -> Path:
+    """A generated job of 48 ranks (TP4 x PP2 x DP6), an ``NCCL_DEBUG=INFO`` log each: ingest
+    parses small NCCL logs in batches (``pipeline.ingest.nccl.log.parse_batch``), so this job
+    compares the batched parse with the other build's."""
+    from pipeline.synth.__main__ import main as synth
+
+    args = ["--tp", "4", "--pp", "2", "--dp", "6", "--steps", "1", "--layers", "2"]
+    synth([str(out), *args, "--global-batch", "12", "--formats", "nccl"])
+    return out
 
 
 def run_build(root: Path, out: Path, inputs: dict[str, Path]) -> None:
@@ -120,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     inputs = {p.name: p for p in args.inputs} if args.inputs else default_inputs()
     with tempfile.TemporaryDirectory(prefix="tw-builds-") as tmp:
+        if not args.inputs:
+            inputs["batch-nccl"] = nccl_job(Path(tmp) / "inputs" / "batch-nccl")
         before = args.keep or Path(tmp) / "before"
         if not before.is_dir():
             base = Path(tmp) / "base"

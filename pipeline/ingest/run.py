@@ -49,12 +49,20 @@ from pipeline.errors import TokenwireError, TraceFormatError
 from pipeline.ingest.derive.attribution import attribute_collectives
 from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.detect import detect, module_for
+from pipeline.ingest.result import ParseResult
 
 if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
     from pipeline.ingest.distributed import Cluster
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
 POOL_MIN_BYTES = 64 * 1024 * 1024
+#: A file smaller than this (on disk) of a format of :data:`BATCHED_FORMATS` is parsed in a
+#: batch with others (:func:`parse_files`).
+BATCH_FILE_BYTES = 2 * 1024 * 1024
+#: A batch holds up to this many files ...
+BATCH_FILES = 32
+#: ... and this many bytes (on disk); a larger file is a task alone.
+BATCH_BYTES = 8 * 1024 * 1024
 #: The small tables of parsed files wait in the main process until the commit writes them,
 #: up to this many (packed) bytes in all; past it, those held are written at once, one part
 #: per table and job shared by their files. Measured on a generated job of 1,024 ranks:
@@ -313,23 +321,50 @@ def _parse_all(
         for i, out in zip(index, outs, strict=True):
             slots[i] = out
     elif jobs <= 1:
-        for i, a in planned:
-            slots[i] = parse_file(*a)
-            _notify(on_file, slots[i])
+        for batch in _tasks(planned, sizes, BATCH_FILES):
+            for (i, _), out in zip(batch, parse_files([a for _, a in batch]), strict=True):
+                slots[i] = out
+                _notify(on_file, out)
     else:
-        _parse_in_pool(planned, jobs, slots, on_file)
+        # (at least 4 tasks a worker, so that none waits on the last one for long)
+        files = max(1, min(BATCH_FILES, len(sizes) // (4 * jobs)))
+        _parse_in_pool(_tasks(planned, sizes, files), jobs, slots, on_file)
     return [out for out in slots if out is not None]
 
 
-def _parse_in_pool(planned: Iterator[tuple[int, tuple]], jobs: int, slots: list, on_file) -> None:
-    """Parse in ``jobs`` spawned processes, each task submitted as soon as it is planned."""
+def _tasks(
+    planned: Iterator[tuple[int, tuple]], sizes: list[int], files: int
+) -> Iterator[list[tuple[int, tuple]]]:
+    """``planned`` cut into tasks (:func:`parse_files`): a file of :data:`BATCH_FILE_BYTES`
+    or more alone, smaller ones together, up to ``files`` files and :data:`BATCH_BYTES`."""
+    batch: list[tuple[int, tuple]] = []
+    held = 0
+    for i, a in planned:
+        if sizes[i] >= BATCH_FILE_BYTES:
+            yield [(i, a)]
+            continue
+        batch.append((i, a))
+        held += sizes[i]
+        if len(batch) >= files or held >= BATCH_BYTES:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
+
+
+def _parse_in_pool(
+    tasks: Iterator[list[tuple[int, tuple]]], jobs: int, slots: list, on_file
+) -> None:
+    """Parse in ``jobs`` spawned processes, each task (a batch of files, see
+    :func:`parse_files`) submitted as soon as it is planned."""
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         with _worker_environment(jobs):  # the workers start while their tasks are submitted
-            futures = {pool.submit(parse_file, *a): i for i, a in planned}
+            futures = {pool.submit(parse_files, [a for _, a in t]): t for t in tasks}
         try:
             for future in as_completed(futures):
-                slots[futures[future]] = out = future.result()
-                _notify(on_file, out)
+                for (i, _), out in zip(futures[future], future.result(), strict=True):
+                    slots[i] = out
+                    _notify(on_file, out)
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
@@ -382,16 +417,35 @@ def parse_file(
 
     Never raises: bad input and internal errors come back as a failed outcome.
     """
-    out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
-    try:
+
+    def parsed() -> tuple[str, ParseResult] | None:
         fmt = detect(path)
         if fmt is None:
             if explicit:
                 raise TraceFormatError(path, "not a trace format tokenwire reads")
+            return None
+        options = {"step_marker": step_marker} if step_marker and fmt == "kineto" else {}
+        return fmt, module_for(fmt).parse(path, **options)
+
+    return _outcome(FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256),
+                    parsed, dataset, small_rows)  # fmt: skip
+
+
+def _outcome(
+    out: FileOutcome,
+    parsed: Callable[[], tuple[str, ParseResult] | None],
+    dataset: Path,
+    small_rows: int,
+) -> FileOutcome:
+    """``out`` (failed until it is written) once the format and tables that ``parsed``
+    gives (None: a format tokenwire does not read) are worked out and written."""
+    path = out.path
+    try:
+        found = parsed()
+        if found is None:
             out.status = "unrecognised"
             return out
-        options = {"step_marker": step_marker} if step_marker and fmt == "kineto" else {}
-        result = module_for(fmt).parse(path, **options)
+        fmt, result = found
         out.format = fmt
         out.format_version = result.format_version
         out.rank_source = result.rank_source
@@ -420,8 +474,68 @@ def parse_file(
 
 
 def parse_files(batch: list[tuple]) -> list[FileOutcome]:
-    """:func:`parse_file` of each argument tuple of ``batch``, in order (a Dask task)."""
-    return [parse_file(*a) for a in batch]
+    """:func:`parse_file` of each argument tuple of ``batch``, in order (a Dask task, a
+    pool task): its small files (under :data:`BATCH_FILE_BYTES`) of a format of
+    :data:`BATCHED_FORMATS` are parsed together, a format at a time (:func:`parse_together`),
+    the others one by one."""
+    outs: list[FileOutcome | None] = [None] * len(batch)
+    formats: dict[str, list[int]] = {}
+    for i, a in enumerate(batch):
+        if (fmt := _batch_format(a[0])) is not None:
+            formats.setdefault(fmt, []).append(i)
+    for fmt, members in formats.items():
+        parsed = parse_together(fmt, [batch[i] for i in members])
+        for i, out in zip(members, parsed, strict=True):
+            outs[i] = out
+    for i, a in enumerate(batch):
+        if outs[i] is None:
+            outs[i] = parse_file(*a)
+    return outs  # type: ignore[return-value]  # (every slot is filled)
+
+
+#: The formats whose small files are parsed several at once, by their module's
+#: ``parse_batch`` (a list of paths -> a ParseResult or the exception of each): a small file's
+#: time goes mostly to the fixed cost of each Polars query, whatever its rows, which a batch
+#: pays once for all its files.
+BATCHED_FORMATS = ("nccl_log",)
+
+
+def _batch_format(path: Path) -> str | None:
+    """The format of ``path`` when it is one of :data:`BATCHED_FORMATS` and the file is small
+    enough to be parsed in a batch; else None."""
+    try:
+        if path.stat().st_size >= BATCH_FILE_BYTES:
+            return None
+        fmt = detect(path)
+    except Exception:  # (parse_file reports it)
+        return None
+    return fmt if fmt in BATCHED_FORMATS else None
+
+
+def parse_together(fmt: str, batch: list[tuple]) -> list[FileOutcome]:
+    """:func:`parse_file` of each file of ``batch`` (all of format ``fmt``), all parsed at
+    once; where the batch fails as a whole, each file is parsed again alone, so that only
+    the file that makes it fail fails."""
+    if len(batch) <= 1:
+        return [parse_file(*a) for a in batch]
+    try:
+        results = module_for(fmt).parse_batch([a[0] for a in batch])
+    except Exception:
+        return [parse_file(*a) for a in batch]
+    outs = []
+    for (path, job, _, sha256, dataset, *rest), result in zip(batch, results, strict=True):
+        out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
+        small_rows = rest[0] if rest else 0
+        parsed = functools.partial(_given, fmt, result)
+        outs.append(_outcome(out, parsed, dataset, small_rows))
+    return outs
+
+
+def _given(fmt: str, result: ParseResult | Exception) -> tuple[str, ParseResult]:
+    """A file's result from its batch (raised: the error it failed with)."""
+    if isinstance(result, Exception):
+        raise result
+    return fmt, result
 
 
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:
