@@ -1,12 +1,13 @@
 """Ingest a job's trace files into a dataset: find, hash, parse (in parallel), write, commit.
 
-Each file is parsed on its own (in a worker process when there are several), its tables are
-conformed to ``schemas/`` and written as Parquet parts, except the small ones (most tables
-of most files of a many-rank job), which come back to the main process. That process then
-checks the run as a whole (two files claiming one rank of one job), writes the small tables
-and the ``files`` rows as one part per table and job, and commits the manifest. A file whose
-bytes are already in the dataset under the same job is skipped (the same bytes under another
-job are that job's file).
+Each file is parsed on its own, or with other small files of its format where the format
+parses several at once (:data:`BATCHED_FORMATS`), in a worker process when there are
+several; each file's tables are conformed to ``schemas/`` and written as Parquet parts,
+except the small ones (most tables of most files of a many-rank job), which come back to the
+main process. That process then checks the run as a whole (two files claiming one rank of
+one job), writes the small tables and the ``files`` rows as one part per table and job, and
+commits the manifest. A file whose bytes are already in the dataset under the same job is
+skipped (the same bytes under another job are that job's file).
 """
 
 from __future__ import annotations

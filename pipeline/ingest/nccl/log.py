@@ -17,6 +17,11 @@ launcher tag (``[1,3]<stdout>:``, ``[rank3]:``, ``[3] ``); the ring/tree/connect
 versions (2.7: +1 per call; 2.8: always 0; 2.9-2.11: +1 per launch with proxy work;
 2.12-2.26: +1 per kernel launch, so calls of one group share it; 2.27+: +1 per launch with
 proxy work). ``collectives.seq`` is the order of issue per (process, communicator).
+
+Small logs are parsed several at once (:func:`parse_batch`): each step's queries cost about
+the same for one 7 KB log as for 32, so every frame carries ``file`` (the log's place in
+the batch; 0 for a log parsed alone), which leads every key that works per file, and the
+tables are cut into each file's at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -406,11 +412,11 @@ def _build(parts: dict[str, pl.DataFrame], warns: list[Warnings]) -> list[ParseR
         "collectives": colls,
         "log_messages": _log_messages(parts, ranked, warns),
     }
-    split = {k: _by_file(v, len(warns)) for k, v in tables.items()}
+    split = {k: _by_file(k, v, len(warns)) for k, v in tables.items()}
     return [
         ParseResult(
             format=FORMAT,
-            tables={k: parsed_table(k, v[i]) for k, v in split.items()},
+            tables={k: v[i] for k, v in split.items()},
             format_version=versions[i],
             rank_source=sources[i],
             warnings=w,
@@ -419,15 +425,18 @@ def _build(parts: dict[str, pl.DataFrame], warns: list[Warnings]) -> list[ParseR
     ]
 
 
-def _by_file(frame: pl.DataFrame, files: int) -> list[pl.DataFrame]:
-    """The rows of each of ``files`` files, without the ``file`` column."""
+def _by_file(name: str, frame: pl.DataFrame, files: int) -> list[pa.Table]:
+    """Table ``name`` of each of ``files`` files, without the ``file`` column: the frame
+    goes to Arrow once and each file's rows are a slice of it (no copy)."""
+    empty = parsed_table(name, frame.clear())
     if not frame.height:
-        return [frame] * files
-    if files == 1:
-        return [frame.drop("file")]
-    groups = frame.partition_by("file", as_dict=True, include_key=False)
-    empty = frame.clear().drop("file")
-    return [groups.get((i,), empty) for i in range(files)]
+        return [empty] * files
+    # (stable: each file's rows keep their order)
+    frame = frame.sort("file", maintain_order=True)
+    counts = np.bincount(frame["file"].to_numpy(), minlength=files)
+    table = parsed_table(name, frame.drop("file"))
+    starts = np.cumsum(counts) - counts
+    return [table.slice(s, n) if n else empty for s, n in zip(starts, counts, strict=True)]
 
 
 def _file_facts(inits: pl.DataFrame, versions: list[str | None]) -> pl.DataFrame:
