@@ -155,3 +155,22 @@ def test_parse_files_in_order(tmp_path, files):
     outs = parse_files(args)
     assert [o.path for o in outs] == logs
     assert all(o.status == "ingested" for o in outs)
+
+
+def test_a_batch_that_fails_as_a_whole_parses_each_file_alone(tmp_path, monkeypatch):
+    from pipeline.ingest.run import parse_files
+
+    logs = sorted((REPO / "sample_traces").glob("*.nccl.log"))[:3]
+
+    def bug(texts):
+        raise RuntimeError("a step over the batch fails")
+
+    monkeypatch.setattr(nccl_log, "_scan_files", bug)
+    _same(logs)
+
+    def raises(paths):
+        raise RuntimeError("parse_batch fails")
+
+    monkeypatch.setattr(nccl_log, "parse_batch", raises)
+    args = [(p, "j", True, f"{i:064x}", tmp_path / "ds", 1 << 14) for i, p in enumerate(logs)]
+    assert [o.status for o in parse_files(args)] == ["ingested"] * 3
