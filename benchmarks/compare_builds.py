@@ -7,9 +7,11 @@ check that a change meant to be only faster changes no row.
 and run beside the working tree, each build in its own process. Inputs, each ingested as its
 own job: the sample job, every run of ``tests/data/cpu_gloo`` and, where present, every
 Kineto and Nsight folder of the real traces beside the repository (the formats whose
-files hold ops), and one job of many small Kineto files of several runs (:func:`mixed_job`),
-which ingest parses in batches of files at once. Each table is read whole, sorted on all its
-columns and compared; the command exits 1 on the first table that differs.
+files hold ops), the real NCCL logs and nccl-tests outputs (a job each), one job of many
+small Kineto files of several runs (:func:`mixed_job`) and a generated job of 48 ranks' NCCL
+logs (:func:`nccl_job`), both of which ingest parses in batches of files at once. Each table
+is read whole, sorted on all its columns and compared; the command exits 1 on the first
+table that differs.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def default_inputs() -> dict[str, Path]:
             continue
         for sub in sorted(folder.iterdir()):
             inputs[f"real-{kind}-{sub.name.split('.')[0]}"] = sub
+    for kind in ("nccl_logs", "nccl_tests"):  # (files of many jobs: one job each folder)
+        if (REAL / kind).is_dir():
+            inputs[f"real-{kind}"] = REAL / kind
     return inputs
 
 
@@ -77,6 +82,17 @@ def mixed_job(out: Path) -> Path:
     many_small(traces, 1, out)
     for dump in sorted((REPO / "tests" / "data" / "cpu_gloo" / "ddp4").glob("*flight_recorder*")):
         (out / dump.name).write_bytes(dump.read_bytes())
+    return out
+
+
+def nccl_job(out: Path) -> Path:
+    """A generated job of 48 ranks (TP4 x PP2 x DP6), an ``NCCL_DEBUG=INFO`` log each: ingest
+    parses small NCCL logs in batches (``pipeline.ingest.nccl.log.parse_batch``), so this job
+    compares the batched parse with the other build's."""
+    from pipeline.synth.__main__ import main as synth
+
+    args = ["--tp", "4", "--pp", "2", "--dp", "6", "--steps", "1", "--layers", "2"]
+    synth([str(out), *args, "--global-batch", "12", "--formats", "nccl"])
     return out
 
 
@@ -147,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tw-builds-") as tmp:
         if not args.inputs:
             inputs["batch-mixed"] = mixed_job(Path(tmp) / "inputs" / "batch-mixed")
+            inputs["batch-nccl"] = nccl_job(Path(tmp) / "inputs" / "batch-nccl")
         before = args.keep or Path(tmp) / "before"
         if not before.is_dir():
             base = Path(tmp) / "base"

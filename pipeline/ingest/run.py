@@ -1,12 +1,13 @@
 """Ingest a job's trace files into a dataset: find, hash, parse (in parallel), write, commit.
 
-Each file is parsed on its own (in a worker process when there are several), its tables are
-conformed to ``schemas/`` and written as Parquet parts, except the small ones (most tables
-of most files of a many-rank job), which come back to the main process. That process then
-checks the run as a whole (two files claiming one rank of one job), writes the small tables
-and the ``files`` rows as one part per table and job, and commits the manifest. A file whose
-bytes are already in the dataset under the same job is skipped (the same bytes under another
-job are that job's file).
+Each file is parsed on its own, or with other small files of its format where the format
+parses several at once (:data:`BATCHED_FORMATS`), in a worker process when there are
+several; each file's tables are conformed to ``schemas/`` and written as Parquet parts,
+except the small ones (most tables of most files of a many-rank job), which come back to the
+main process. That process then checks the run as a whole (two files claiming one rank of
+one job), writes the small tables and the ``files`` rows as one part per table and job, and
+commits the manifest. A file whose bytes are already in the dataset under the same job is
+skipped (the same bytes under another job are that job's file).
 """
 
 from __future__ import annotations
@@ -56,9 +57,8 @@ if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
 POOL_MIN_BYTES = 64 * 1024 * 1024
-#: A Kineto file smaller than this (on disk) is parsed in a batch with others
-#: (:func:`parse_files`): a small file's time goes mostly to the fixed cost of each Polars
-#: query, whatever its rows, which a batch pays once for all its files.
+#: A file smaller than this (on disk) of a format of :data:`BATCHED_FORMATS` is parsed in a
+#: batch with others (:func:`parse_files`).
 BATCH_FILE_BYTES = 2 * 1024 * 1024
 #: A batch holds up to this many files ...
 BATCH_FILES = 32
@@ -477,53 +477,75 @@ def _outcome(
 
 def parse_files(batch: list[tuple]) -> list[FileOutcome]:
     """:func:`parse_file` of each argument tuple of ``batch``, in order (a Dask task, a
-    pool task): its small Kineto files (under :data:`BATCH_FILE_BYTES`) are parsed together
-    (:func:`pipeline.ingest.kineto.parse.parse_batch`), the others one by one."""
+    pool task): its small files (under :data:`BATCH_FILE_BYTES`) of a format of
+    :data:`BATCHED_FORMATS` are parsed together, a format at a time (:func:`parse_together`),
+    the others one by one."""
     outs: list[FileOutcome | None] = [None] * len(batch)
-    small = [i for i, a in enumerate(batch) if _batchable(a[0])]
-    for i, out in zip(small, _parse_kineto(batch[i] for i in small), strict=True):
-        outs[i] = out
+    formats: dict[str, list[int]] = {}
+    for i, a in enumerate(batch):
+        if (fmt := _batch_format(a[0])) is not None:
+            formats.setdefault(fmt, []).append(i)
+    for fmt, members in formats.items():
+        parsed = parse_together(fmt, [batch[i] for i in members])
+        for i, out in zip(members, parsed, strict=True):
+            outs[i] = out
     for i, a in enumerate(batch):
         if outs[i] is None:
             outs[i] = parse_file(*a)
     return outs  # type: ignore[return-value]  # (every slot is filled)
 
 
-def _batchable(path: Path) -> bool:
-    """Whether ``path`` is a Kineto trace small enough to be parsed in a batch."""
+#: The formats whose small files are parsed several at once, by their module's
+#: ``parse_batch`` (a list of paths -> a ParseResult or the exception of each): a small file's
+#: time goes mostly to the fixed cost of each Polars query, whatever its rows, which a batch
+#: pays once for all its files.
+BATCHED_FORMATS = ("kineto", "nccl_log")
+
+
+def _batch_format(path: Path) -> str | None:
+    """The format of ``path`` when it is one of :data:`BATCHED_FORMATS` and the file is small
+    enough to be parsed in a batch; else None."""
     try:
-        return path.stat().st_size < BATCH_FILE_BYTES and detect(path) == "kineto"
+        if path.stat().st_size >= BATCH_FILE_BYTES:
+            return None
+        fmt = detect(path)
     except Exception:  # (parse_file reports it)
-        return False
+        return None
+    return fmt if fmt in BATCHED_FORMATS else None
 
 
-def _parse_kineto(batch: Iterable[tuple]) -> list[FileOutcome]:
-    """:func:`parse_file` of each Kineto file of ``batch``, all parsed at once; where a step
-    over the whole batch fails unexpectedly, each file is parsed again alone, so that only
+def parse_together(fmt: str, batch: list[tuple]) -> list[FileOutcome]:
+    """:func:`parse_file` of each file of ``batch`` (all of format ``fmt``), all parsed at
+    once; where the batch fails as a whole, each file is parsed again alone, so that only
     the file that makes it fail fails."""
-    batch = list(batch)
     if len(batch) <= 1:
         return [parse_file(*a) for a in batch]
-    from pipeline.ingest.kineto.parse import parse_batch
-
-    marker = batch[0][6] if len(batch[0]) > 6 else None
     try:
-        results = parse_batch([a[0] for a in batch], step_marker=marker, derive=True)
+        results = module_for(fmt).parse_batch([a[0] for a in batch], **_batch_options(fmt, batch))
     except Exception:
         return [parse_file(*a) for a in batch]
     outs = []
     for (path, job, _, sha256, dataset, *rest), result in zip(batch, results, strict=True):
         out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
         small_rows = rest[0] if rest else 0
-        outs.append(_outcome(out, functools.partial(_given, result), dataset, small_rows))
+        parsed = functools.partial(_given, fmt, result)
+        outs.append(_outcome(out, parsed, dataset, small_rows))
     return outs
 
 
-def _given(result: ParseResult | Exception) -> tuple[str, ParseResult]:
-    """A Kineto file's result from its batch (raised: the error it failed with)."""
+def _batch_options(fmt: str, batch: list[tuple]) -> dict:
+    """Kineto's: the ingest's step marker (the same for every file) and the collectives'
+    attribution and time breakdown worked out over the batch at once too."""
+    if fmt != "kineto":
+        return {}
+    return {"step_marker": batch[0][6] if len(batch[0]) > 6 else None, "derive": True}
+
+
+def _given(fmt: str, result: ParseResult | Exception) -> tuple[str, ParseResult]:
+    """A file's result from its batch (raised: the error it failed with)."""
     if isinstance(result, Exception):
         raise result
-    return "kineto", result
+    return fmt, result
 
 
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 #: Bytes of text handed to Polars at once; bounds peak memory on multi-GB logs.
@@ -146,12 +147,25 @@ KNOWN_OTHER = "|".join(
 
 
 #: What :func:`split_prefix` finds in a line, before ``launcher_rank``.
-_PREFIX_COLUMNS = ["line_no", "line", "wrapper", "host", "pid", "tid", "dev", "loc", "level", "msg"]
+_PREFIX_COLUMNS = [
+    "file",
+    "line_no",
+    "line",
+    "wrapper",
+    "host",
+    "pid",
+    "tid",
+    "dev",
+    "loc",
+    "level",
+    "msg",
+]
 
 
 @dataclass
 class Batch:
-    """One batch of whole lines: a frame with ``line_no`` (1-based) and ``line``."""
+    """One batch of whole lines: a frame with ``file`` (0: the one file), ``line_no``
+    (1-based) and ``line``."""
 
     frame: pl.DataFrame
     undecodable: int
@@ -194,6 +208,7 @@ def _lines(data: bytes, first: int, *, cut_last: bool) -> Batch:
     line = pl.Series("line", [text]).str.split("\n").explode().str.strip_suffix("\r")
     frame = pl.DataFrame(
         {
+            "file": pl.repeat(0, line.len(), dtype=pl.Int32, eager=True),
             "line_no": pl.int_range(first, first + line.len(), eager=True, dtype=pl.Int64),
             "line": line,
         }
@@ -202,13 +217,29 @@ def _lines(data: bytes, first: int, *, cut_last: bool) -> Batch:
     return Batch(frame=frame, undecodable=undecodable, cut_last=cut_last)
 
 
+def whole_files(texts: list[str]) -> pl.DataFrame:
+    """The lines of several files in one frame: ``file`` (the text's index), ``line_no``
+    (1-based in its file) and ``line``, as :func:`iter_batches` gives them for each file on
+    its own. Each text is a whole file, decoded, without its final newline."""
+    counts = np.array([t.count("\n") + 1 for t in texts], dtype=np.int64)
+    line = pl.Series("line", ["\n".join(texts)]).str.split("\n").explode().str.strip_suffix("\r")
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return pl.DataFrame(
+        {
+            "file": np.repeat(np.arange(len(texts), dtype=np.int32), counts),
+            "line_no": np.arange(int(counts.sum()), dtype=np.int64) - starts + 1,
+            "line": line,
+        }
+    )
+
+
 def split_prefix(lines: pl.DataFrame) -> pl.DataFrame:
     """NCCL lines of a batch with their prefix fields, plus prefix-less COLL lines.
 
-    Returns ``line_no, line, wrapper, host, pid, tid, dev, loc, level, msg, launcher_rank``; rows
-    whose line has no NCCL prefix but holds a per-call ``<Op>: opCount`` line (a fragment left
-    when several processes share one terminal) come back with ``level`` null and ``msg`` = the
-    line. Lines that are neither (other program output) are dropped.
+    Returns ``file, line_no, line, wrapper, host, pid, tid, dev, loc, level, msg,
+    launcher_rank``; rows whose line has no NCCL prefix but holds a per-call ``<Op>: opCount``
+    line (a fragment left when several processes share one terminal) come back with ``level``
+    null and ``msg`` = the line. Lines that are neither (other program output) are dropped.
     """
     # Each step below is a query of its own (0.03 to 0.1 ms however few its rows), and most
     # logs need only the fast path: a step with no rows to work on is skipped.
@@ -223,6 +254,7 @@ def split_prefix(lines: pl.DataFrame) -> pl.DataFrame:
     if bare.any():
         found.append(
             lines.filter(bare).select(
+                "file",
                 "line_no",
                 "line",
                 pl.col("line").str.extract(r"^(.*?)[A-Za-z]+: opCount ", 1).alias("wrapper"),
@@ -231,7 +263,7 @@ def split_prefix(lines: pl.DataFrame) -> pl.DataFrame:
                 pl.col("line").str.extract(r"([A-Za-z]+: opCount .*)$", 1).alias("msg"),
             )
         )
-    out = pl.concat(found, how="vertical").sort("line_no") if len(found) > 1 else found[0]
+    out = pl.concat(found, how="vertical").sort("file", "line_no") if len(found) > 1 else found[0]
     launcher = pl.col("wrapper").str.extract_groups(LAUNCHER_RANK)
     return out.with_columns(
         pl.col("pid").cast(pl.Int64),
@@ -247,9 +279,9 @@ def _slow_prefix(lines: pl.DataFrame) -> list[pl.DataFrame]:
     """Lines the fast path could not settle, through the full prefix pattern, then the
     trimmed one; the frames of the lines each one matched (those matching neither are not
     NCCL lines)."""
-    lines = lines.select("line_no", "line")
+    lines = lines.select("file", "line_no", "line")
     full = lines.with_columns(pl.col("line").str.extract_groups(PREFIX_FULL).alias("p")).unnest("p")
-    rest = full.filter(pl.col("level").is_null()).select("line_no", "line")
+    rest = full.filter(pl.col("level").is_null()).select("file", "line_no", "line")
     trimmed = (
         rest.with_columns(pl.col("line").str.extract_groups(PREFIX_TRIMMED).alias("p"))
         .unnest("p")

@@ -17,6 +17,11 @@ launcher tag (``[1,3]<stdout>:``, ``[rank3]:``, ``[3] ``); the ring/tree/connect
 versions (2.7: +1 per call; 2.8: always 0; 2.9-2.11: +1 per launch with proxy work;
 2.12-2.26: +1 per kernel launch, so calls of one group share it; 2.27+: +1 per launch with
 proxy work). ``collectives.seq`` is the order of issue per (process, communicator).
+
+Small logs are parsed several at once (:func:`parse_batch`): each step's queries cost about
+the same for one 7 KB log as for 32, so every frame carries ``file`` (the log's place in
+the batch; 0 for a log parsed alone), which leads every key that works per file, and the
+tables are cut into each file's at the end.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.nccl import lines as L
-from pipeline.ingest.nccl.version import infer_version
+from pipeline.ingest.nccl.version import infer_versions
 from pipeline.ingest.result import ParseResult, Warnings, parsed_table
 from pipeline.ingest.values import LineOutOfRange, check_line_numbers, product_fits
 from pipeline.ingest.vocab import DTYPE_SIZES, op_name_expr
@@ -99,7 +105,9 @@ _PATTERNS = {
     "nvls_head": (L.NVLS_HEAD, "channel"),
     "collnet_direct": (L.COLLNET_DIRECT, "channel"),
 }
-_IDENT = ["line_no", "host", "pid", "tid", "dev"]
+# ``file``: the file's index in a batch of files parsed together (0 for a file alone); it
+# leads every key, so that no file's rows meet another's.
+_IDENT = ["file", "line_no", "host", "pid", "tid", "dev"]
 # Kinds whose message is kept verbatim (no field pattern).
 _VERBATIM = ("trees", "nvls_trees", "channels")
 
@@ -144,11 +152,68 @@ def parse(path: Path) -> ParseResult:
     if facts["nccl_lines"] == 0:
         raise TraceFormatError(path, "not an NCCL debug log: no NCCL INFO/WARN line found", line=1)
     try:
-        return _build(path, parts, facts, warnings)
+        return _build(parts, [warnings])[0]
     except LineOutOfRange as exc:
         raise TraceFormatError(path, str(exc), line=exc.line) from None
     except (pl.exceptions.PolarsError, pa.ArrowException) as exc:  # pragma: no cover - bug net
         raise TraceFormatError(path, f"cannot interpret log: {exc}") from exc
+
+
+def parse_batch(paths: list[Path]) -> list[ParseResult | Exception]:
+    """Parse several small NCCL debug logs at once: each step runs once over the lines of all
+    of them (a ``file`` key in every frame), which a log of a few KB pays for in fixed cost
+    per query, not in rows.
+
+    Each result is the one :func:`parse` gives for that file, or the exception it raises. A
+    file that is not plain whole lines of UTF-8 (empty, unreadable, cut at its end, over
+    :data:`BATCH_FILE_BYTES`) or holds no NCCL line is parsed alone; when a step over the
+    batch fails (it refuses a line), every file is parsed alone, so that only that line's file
+    fails. Never raises.
+    """
+    paths = [Path(p) for p in paths]
+    texts = [_whole_text(p) for p in paths]
+    together = [i for i, t in enumerate(texts) if t is not None]
+    out: list[ParseResult | Exception | None] = [None] * len(paths)
+    if len(together) > 1:
+        warns = [Warnings() for _ in together]
+        try:
+            parts, nccl_files = _scan_files([texts[i] for i in together])
+            results = _build(parts, warns)
+        except Exception:  # (a refused line, or a bug: each file alone tells which file)
+            results, nccl_files = [], set()
+        for j, i in enumerate(together):
+            if j in nccl_files:
+                out[i] = results[j]
+    for i, path in enumerate(paths):
+        if out[i] is None:
+            out[i] = _alone(path)
+    return out  # type: ignore[return-value]  # (every slot is filled)
+
+
+#: The largest file :func:`parse_batch` parses with others.
+BATCH_FILE_BYTES = 2 * 1024 * 1024
+
+
+def _whole_text(path: Path) -> str | None:
+    """The file's text without its final newline, when it is whole lines of UTF-8 and small
+    (:func:`parse_batch`), else None."""
+    try:
+        if path.stat().st_size >= BATCH_FILE_BYTES:
+            return None
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            return None
+        return data[:-1].decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _alone(path: Path) -> ParseResult | Exception:
+    """:func:`parse` of one file, or the exception it raises."""
+    try:
+        return parse(path)
+    except Exception as exc:  # (the caller reports it for this file)
+        return exc
 
 
 #: Takes the rows of one part (a line kind, or a fact such as the banner) of one batch.
@@ -169,11 +234,7 @@ def _scan(path: Path, warnings: Warnings) -> tuple[dict[str, pl.DataFrame], dict
         facts["lines"] += lines.height
         warnings.add("non-UTF-8 bytes replaced", batch.undecodable)
         _whole_lines(lines, add)
-        # every integer field is int64: a line with a longer number is refused, not cast
-        text = lines["line"]
-        kept = text.str.contains("NCCL ", literal=True) | text.str.contains(": opCount ")
-        check_line_numbers(lines.filter(kept), "line")
-        nccl = L.tag_kinds(L.split_prefix(lines))
+        nccl = _nccl_lines(lines)
         facts["nccl_lines"] += nccl.height - nccl["level"].null_count()
         if batch.cut_last and lines.height:
             _cut_line(lines.tail(1), nccl, add, warnings)
@@ -181,6 +242,33 @@ def _scan(path: Path, warnings: Warnings) -> tuple[dict[str, pl.DataFrame], dict
         _kinds(nccl, add, sample="banner" not in acc)
     parts = {k: pl.concat(v, how="diagonal_relaxed") for k, v in acc.items()}
     return parts, facts
+
+
+def _scan_files(texts: list[str]) -> tuple[dict[str, pl.DataFrame], set[int]]:
+    """:func:`_scan` of several whole files at once (``file``: the text's index); the files
+    with an NCCL line."""
+    acc: dict[str, list[pl.DataFrame]] = {}
+
+    def add(name: str, frame: pl.DataFrame) -> None:
+        if frame.height:
+            acc.setdefault(name, []).append(frame)
+
+    lines = L.whole_files(texts)
+    _whole_lines(lines, add)
+    nccl = _nccl_lines(lines)
+    found = set(nccl.filter(pl.col("level").is_not_null())["file"].unique().to_list())
+    # (each file's version comes from its banner when it has one: the sample is for the rest)
+    _kinds(nccl, add, sample=True)
+    return {k: pl.concat(v, how="diagonal_relaxed") for k, v in acc.items()}, found
+
+
+def _nccl_lines(lines: pl.DataFrame) -> pl.DataFrame:
+    """The NCCL lines of a batch with their prefix fields and kind; refuses a line with a
+    number beyond int64 (every integer field is int64: such a line is refused, not cast)."""
+    text = lines["line"]
+    kept = text.str.contains("NCCL ", literal=True) | text.str.contains(": opCount ")
+    check_line_numbers(lines.filter(kept), "line")
+    return L.tag_kinds(L.split_prefix(lines))
 
 
 def _whole_lines(lines: pl.DataFrame, add: _Add) -> None:
@@ -192,7 +280,7 @@ def _whole_lines(lines: pl.DataFrame, add: _Add) -> None:
         add(
             "banner",
             lines.filter(banner)
-            .select("line_no", pl.col("line").str.extract_groups(L.BANNER).alias("b"))
+            .select("file", "line_no", pl.col("line").str.extract_groups(L.BANNER).alias("b"))
             .unnest("b")
             .filter(pl.col("version").is_not_null()),
         )
@@ -200,7 +288,7 @@ def _whole_lines(lines: pl.DataFrame, add: _Add) -> None:
         add(
             "tests_rank",
             lines.filter(tests_rank)
-            .select(pl.col("line").str.extract_groups(L.TESTS_RANK).alias("t"))
+            .select("file", pl.col("line").str.extract_groups(L.TESTS_RANK).alias("t"))
             .unnest("t")
             .filter(pl.col("rank").is_not_null()),
         )
@@ -213,7 +301,7 @@ def _cut_line(last: pl.DataFrame, nccl: pl.DataFrame, add: _Add, warnings: Warni
         # A fragment too short to show its prefix is still the damaged line.
         add(
             "damaged",
-            last.select("line_no", pl.col("line").alias("msg")).with_columns(
+            last.select("file", "line_no", pl.col("line").alias("msg")).with_columns(
                 pl.lit(None, pl.String).alias("kind")
             ),
         )
@@ -227,10 +315,10 @@ def _kinds(nccl: pl.DataFrame, add: _Add, *, sample: bool) -> None:
         add(
             "launcher",
             nccl.filter(pl.col("launcher_rank").is_not_null() & pl.col("host").is_not_null())
-            .select("host", "pid", "dev", "launcher_rank")
+            .select("file", "host", "pid", "dev", "launcher_rank")
             .unique(),
         )
-    add("idents", nccl.select("host", "pid", "dev").unique())
+    add("idents", nccl.select("file", "host", "pid", "dev").unique())
     # one split by kind, not a filter per kind: a small log has a few of the kinds, and
     # each query costs 0.03 to 0.1 ms whatever its size
     by_kind = _by_kind(nccl)
@@ -241,9 +329,9 @@ def _kinds(nccl: pl.DataFrame, add: _Add, *, sample: bool) -> None:
         add(
             "sample",
             nccl.filter(~pl.col("kind").is_in(["known", "unknown", "warn"]))
-            .group_by("kind")
+            .group_by("file", "kind")
             .head(200)
-            .select("kind", "msg"),
+            .select("file", "kind", "msg"),
         )
     for kind in _VERBATIM:
         if by_kind[kind].height:
@@ -295,54 +383,102 @@ def _compact_coll(coll: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _build(
-    path: Path, parts: dict[str, pl.DataFrame], facts: dict, warnings: Warnings
-) -> ParseResult:
-    version = _version(parts, warnings)
+def _build(parts: dict[str, pl.DataFrame], warns: list[Warnings]) -> list[ParseResult]:
+    """The tables of each file of ``parts`` (``warns[file]``: its warnings), all files at once."""
+    versions = _versions(parts, warns)
     inits = _inits(parts)
-    rank_map, pid_map, source = _rank_maps(parts, inits, warnings)
-    world = inits["nranks"].max() if inits.height else None
+    rank_map, pid_map, sources = _rank_maps(parts, inits, warns)
+    facts = _file_facts(inits, versions)
 
     process_ranks = _process_ranks(parts, rank_map, pid_map)
 
     def ranked(frame: pl.DataFrame) -> pl.DataFrame:
-        return _with_rank(frame, process_ranks, warnings)
+        return _with_rank(frame, process_ranks, warns)
 
     comm_ids = _comm_ids(inits)
-    comms = _comm_table(parts, comm_ids, world, ranked)
-    colls = _collectives(parts, inits, comms, ranked, warnings)
+    comms = _comm_table(parts, comm_ids, facts, ranked)
+    colls = _collectives(parts, inits, comms, ranked, warns)
     tables = {
-        "ranks": _ranks_table(rank_map, inits, parts, world, version),
+        "ranks": _ranks_table(rank_map, inits, facts),
         "communicators": comms.select(
-            "rank", "comm", "nranks", "ranks", "rank_in_comm", pl.lit("nccl").alias("backend")
+            "file",
+            "rank",
+            "comm",
+            "nranks",
+            "ranks",
+            "rank_in_comm",
+            pl.lit("nccl").alias("backend"),
         ),
         "topology": _topology(parts, inits, comm_ids, ranked),
         "collectives": colls,
-        "log_messages": _log_messages(parts, ranked, warnings),
+        "log_messages": _log_messages(parts, ranked, warns),
     }
-    return ParseResult(
-        format=FORMAT,
-        tables={k: parsed_table(k, v) for k, v in tables.items()},
-        format_version=version,
-        rank_source=source,
-        warnings=warnings,
+    split = {k: _by_file(k, v, len(warns)) for k, v in tables.items()}
+    return [
+        ParseResult(
+            format=FORMAT,
+            tables={k: v[i] for k, v in split.items()},
+            format_version=versions[i],
+            rank_source=sources[i],
+            warnings=w,
+        )
+        for i, w in enumerate(warns)
+    ]
+
+
+def _by_file(name: str, frame: pl.DataFrame, files: int) -> list[pa.Table]:
+    """Table ``name`` of each of ``files`` files, without the ``file`` column: the frame
+    goes to Arrow once and each file's rows are a slice of it (no copy)."""
+    empty = parsed_table(name, frame.clear())
+    if not frame.height:
+        return [empty] * files
+    # (stable: each file's rows keep their order)
+    frame = frame.sort("file", maintain_order=True)
+    counts = np.bincount(frame["file"].to_numpy(), minlength=files)
+    table = parsed_table(name, frame.drop("file"))
+    starts = np.cumsum(counts) - counts
+    return [table.slice(s, n) if n else empty for s, n in zip(starts, counts, strict=True)]
+
+
+def _file_facts(inits: pl.DataFrame, versions: list[str | None]) -> pl.DataFrame:
+    """Per file: ``world`` (the largest communicator's size) and ``comm_lib_version`` (the
+    version when it is an exact one)."""
+    worlds = dict(inits.group_by("file").agg(pl.col("nranks").max()).iter_rows())
+    exact = [v if v and v[0].isdigit() and v.count(".") >= 2 else None for v in versions]
+    return pl.DataFrame(
+        {
+            "file": range(len(versions)),
+            "world": [worlds.get(i) for i in range(len(versions))],
+            "comm_lib_version": exact,
+        },
+        schema={"file": pl.Int32, "world": pl.Int64, "comm_lib_version": pl.String},
     )
 
 
-def _version(parts: dict[str, pl.DataFrame], warnings: Warnings) -> str | None:
+def _versions(parts: dict[str, pl.DataFrame], warns: list[Warnings]) -> list[str | None]:
+    """Each file's NCCL version: its banner's, else the range its line shapes imply."""
+    out: list[str | None] = [None] * len(warns)
     banner = parts.get("banner")
     if banner is not None and banner.height:
-        return banner["version"].mode().sort()[-1] + (banner["suffix"][0] or "")
+        per_file = banner.group_by("file").agg(
+            pl.col("version").mode().sort().last(), pl.col("suffix").first()
+        )
+        for file, version, suffix in per_file.iter_rows():
+            out[file] = version + (suffix or "")
     sample = parts.get(
         "sample",
-        pl.DataFrame({"kind": [], "msg": []}, schema={"kind": pl.String, "msg": pl.String}),
+        pl.DataFrame(schema={"file": pl.Int32, "kind": pl.String, "msg": pl.String}),
     )
-    return infer_version(sample, warnings)
+    rest = [i for i, v in enumerate(out) if v is None]
+    for i, version in infer_versions(sample, rest, warns).items():
+        out[i] = version
+    return out
 
 
 def _inits(parts: dict[str, pl.DataFrame]) -> pl.DataFrame:
     """Init START/COMPLETE and 2.20+ ``comm .. nRanks`` lines: one row per line, typed."""
     cols = {
+        "file": pl.Int32,
         "line_no": pl.Int64,
         "host": pl.String,
         "pid": pl.Int64,
@@ -375,11 +511,12 @@ def _inits(parts: dict[str, pl.DataFrame]) -> pl.DataFrame:
         )
     if not frames:
         return pl.DataFrame(schema=cols)
-    return pl.concat(frames).sort("line_no")
+    return pl.concat(frames).sort("file", "line_no")
 
 
 #: Columns of the rank evidence; ``prio``: how much a kind of line is trusted (0 most).
 _EVIDENCE = {
+    "file": pl.Int32,
     "host": pl.String,
     "pid": pl.Int64,
     "dev": pl.Int64,
@@ -398,8 +535,9 @@ _RANK_SOURCES = {
 }
 
 
-def _rank_maps(parts, inits: pl.DataFrame, warnings: Warnings):
-    """(host, pid, dev) -> rank and (host, pid) -> rank, from the best evidence; rank_source."""
+def _rank_maps(parts, inits: pl.DataFrame, warns: list[Warnings]):
+    """(host, pid, dev) -> rank and (host, pid) -> rank of each file, from the best evidence;
+    each file's rank_source."""
     casts = [pl.col(c).cast(t) for c, t in _EVIDENCE.items()]
     ev = _rank_evidence(parts, inits)
     evidence = pl.concat([e.select(list(_EVIDENCE)) for e in ev], how="vertical_relaxed")
@@ -407,9 +545,12 @@ def _rank_maps(parts, inits: pl.DataFrame, warnings: Warnings):
     evidence = evidence.filter(pl.col("host").is_not_null() & pl.col("rank").is_not_null())
     best = (
         evidence.sort(
-            ["prio", "nranks", "line_no"], descending=[False, True, False], nulls_last=True
+            ["file", "prio", "nranks", "line_no"],
+            descending=[False, False, True, False],
+            nulls_last=True,
+            maintain_order=True,
         )
-        .group_by("host", "pid", "dev", maintain_order=True)
+        .group_by("file", "host", "pid", "dev", maintain_order=True)
         .agg(
             pl.col("rank").first(),
             pl.col("prio").first(),
@@ -420,25 +561,27 @@ def _rank_maps(parts, inits: pl.DataFrame, warnings: Warnings):
     ambiguous = (best["prio"] >= 3) & (best["n"] > 1)
     if ambiguous.any():
         for row in best.filter(ambiguous).iter_rows(named=True):
-            warnings.add(
+            warns[row["file"]].add(
                 f"rank of {row['host']}:{row['pid']} [{row['dev']}] ambiguous from topology lines"
             )
         best = best.filter(~ambiguous)
     rank_map = best.drop("n")
     pid_map = (
-        rank_map.group_by("host", "pid")
+        rank_map.group_by("file", "host", "pid")
         .agg(pl.col("rank").unique())
         .filter(pl.col("rank").list.len() == 1)
-        .select("host", "pid", pl.col("rank").list.first().alias("pid_rank"))
+        .select("file", "host", "pid", pl.col("rank").list.first().alias("pid_rank"))
     )
-    source = _RANK_SOURCES[rank_map["prio"].min()] if rank_map.height else None
-    return rank_map.select("host", "pid", "dev", "rank", "prio"), pid_map, source
+    best_prio = dict(rank_map.group_by("file").agg(pl.col("prio").min()).iter_rows())
+    sources = [_RANK_SOURCES.get(best_prio.get(i)) for i in range(len(warns))]
+    return rank_map.select("file", "host", "pid", "dev", "rank", "prio"), pid_map, sources
 
 
 def _rank_evidence(parts, inits: pl.DataFrame) -> list[pl.DataFrame]:
     """Every line that tells a process's rank: init lines, nccl-tests' device lines, launcher
     prefixes, topology lines."""
     ev = [inits.filter(pl.col("host").is_not_null()).select(
+        "file",
         "host",
         "pid",
         pl.coalesce("cuda_dev", "dev").alias("dev"),
@@ -447,6 +590,7 @@ def _rank_evidence(parts, inits: pl.DataFrame) -> list[pl.DataFrame]:
     if (t := parts.get("tests_rank")) is not None:
         ev.append(
             t.select(
+                "file",
                 "host",
                 pl.col("pid").cast(pl.Int64),
                 pl.col("dev").cast(pl.Int64),
@@ -459,6 +603,7 @@ def _rank_evidence(parts, inits: pl.DataFrame) -> list[pl.DataFrame]:
     if (t := parts.get("launcher")) is not None:
         ev.append(
             t.select(
+                "file",
                 "host",
                 "pid",
                 "dev",
@@ -480,12 +625,15 @@ def _topology_evidence(parts) -> list[pl.DataFrame]:
     if (f := parts.get("conn")) is not None:
         me = pl.when(pl.col("direction") == "receive").then("dst").otherwise("src")
         out.append(
-            f.select("host", "pid", "dev", me.cast(pl.Int64).alias("rank"), prio, nr, "line_no")
+            f.select(
+                "file", "host", "pid", "dev", me.cast(pl.Int64).alias("rank"), prio, nr, "line_no"
+            )
         )
     for kind in ("ring", "tree"):
         if (f := parts.get(kind)) is not None:
             out.append(
                 f.select(
+                    "file",
                     "host",
                     "pid",
                     "dev",
@@ -497,12 +645,13 @@ def _topology_evidence(parts) -> list[pl.DataFrame]:
             )
     if (f := parts.get("trees")) is not None:
         me = pl.col("msg").str.extract(r"->(-?\d+)->", 1).cast(pl.Int64)
-        out.append(f.select("host", "pid", "dev", me.alias("rank"), prio, nr, "line_no"))
+        out.append(f.select("file", "host", "pid", "dev", me.alias("rank"), prio, nr, "line_no"))
     if (f := parts.get("coll")) is not None:
         # The only member of a one-rank communicator is its rank 0: the weakest evidence.
         one = f.filter(pl.col("nranks") == 1)
         out.append(
             one.select(
+                "file",
                 "host",
                 "pid",
                 "dev",
@@ -521,38 +670,42 @@ def _process_ranks(parts, rank_map: pl.DataFrame, pid_map: pl.DataFrame) -> pl.D
     its ranks with one join."""
     idents = parts.get("idents")
     if idents is None:
-        idents = pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "dev": pl.Int64})
+        schema = {"file": pl.Int32, "host": pl.String, "pid": pl.Int64, "dev": pl.Int64}
+        idents = pl.DataFrame(schema=schema)
+    key = ["file", "host", "pid", "dev"]
     return (
         idents.unique()
-        .join(rank_map.select("host", "pid", "dev", "rank"), on=["host", "pid", "dev"], how="left")
-        .join(pid_map, on=["host", "pid"], how="left")
-        .select("host", "pid", "dev", pl.coalesce("rank", "pid_rank").alias("rank"))
+        .join(rank_map.select(*key, "rank"), on=key, how="left")
+        .join(pid_map, on=["file", "host", "pid"], how="left")
+        .select(*key, pl.coalesce("rank", "pid_rank").alias("rank"))
     )
 
 
 def _with_rank(
-    frame: pl.DataFrame, process_ranks: pl.DataFrame, warnings: Warnings
+    frame: pl.DataFrame, process_ranks: pl.DataFrame, warns: list[Warnings]
 ) -> pl.DataFrame:
     """Add ``rank`` to rows that carry host/pid/dev (and launcher_rank); -1 with a warning."""
     # null keys match the null-keyed rows of process_ranks, whose rank is null too: a prefix
     # without a device still finds its process's rank
-    out = frame.join(process_ranks, on=["host", "pid", "dev"], how="left", nulls_equal=True)
+    key = ["file", "host", "pid", "dev"]
+    out = frame.join(process_ranks, on=key, how="left", nulls_equal=True)
     launcher = pl.col("launcher_rank") if "launcher_rank" in out.columns else pl.lit(None, pl.Int64)
     out = out.with_columns(pl.coalesce("rank", launcher, pl.lit(-1)).cast(pl.Int64).alias("rank"))
     if (out["rank"] == -1).any():
         unknown = out.filter(pl.col("rank") == -1)
-        by_process = unknown.group_by("host", "pid").len().sort("host", "pid", nulls_last=True)
-        for host, pid, n in by_process.iter_rows():  # sorted: the same warnings every run
+        by_process = unknown.group_by("file", "host", "pid").len()
+        by_process = by_process.sort("file", "host", "pid", nulls_last=True)
+        for file, host, pid, n in by_process.iter_rows():  # sorted: the same warnings every run
             who = f"{host}:{pid}" if host else "lines without a host:pid prefix"
-            warnings.add(f"rank unknown for {who}; rank -1 used", n)
+            warns[file].add(f"rank unknown for {who}; rank -1 used", n)
     return out
 
 
 def _comm_ids(inits: pl.DataFrame) -> pl.DataFrame:
     """(host, pid, comm_ptr) -> comm (commId where printed, else pointer), nranks, rank_in_comm."""
     return (
-        inits.sort("line_no")
-        .group_by("host", "pid", "comm_ptr", maintain_order=True)
+        inits.sort("file", "line_no")
+        .group_by("file", "host", "pid", "comm_ptr", maintain_order=True)
         .agg(
             pl.col("comm_id").drop_nulls().last(),
             pl.col("nranks").drop_nulls().last(),
@@ -563,17 +716,18 @@ def _comm_ids(inits: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _comm_table(parts, comm_ids: pl.DataFrame, world, ranked) -> pl.DataFrame:
+def _comm_table(parts, comm_ids: pl.DataFrame, facts: pl.DataFrame, ranked) -> pl.DataFrame:
     """One row per (rank, communicator) seen in Init lines (``comm_ids``) or only in COLL
-    lines."""
+    lines; ``facts``: each file's world size."""
     ids = ranked(comm_ids.rename({"init_dev": "dev"}))
     coll = parts.get("coll")
     if coll is not None:
+        key = ["file", "host", "pid", "comm_ptr"]
         extra = (
             coll.filter(pl.col("host").is_not_null())
-            .group_by("host", "pid", "comm_ptr")
+            .group_by(key)
             .agg(pl.col("dev").first(), pl.col("nranks").cast(pl.Int64).drop_nulls().last())
-            .join(ids.select("host", "pid", "comm_ptr"), on=["host", "pid", "comm_ptr"], how="anti")
+            .join(ids.select(key), on=key, how="anti")
             .with_columns(
                 pl.col("comm_ptr").alias("comm"),
                 pl.lit(None, pl.Int64).alias("rank_in_comm"),
@@ -585,27 +739,31 @@ def _comm_table(parts, comm_ids: pl.DataFrame, world, ranked) -> pl.DataFrame:
     # 2.16); the world communicator's members are 0..n-1 by definition of the global rank.
     members = (
         ids.filter(pl.col("rank_in_comm").is_not_null() & (pl.col("rank") >= 0))
-        .group_by("comm", "rank_in_comm")
+        .group_by("file", "comm", "rank_in_comm")
         .agg(pl.col("rank").first())
     )
-    positions = ids.select("comm", "nranks").unique("comm").filter(pl.col("nranks").is_not_null())
+    positions = ids.select("file", "comm", "nranks").unique(["file", "comm"])
+    positions = positions.filter(pl.col("nranks").is_not_null())
     positions = positions.with_columns(
         pl.int_ranges(0, pl.col("nranks")).alias("rank_in_comm")
     ).explode("rank_in_comm")
     lists = (
-        positions.join(members, on=["comm", "rank_in_comm"], how="left")
-        .sort("comm", "rank_in_comm")
-        .group_by("comm", maintain_order=True)
+        positions.join(members, on=["file", "comm", "rank_in_comm"], how="left")
+        .sort("file", "comm", "rank_in_comm")
+        .group_by("file", "comm", maintain_order=True)
         .agg(pl.col("rank").alias("ranks"), pl.col("nranks").first())
+        .join(facts.select("file", "world"), on="file", how="left")
         .with_columns(
-            pl.when(pl.col("nranks") == pl.lit(world, pl.Int64))
+            pl.when(pl.col("nranks") == pl.col("world"))
             .then(pl.int_ranges(0, pl.col("nranks")))
             .otherwise(pl.col("ranks"))
             .alias("ranks")
         )
-        .drop("nranks")
+        .drop("nranks", "world")
     )
-    return ids.join(lists, on="comm", how="left").sort("rank", "comm")
+    return ids.join(lists, on=["file", "comm"], how="left").sort(
+        "file", "rank", "comm", maintain_order=True
+    )
 
 
 def _check_products(coll: pl.DataFrame, fits: pl.Expr) -> None:
@@ -620,6 +778,7 @@ def _check_products(coll: pl.DataFrame, fits: pl.Expr) -> None:
 
 #: The collectives table's columns, from the parsed COLL lines.
 _COLL_COLUMNS = (
+    "file",
     "rank",
     pl.col("line_no").alias("collective_id"),
     "comm",
@@ -642,23 +801,22 @@ _COLL_COLUMNS = (
 )
 
 
-def _collectives(parts, inits, comms, ranked, warnings: Warnings) -> pl.DataFrame:
+def _collectives(parts, inits, comms, ranked, warns: list[Warnings]) -> pl.DataFrame:
     coll = parts.get("coll")
     if coll is None:
         return pl.DataFrame(schema={"rank": pl.Int64, "collective_id": pl.Int64, "op": pl.String})
-    coll = coll.sort("line_no")
+    coll = coll.sort("file", "line_no")
     if coll["host"].null_count():
         coll = _place_bare_lines(coll)
-    ids = comms.select(
-        "host", "pid", "comm_ptr", "comm", pl.col("nranks").alias("comm_nranks"), "rank_in_comm"
-    )
-    joined = coll.join(ids, on=["host", "pid", "comm_ptr"], how="left", nulls_equal=False)
+    key = ["file", "host", "pid", "comm_ptr"]
+    ids = comms.select(*key, "comm", pl.col("nranks").alias("comm_nranks"), "rank_in_comm")
+    joined = coll.join(ids, on=key, how="left", nulls_equal=False)
     out = joined.with_columns(_coll_fields(joined))
-    unknown_dtype = out.filter(pl.col("dtype").is_null()).height
-    warnings.add("COLL line with an unknown datatype id", unknown_dtype)
-    out = out.with_columns(
-        pl.int_range(pl.len()).over(["host", "pid", "comm_ptr"]).cast(pl.Int64).alias("seq")
-    )
+    if out["dtype"].null_count():
+        unknown = out.filter(pl.col("dtype").is_null()).group_by("file").len()
+        for file, n in unknown.iter_rows():
+            warns[file].add("COLL line with an unknown datatype id", n)
+    out = out.with_columns(pl.int_range(pl.len()).over(key).cast(pl.Int64).alias("seq"))
     out = _attach_tuning(out, parts.get("tuning"))
     return ranked(out).select(*_COLL_COLUMNS)
 
@@ -720,13 +878,13 @@ def _place_bare_lines(coll: pl.DataFrame) -> pl.DataFrame:
     """Prefix-less COLL fragments: borrow host/pid/dev from the one process using that comm."""
     owners = (
         coll.filter(pl.col("host").is_not_null())
-        .group_by("comm_ptr")
+        .group_by("file", "comm_ptr")
         .agg(pl.struct("host", "pid", "dev").unique().alias("o"))
         .filter(pl.col("o").list.len() == 1)
-        .select("comm_ptr", pl.col("o").list.first().struct.unnest())
+        .select("file", "comm_ptr", pl.col("o").list.first().struct.unnest())
         .rename({"host": "o_host", "pid": "o_pid", "dev": "o_dev"})
     )
-    out = coll.join(owners, on="comm_ptr", how="left")
+    out = coll.join(owners, on=["file", "comm_ptr"], how="left")
     bare = pl.col("host").is_null()
     return out.with_columns(
         pl.when(bare).then("o_host").otherwise("host").alias("host"),
@@ -748,12 +906,13 @@ def _attach_tuning(coll: pl.DataFrame, tuning: pl.DataFrame | None) -> pl.DataFr
         return coll.with_columns(
             pl.lit(None, pl.String).alias("algorithm"), pl.lit(None, pl.String).alias("protocol")
         )
-    key = ["host", "pid", "tid", "rank_bytes"]
+    key = ["file", "host", "pid", "tid", "rank_bytes"]
     cand = coll.filter(pl.col("rank_in_comm").is_null() | (pl.col("rank_in_comm") == 0))
     cand = cand.select(*key, "line_no", "op_name").with_columns(
         pl.int_range(pl.len()).over(key).alias("k")
     )
     tun = tuning.select(
+        "file",
         "host",
         "pid",
         "tid",
@@ -765,16 +924,21 @@ def _attach_tuning(coll: pl.DataFrame, tuning: pl.DataFrame | None) -> pl.DataFr
     pairs = cand.join(tun, on=[*key, "k"], how="inner").filter(
         pl.col("t_op").is_null() | (pl.col("t_op") == pl.col("op_name"))
     )
-    return coll.join(pairs.select("line_no", "algorithm", "protocol"), on="line_no", how="left")
+    pairs = pairs.select("file", "line_no", "algorithm", "protocol")
+    return coll.join(pairs, on=["file", "line_no"], how="left")
 
 
 def _hex_int(col: str) -> pl.Expr:
     return pl.col(col).str.strip_prefix("0x").str.to_integer(base=16, strict=False).cast(pl.Int64)
 
 
-def _ranks_table(rank_map, inits, parts, world, version) -> pl.DataFrame:
-    world_inits = inits.filter(pl.col("nranks") == world) if world is not None else inits.clear()
-    info = world_inits.group_by("host", "pid", pl.coalesce("cuda_dev", "dev").alias("dev")).agg(
+def _ranks_table(rank_map, inits, facts: pl.DataFrame) -> pl.DataFrame:
+    """One row per rank of each file; ``facts``: each file's world size and NCCL version."""
+    world_inits = inits.join(facts.select("file", "world"), on="file").filter(
+        pl.col("nranks") == pl.col("world")
+    )
+    key = ["file", "host", "pid"]
+    info = world_inits.group_by(*key, pl.coalesce("cuda_dev", "dev").alias("dev")).agg(
         pl.col("bus_id").drop_nulls().first(),
         pl.col("nvml_dev").drop_nulls().first(),
         pl.col("local_rank").drop_nulls().first(),
@@ -782,23 +946,24 @@ def _ranks_table(rank_map, inits, parts, world, version) -> pl.DataFrame:
     # the few bus ids of the file's ranks, formatted in Python: as expressions they would be
     # a dozen replace_strict calls on every file
     pci = {b: _pci_bus_id(b) for b in set(info["bus_id"].to_list()) if b is not None}
-    exact = version if version and version[0].isdigit() and version.count(".") >= 2 else None
     return (
-        rank_map.join(info, on=["host", "pid", "dev"], how="left")
+        rank_map.join(info, on=[*key, "dev"], how="left")
+        .join(facts, on="file", how="left")
         .select(
+            "file",
             "rank",
-            pl.lit(world, pl.Int64).alias("world_size"),
+            pl.col("world").alias("world_size"),
             pl.when(pl.col("host") != L.TRIMMED_HOST).then("host").alias("host"),
             pl.when(pl.col("pid") != L.TRIMMED_PID).then("pid").alias("pid"),
             "local_rank",
             pl.format("cuda:{}", "dev").alias("device"),
             pl.lit("nccl").alias("backend"),
-            pl.lit(exact, pl.String).alias("comm_lib_version"),
+            "comm_lib_version",
             pl.col("bus_id").replace_strict(pci, default=None, return_dtype=pl.String),
             "nvml_dev",
         )
         .unique(maintain_order=True)
-        .sort("rank")
+        .sort("file", "rank", maintain_order=True)
     )
 
 
@@ -891,10 +1056,11 @@ def _topology(parts, inits: pl.DataFrame, comm_ids: pl.DataFrame, ranked) -> pl.
         rows.append(_topology_rows(f, "channels", detail, channel=pl.lit(None, i64)))
     if not rows:
         return pl.DataFrame(schema={"rank": pl.Int64, "kind": pl.String})
-    topo = pl.concat(rows, how="vertical_relaxed").sort("line_no")
+    # (stable: the entries of one line keep their order)
+    topo = pl.concat(rows, how="vertical_relaxed").sort("file", "line_no", maintain_order=True)
     topo = _topology_comm(topo, inits, comm_ids)
     return ranked(topo).select(
-        "rank", "comm", "channel", "kind", "peer", "peers", "transport", "detail"
+        "file", "rank", "comm", "channel", "kind", "peer", "peers", "transport", "detail"
     )
 
 
@@ -948,8 +1114,9 @@ def _topology_comm(topo: pl.DataFrame, inits: pl.DataFrame, comm_ids: pl.DataFra
     is printed during init, on the thread that runs it; connection lines after the thread's
     last Init COMPLETE are the connections NCCL makes at a communicator's first collective
     (runtime connect), on the thread of its last init."""
-    ids = comm_ids.select("host", "pid", "comm_ptr", "comm")
-    marks = inits.join(ids, on=["host", "pid", "comm_ptr"], how="left").select(
+    ids = comm_ids.select("file", "host", "pid", "comm_ptr", "comm")
+    marks = inits.join(ids, on=["file", "host", "pid", "comm_ptr"], how="left").select(
+        "file",
         "line_no",
         "host",
         "pid",
@@ -964,8 +1131,8 @@ def _topology_comm(topo: pl.DataFrame, inits: pl.DataFrame, comm_ids: pl.DataFra
         ],
         how="diagonal_relaxed",
     )
-    key = ["host", "pid", "tid"]
-    both = both.sort("line_no").with_columns(
+    key = ["file", "host", "pid", "tid"]
+    both = both.sort("file", "line_no", maintain_order=True).with_columns(
         pl.coalesce(
             pl.col("c_next").backward_fill().over(key), pl.col("c_prev").forward_fill().over(key)
         ).alias("comm")
@@ -973,10 +1140,11 @@ def _topology_comm(topo: pl.DataFrame, inits: pl.DataFrame, comm_ids: pl.DataFra
     return both.filter(pl.col("is_topo")).drop("c_next", "c_prev", "is_topo")
 
 
-def _log_messages(parts, ranked, warnings: Warnings) -> pl.DataFrame:
+def _log_messages(parts, ranked, warns: list[Warnings]) -> pl.DataFrame:
     """WARN lines, unrecognised NCCL lines and damaged lines, each counted as a warning."""
     frames = []
     schema = {
+        "file": pl.Int32,
         "line_no": pl.Int64,
         "host": pl.String,
         "pid": pl.Int64,
@@ -1025,11 +1193,13 @@ def _log_messages(parts, ranked, warnings: Warnings) -> pl.DataFrame:
         ("damaged", "damaged line (a known line shape that does not parse)"),
     ):
         if (f := parts.get(name)) is not None:
-            warnings.add(what, f.height)
+            for file, n in f.group_by("file").len().iter_rows():
+                warns[file].add(what, n)
     if not frames:
         return pl.DataFrame(schema={"rank": pl.Int64, "line": pl.Int64, "message": pl.String})
-    msgs = ranked(pl.concat(frames).sort("line_no"))
+    msgs = ranked(pl.concat(frames).sort("file", "line_no"))
     return msgs.select(
+        "file",
         "rank",
         pl.col("line_no").alias("line"),
         "level",

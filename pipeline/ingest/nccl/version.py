@@ -56,10 +56,35 @@ def infer_version(sample: pl.DataFrame, warnings: Warnings) -> str | None:
     """
     # every rule in one pass: a log of a few KB is parsed in tens of ms, a query per rule
     # would add a fifth to that
-    hits = sample.select(
+    hits = sample.select(_rule_hits()).row(0)
+    return _range(hits, warnings)
+
+
+def infer_versions(
+    sample: pl.DataFrame, files: list[int], warnings: list[Warnings]
+) -> dict[int, str | None]:
+    """:func:`infer_version` of each of ``files`` at once, from a sample of (file, kind, msg)
+    rows of several files; ``warnings[file]`` takes that file's warning."""
+    if not files:
+        return {}
+    hits = {}
+    if sample.height:
+        for row in sample.group_by("file").agg(_rule_hits()).iter_rows():
+            hits[row[0]] = row[1:]
+    none = (False,) * len(RULES)
+    return {f: _range(hits.get(f, none), warnings[f]) for f in files}
+
+
+def _rule_hits() -> list[pl.Expr]:
+    """Whether each rule fires on some row."""
+    return [
         ((pl.col("kind") == kind) & pl.col("msg").str.contains(pattern)).any().alias(str(i))
         for i, (kind, pattern, _, _) in enumerate(RULES)
-    ).row(0)
+    ]
+
+
+def _range(hits: tuple[bool, ...], warnings: Warnings) -> str | None:
+    """The version range of the rules that fired (``hits``, one per rule)."""
     fired = [(first, last) for (_, _, first, last), hit in zip(RULES, hits, strict=True) if hit]
     if not fired:
         return None
