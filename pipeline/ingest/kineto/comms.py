@@ -530,7 +530,9 @@ def _finish(frame: pl.DataFrame, groups: list[dict[str, dict[str, Any]]]) -> pl.
     )
     plan = _with_peer(plan, groups, frame)
     # Like PyTorch's own counters, collectives and point-to-point calls count separately.
-    plan = plan.sort("enqueue_ns", "start_ns", nulls_last=True).with_columns(
+    # (collective_id last: two calls of equal times are numbered in the trace's order, the
+    # same however the files are batched)
+    plan = plan.sort("enqueue_ns", "start_ns", "collective_id", nulls_last=True).with_columns(
         pl.coalesce(
             "seq",
             pl.int_range(pl.len()).over("file", "comm", pl.col("op").is_in(["send", "recv"])),
