@@ -1192,30 +1192,7 @@ _EMPTY_BATCH = pl.DataFrame(
     }
 )
 
-_HOST_FRAME = [
-    "event_id",
-    "file",
-    "cat",
-    "name",
-    "pid",
-    "tid",
-    "start_ns",
-    "dur_ns",
-    "input_dims",
-    "input_types",
-    "concrete_inputs",
-    *_HOST_ARGS,
-]
-_GPU_FRAME = [
-    "event_id",
-    "file",
-    "cat",
-    "name",
-    "pid",
-    "tid",
-    "start_ns",
-    "dur_ns",
-    "grid",
-    "block",
-]
-_GPU_FRAME += _GPU_ARGS
+#: The columns every event's frame starts with, host range or GPU activity.
+_EVENT_FRAME = ["event_id", "file", "cat", "name", "pid", "tid", "start_ns", "dur_ns"]
+_HOST_FRAME = [*_EVENT_FRAME, "input_dims", "input_types", "concrete_inputs", *_HOST_ARGS]
+_GPU_FRAME = [*_EVENT_FRAME, "grid", "block", *_GPU_ARGS]
