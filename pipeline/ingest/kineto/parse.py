@@ -265,12 +265,12 @@ def parse_batch(
     failed = batches.failed
     for key, exc in failed.items():
         out[read[key].index] = exc
-    files = [f for key, f in enumerate(read) if key not in failed]
     for key, f in enumerate(read):
         f.first_id = batches.first_ids.get(key, 0)
         f.warnings.extend(f.later)
+    keys = [key for key in range(len(read)) if key not in failed]
+    files = [read[key] for key in keys]
     if files:
-        keys = [key for key in range(len(read)) if key not in failed]
         results = _parse_read(files, batches, keys, step_marker, derive)
         for file, result in zip(files, results, strict=True):
             out[file.index] = result
