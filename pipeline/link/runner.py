@@ -70,7 +70,8 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         # (the transaction removed a link planted there: DuckDB would write through it).
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET temp_directory = ?", [str(dataset / SPILL)])
-        secondary = _small_job_threads(con)
+        collectives, secondary = _collectives_seen(con)
+        _small_job_threads(con, collectives)
         _hold_communicators(con)
         jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
         if not jobs:
@@ -140,20 +141,22 @@ def _raw_tables(steps: Plan) -> set[str]:
 ROW_GROUP = 122_880
 
 
-def _small_job_threads(con: duckdb.DuckDBPyConnection) -> bool:
-    """One DuckDB thread for a job of fewer collectives than one row group: link's tables
-    follow the collectives, so each of its statements would hand the other threads one
-    piece or none, and on such a job their start and hand-over cost more CPU than they save
-    time (0.15 s of 1.6 s at 2.1 M events; the same wall time). Returns whether any
-    collective is of a source other than the profiler's (:data:`SECONDARY_ONLY`), from the
-    same scan (the count comes from the Parquet footers, which the views have read; the
-    sources from the column)."""
-    collectives, secondary = con.execute(
+def _collectives_seen(con: duckdb.DuckDBPyConnection) -> tuple[int, bool]:
+    """How many collectives the job has (from the Parquet footers, which the views have read)
+    and whether any is of a source other than the profiler's (:data:`SECONDARY_ONLY`; from
+    the column), in one scan."""
+    return con.execute(
         "SELECT count(*), coalesce(bool_or(source <> 'kineto'), false) FROM collectives"
     ).fetchone()
+
+
+def _small_job_threads(con: duckdb.DuckDBPyConnection, collectives: int) -> None:
+    """One DuckDB thread for a job of fewer ``collectives`` than one row group: link's tables
+    follow the collectives, so each of its statements would hand the other threads one
+    piece or none, and on such a job their start and hand-over cost more CPU than they save
+    time (0.15 s of 1.6 s at 2.1 M events; the same wall time)."""
     if collectives < ROW_GROUP:
         con.execute("SET threads = 1")
-    return secondary
 
 
 def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]:
