@@ -9,6 +9,9 @@
   the whole value: a hostile file can hold a list that shares itself to a depth of 2**60
   nodes, or an integer with 100,000 digits (``str`` refuses past 4,300 digits).
 
+A trace that does not say its rank takes it from its file name, by one rule for every
+format (:func:`rank_from_file_name`).
+
 Scalars are checked with :func:`check_int64` / :func:`check_bytes` (raising
 :class:`OutOfRange`, whose message the parser places), lines and columns with
 :func:`check_line_numbers` and :func:`product_fits`.
@@ -151,3 +154,30 @@ def check_line_numbers(frame: pl.DataFrame, text: str, line: str = "line_no") ->
         at, value = bad.select(line, text).row(0)
         number = max((d.lstrip("0") for d in re.findall(r"\b\d{19,}\b", value)), key=len)
         raise LineOutOfRange(at, f"the number {describe(number)} is outside 64-bit integers")
+
+
+#: Where a file name holds its rank, most telling first: ``rank3`` / ``worker3`` (PyTorch's
+#: ``tensorboard_trace_handler(worker_name=...)``, torch's flight-recorder ``..._rank_3``),
+#: then a number closing a ``_``-separated field (``fr_dump_3.pkl``), then trailing digits.
+_RANK_IN_FILE_NAME = (
+    re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE),
+    re.compile(r"_(\d+)(?:\.|$)"),
+    re.compile(r"(\d+)$"),
+)
+_TRACE_SUFFIXES = (".gz", ".json", ".pkl", ".pickle", ".sqlite")
+
+
+def rank_from_file_name(name: str) -> int | None:
+    """The rank a file name states (``rank3``, ``worker3``, ``rank-3``, ``nccl_trace_rank_3``,
+    ``x_3.json``, ``dump15``), or None: the one rule for every format whose trace may not
+    say its rank. ``worker0_step_12.pt.trace.json`` is rank 0: a rank or worker tag wins
+    over any other number."""
+    for suffix in _TRACE_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    for pattern in _RANK_IN_FILE_NAME:
+        found = pattern.search(name)
+        if found:
+            digits = found.group(1).lstrip("0") or "0"
+            return int(digits) if len(digits) <= 18 else None  # (beyond int64: no rank)
+    return None

@@ -333,19 +333,11 @@ def test_rank_key_wins_over_file_name(tmp_path: Path) -> None:
     assert result.tables["ranks"].column("rank").to_pylist() == [4]
 
 
-@pytest.mark.parametrize(
-    ("name", "rank"),
-    [
-        ("rank0.flight_recorder.json.gz", 0),
-        ("rank-12.json", 12),
-        ("nccl_trace_rank_7", 7),
-        ("fr_dump_3.pkl", 3),
-        ("dump15", 15),
-        ("dump.json", None),
-    ],
-)
-def test_rank_from_name(name: str, rank: int | None) -> None:
-    assert fr.rank_from_name(Path(name)) == rank
+def test_rank_from_file_name_is_the_shared_rule(tmp_path: Path) -> None:
+    """The dump takes its rank from the one file-name rule every format uses."""
+    result = fr.parse(_write_json(tmp_path / "worker0_step_12.json", {"version": "2.10"}))
+    assert result.rank_source == "file_name"
+    assert result.tables["ranks"].column("rank").to_pylist() == [0]
 
 
 # --------------------------------------------------------------------------- bad input

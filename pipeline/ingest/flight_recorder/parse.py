@@ -50,7 +50,14 @@ from pipeline.dataset.arrow_convert import table_from_lists
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.gz import gunzip
 from pipeline.ingest.result import ParseResult, Warnings
-from pipeline.ingest.values import INT64_MAX, OutOfRange, check_bytes, check_int64, describe
+from pipeline.ingest.values import (
+    INT64_MAX,
+    OutOfRange,
+    check_bytes,
+    check_int64,
+    describe,
+    rank_from_file_name,
+)
 from pipeline.ingest.vocab import DTYPE_SIZES, op_of
 
 FORMAT = "flight_recorder"
@@ -102,12 +109,6 @@ EVENT_BACKENDS = frozenset({"nccl", "xccl", "hccl", "cncl"})
 
 _PICKLE_MAGIC = b"\x80"
 _GZIP_MAGIC = b"\x1f\x8b"
-_RANK_IN_NAME = (
-    re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
-    re.compile(r"_(\d+)(?:\.|$)"),
-    re.compile(r"(\d+)$"),
-)
-
 
 # --------------------------------------------------------------------------- detection
 
@@ -727,20 +728,6 @@ def _world_size(groups: dict[str, _Group]) -> int | None:
     return None
 
 
-def rank_from_name(path: Path) -> int | None:
-    """The rank in a file name: ``rank3``, ``rank-3``, ``nccl_trace_rank_3``, ``x_3.json``."""
-    name = path.name
-    for suffix in (".gz", ".json", ".pkl", ".pickle"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    for pattern in _RANK_IN_NAME:
-        m = pattern.search(name)
-        if m:
-            rank = _digits(m.group(1))
-            return rank if rank >= 0 else None  # (digits beyond int64: no rank)
-    return None
-
-
 # --------------------------------------------------------------------------- parse
 
 
@@ -751,7 +738,7 @@ def parse(path: Path) -> ParseResult:
     if dump.rank is not None:
         rank, rank_source = dump.rank, "rank_key"
     else:
-        rank, rank_source = rank_from_name(path), "file_name"
+        rank, rank_source = rank_from_file_name(path.name), "file_name"
         if rank is None:
             raise TraceFormatError(
                 path, "no 'rank' key and no rank in the file name (rank<N>, rank-N, _N.)"

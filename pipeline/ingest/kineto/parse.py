@@ -41,7 +41,7 @@ from pipeline.ingest.kineto.comms import (
 )
 from pipeline.ingest.kineto.stream import BATCH_BYTES, EventStream
 from pipeline.ingest.result import ENGINE, ParseResult, Warnings
-from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
+from pipeline.ingest.values import fits_int64, int64_or_none, rank_from_file_name, str_or_none
 from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
@@ -112,9 +112,6 @@ OPS_COLUMNS = [
 ]
 #: Times beyond this many microseconds (about 95 years from the epoch) are not times.
 MAX_ABS_US = 3 * 10**15
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)|_(\d+)\.", re.IGNORECASE)
-
-
 #: A raw field the event did not have (msgspec cannot make a Raw field optional).
 _NO_VALUE = msgspec.Raw(b"")
 
@@ -347,7 +344,7 @@ def _parse_read(
 
 def _rank(path: Path, trace: Trace, warnings: Warnings) -> tuple[int, str]:
     info = trace.distributedInfo or {}
-    from_name = _rank_from_name(path.name)
+    from_name = rank_from_file_name(path.name)
     rank = int64_or_none(info.get("rank"))  # (another type or beyond int64: unknown)
     if rank is not None:
         if from_name is not None and from_name != rank:
@@ -360,14 +357,6 @@ def _rank(path: Path, trace: Trace, warnings: Warnings) -> tuple[int, str]:
         return from_name, "file_name"
     warnings.add("no rank in distributedInfo or the file name: assuming rank 0")
     return 0, "default"
-
-
-def _rank_from_name(name: str) -> int | None:
-    found = _RANK_IN_NAME.search(name)
-    if not found:
-        return None
-    digits = (found.group(1) or found.group(2)).lstrip("0") or "0"
-    return int(digits) if len(digits) <= 18 else None  # (beyond int64: no rank)
 
 
 _HOST = frozenset(HOST_KINDS)

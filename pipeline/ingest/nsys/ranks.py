@@ -15,7 +15,8 @@ Each unit's rank comes from the first source that knows it, in this order:
    MV2_COMM_WORLD_RANK in the process's environment (json export ``CommEvent``), or in the
    capture's environment when the report holds one process;
 4. ``command_line``: a ``--rank N`` / ``--rank=N`` argument;
-5. ``file_name``: ``rank<N>`` / ``rank_<N>`` / ``rank-<N>`` in the file name, one unit only;
+5. ``file_name``: the rank the file name states (``rank<N>``, ``..._<N>.sqlite``; the one rule of
+   every format, :func:`pipeline.ingest.values.rank_from_file_name`), one unit only;
 6. ``process_order``: the unit's index in (pid, device) order, with a warning.
 """
 
@@ -29,6 +30,7 @@ import polars as pl
 
 from pipeline.ingest.nsys.raw import NsysRaw, ProcessInfo
 from pipeline.ingest.result import Warnings
+from pipeline.ingest.values import rank_from_file_name
 
 _RANK_VARS = (
     "RANK",
@@ -53,7 +55,6 @@ _SIZE_VARS = (
     "MV2_COMM_WORLD_SIZE",
 )
 _RANK_ARG = re.compile(r"^--?rank(?:=(\d+))?$")
-_RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z])rank[_\-]?(\d+)")
 
 UNIT_SCHEMA = {
     "pid": pl.Int64,
@@ -104,8 +105,8 @@ def assign(
             u.rank, u.source = r, "environment"
         elif (r := _from_args(args)) is not None:
             u.rank, u.source = r, "command_line"
-        elif single and (m := _RANK_IN_NAME.search(path.name)):
-            u.rank, u.source = int(m.group(1)), "file_name"
+        elif single and (r := rank_from_file_name(path.name)) is not None:
+            u.rank, u.source = r, "file_name"
     unknown = [u for u in units if u.rank is None]
     if unknown:
         taken = {u.rank for u in units if u.rank is not None}
