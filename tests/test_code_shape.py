@@ -4,6 +4,7 @@ lists those that do)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
@@ -35,3 +36,17 @@ def test_the_listing_finds_a_long_function(tmp_path: Path) -> None:
     function = "\n".join(f"    x{i} = {i}" for i in range(78))
     (root / "n.py").write_text(f"def almost():\n{function}\n")
     assert _script().long_functions(root) == [(80, "pkg/m.py:6", "long")]
+
+
+def test_sql_files_are_read_one_way() -> None:
+    """Every ``.sql`` file of the package is read through ``dataset.sql_files``: a second
+    reader (a ``-- name:`` splitter of its own, a path beside ``__file__``) is a second rule
+    for what a file of named statements means."""
+    package = Path(__file__).resolve().parents[1] / "pipeline"
+    own_reader = re.compile(r"-- name:|\.sql\"\)\.read_text|with_name\(\"\w+\.sql\"\)")
+    readers = sorted(
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if own_reader.search(p.read_text(encoding="utf-8"))
+    )
+    assert readers == ["dataset/sql_files.py"]

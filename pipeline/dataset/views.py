@@ -12,13 +12,13 @@ import re
 import secrets
 import tempfile
 from collections.abc import Collection
-from importlib import resources
 from pathlib import Path
 
 import duckdb
 
 from pipeline.dataset import rank_sets
 from pipeline.dataset.schema import TableSchema, load_schemas
+from pipeline.dataset.sql_files import sql_text
 from pipeline.dataset.store import MANIFEST, Manifest, read_parts_by_table, require_parts
 from pipeline.errors import DatasetError
 
@@ -81,9 +81,9 @@ def connect(
         con.close()
         require_readable(dataset, parts)  # a damaged part is named; anything else is a bug
         raise
-    con.execute(resources.files("pipeline.dataset").joinpath("sources.sql").read_text())
+    con.execute(sql_text("pipeline.dataset", "sources.sql"))
     if derived:
-        con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
+        con.execute(sql_text("pipeline.dataset", "views.sql"))
     if read_only:
         # DuckDB may always reach its temporary folder, by default ``.tmp`` of the current
         # folder: one of its own, unguessable and not there yet, which it removes on close

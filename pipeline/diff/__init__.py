@@ -14,13 +14,13 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import polars as pl
 
+from pipeline.dataset.sql_files import sql_text
 from pipeline.diff.sides import DiffError, Side, read_side
 
 __all__ = ["VIEWS", "DiffError", "RunDiff", "diff_jobs", "query_diff", "view_descriptions"]
@@ -34,7 +34,7 @@ _VIEW_COMMENT = re.compile(r"((?:^-- .*\n)+)CREATE VIEW (\w+)", re.MULTILINE)
 @functools.cache
 def diff_sql() -> str:
     """The text of ``diff.sql``."""
-    return resources.files("pipeline.diff").joinpath("diff.sql").read_text()
+    return sql_text("pipeline.diff", "diff.sql")
 
 
 @functools.cache

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,17 @@ import duckdb
 import polars as pl
 
 from pipeline.dataset.snapshot import read_snapshot
+from pipeline.dataset.sql_files import named_statements
 from pipeline.dataset.views import connect
 from pipeline.export.scope import ExportError, Scope
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PARAM = re.compile(r"\$(\w+)")
 
 
 @functools.cache
 def queries() -> dict[str, str]:
     """The named queries of ``timeline.sql``."""
-    text = resources.files("pipeline.export").joinpath("timeline.sql").read_text()
-    parts = _NAME.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return named_statements("pipeline.export", "timeline.sql")
 
 
 @dataclass

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
 from importlib import resources
 
+from pipeline.dataset.sql_files import sql_text
+
 _HEADER = re.compile(r"^--\s*(reads|creates|takes):(.*(?:\n--\s{2,}\S.*)*)", re.M)
 _CREATE = re.compile(
     r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?(TABLE|VIEW|MACRO)\s+"
@@ -93,7 +95,7 @@ def sql_files() -> list[SqlFile]:
     """Every link SQL file of the package, parsed, in name order."""
     folder = resources.files("pipeline.link")
     names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-    return [parse(n, folder.joinpath(n).read_text()) for n in names]
+    return [parse(n, sql_text("pipeline.link", n)) for n in names]
 
 
 def plan(files: list[SqlFile] | None = None) -> Plan:

@@ -40,6 +40,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.dataset.sql_files import sql_text
 from pipeline.ingest.vocab import bus_factor_expr
 from pipeline.model.config import AUTO_ALGORITHMS, Job, Network
 from pipeline.model.traffic import hierarchical_split, node_split, wire_bytes
@@ -349,16 +350,15 @@ def dataset_fits(con: Any, job: str) -> list[Fitted]:
     message size; two sizes or more)."""
     import duckdb
 
-    here = Path(__file__).parent
     fits: list[Fitted] = []
     try:
-        tests = _query(con, here / "fit_nccl_tests.sql", job)
+        tests = _query(con, "fit_nccl_tests.sql", job)
     except duckdb.CatalogException:  # (no nccl-tests output in the dataset)
         tests = pl.DataFrame()
     if not tests.is_empty():
         fits += fit(tests, f"nccl-tests tables of job {job}")
     try:
-        seen = _query(con, here / "fit_collectives.sql", job)
+        seen = _query(con, "fit_collectives.sql", job)
     except duckdb.CatalogException:  # (a dataset not linked: no collective_instances)
         seen = pl.DataFrame()
     if not seen.is_empty():
@@ -372,8 +372,9 @@ def dataset_fits(con: Any, job: str) -> list[Fitted]:
     return fits
 
 
-def _query(con: Any, sql: Path, job: str) -> pl.DataFrame:
-    out = pl.from_arrow(con.sql(sql.read_text(), params={"job": job}).to_arrow_table())
+def _query(con: Any, file: str, job: str) -> pl.DataFrame:
+    sql = sql_text("pipeline.model", file)
+    out = pl.from_arrow(con.sql(sql, params={"job": job}).to_arrow_table())
     assert isinstance(out, pl.DataFrame)
     return out
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.dataset.sql_files import sql_text
 from pipeline.errors import ConfigError, DatasetError
 from pipeline.ingest.vocab import WORLD_DIMS
 from pipeline.model import params as P
@@ -35,10 +36,6 @@ from pipeline.model.config import Job, build_job
 from pipeline.model.predict import _peer, predict_ranks
 from pipeline.model.timing import Fitted, dataset_fits, exposed
 
-#: The SQL that reads the observed step and compute time (what it answers is in the file).
-_SQL = Path(__file__).with_name("whatif.sql")
-#: The SQL that splits the observed compute among classes of layers.
-_LAYERS_SQL = Path(__file__).with_name("whatif_layers.sql")
 #: Classes of layers whose work :func:`class_work` measures.
 CLASSES = ("transformer", "embedding", "lm_head", "other")
 
@@ -97,7 +94,7 @@ def observed_in(con: Any, job: str | None, where: str) -> Observed:
     """:func:`observed` over an open DuckDB connection to the dataset (``where`` names it in
     errors)."""
     dataset = where
-    rows = con.execute(_SQL.read_text()).fetchall()
+    rows = con.execute(sql_text("pipeline.model", "whatif.sql")).fetchall()
     jobs = {r[0]: r for r in rows}
     if job is None and len(jobs) > 1:
         raise DatasetError(f"{dataset}: {len(jobs)} jobs with step timings; name one with --job")
@@ -127,7 +124,7 @@ def _shares(con: Any, job: str) -> tuple[tuple[str, float], ...]:
     import duckdb
 
     try:
-        rows = con.execute(_LAYERS_SQL.read_text()).fetchall()
+        rows = con.execute(sql_text("pipeline.model", "whatif_layers.sql")).fetchall()
     except duckdb.CatalogException:  # (a dataset of NCCL logs only has no ops table)
         rows = []
     ns = {c: float(t) for j, c, t in rows if j == job and t}

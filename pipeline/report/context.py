@@ -10,29 +10,26 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
+from pipeline.dataset.sql_files import named_statements
 from pipeline.dataset.views import connect
 from pipeline.errors import DatasetError
 
 if TYPE_CHECKING:
     from pipeline.model.config import Job
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PARAM = re.compile(r"\$(\w+)")
 
 
 @functools.cache
 def queries() -> dict[str, str]:
     """The named queries of ``queries.sql``."""
-    text = resources.files("pipeline.report").joinpath("queries.sql").read_text()
-    parts = _NAME.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return named_statements("pipeline.report", "queries.sql")
 
 
 @dataclass
