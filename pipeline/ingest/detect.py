@@ -20,6 +20,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 FORMATS: dict[str, str] = {
     "flight_recorder": "pipeline.ingest.flight_recorder.parse",
     "kineto": "pipeline.ingest.kineto.parse",
+    "rocprof": "pipeline.ingest.rocprof.parse",
     "nsys": "pipeline.ingest.nsys.parse",
     # nccl-tests output often carries NCCL INFO lines too: its table is what makes it special.
     "nccl_tests": "pipeline.ingest.nccl.nccl_tests",
