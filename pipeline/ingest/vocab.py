@@ -237,7 +237,8 @@ COLLECTIVE_LAUNCH_OP = r"^(?:c10d|_?c10d_functional|symm_mem)::"
 _KERNEL_KINDS: list[tuple[str, str]] = [
     ("comm", COMM_KERNEL),
     ("attention", r"flash|fmha|attention|attn|sdpa|mha_"),
-    ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|matmul|gemv|wgmma|[sh](?:884|1688|16816)"),
+    # (Cijk_: the GEMMs of AMD's Tensile and hipBLASLt)
+    ("gemm", r"gemm|cijk_|cutlass|xmma|nvjet|cublas|matmul|gemv|wgmma|[sh](?:884|1688|16816)"),
     ("conv", r"conv|cudnn|winograd|implicit"),
     ("norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|norm_kernel|bn_fw|bn_bw"),
     ("reduction", r"reduce|reduction|softmax|sum_kernel|argmax|cross_entropy|nll_loss"),

@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-import polars as pl
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.flight_recorder.parse import rank_from_name
@@ -77,4 +76,3 @@ def _processes(path: Path, data: object) -> list[dict]:
     if bad is not None:
         raise TraceFormatError(path, f"rocprofiler-sdk-tool[{bad}] is not an object")
     return procs
-

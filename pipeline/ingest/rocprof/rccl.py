@@ -34,10 +34,13 @@ def match_calls(kernels: pl.DataFrame, calls: pl.DataFrame, warnings: Warnings) 
             pl.lit(None, pl.String).alias("call_name"),
             pl.lit(None, pl.Int64).alias("call_ns"),
         ).drop("launch")
+    calls = launches.group_by(_KEYS).len("calls")
     counts = (
-        k.group_by(_KEYS).len("kernels").join(launches.group_by(_KEYS).len("calls"), on=_KEYS, how="full", coalesce=True)
+        k.group_by(_KEYS)
+        .len("kernels")
+        .join(calls, on=_KEYS, how="full", coalesce=True)
         .with_columns(pl.col("kernels").fill_null(0), pl.col("calls").fill_null(0))
-    )  # fmt: skip
+    )
     differ = counts.filter(pl.col("kernels") != pl.col("calls"))
     warnings.add(
         "RCCL kernels whose thread made a different number of RCCL launches (calls and "
@@ -61,7 +64,10 @@ def _launches(calls: pl.DataFrame) -> pl.DataFrame:
         .with_columns(
             (pl.col("depth_after") - pl.col("delta")).alias("depth"),
             ((pl.col("delta") == -1) & (pl.col("depth_after") <= 0))
-            .cast(pl.Int64).cum_sum().over(_KEYS).alias("closed"),  # fmt: skip
+            .cast(pl.Int64)
+            .cum_sum()
+            .over(_KEYS)
+            .alias("closed"),  # fmt: skip
             op_name_expr(name, default=None).alias("op"),
         )
         .filter(pl.col("op").is_not_null())
@@ -74,10 +80,14 @@ def _launches(calls: pl.DataFrame) -> pl.DataFrame:
         .group_by([*_KEYS, "unit"])
         .agg(
             pl.col("start_ns").min().alias("call_ns"),
-            pl.when(pl.col("op").n_unique() == 1).then(pl.col("op").first())
-            .otherwise(pl.lit("unknown")).alias("call_op"),  # fmt: skip
-            pl.when(pl.len() == 1).then(pl.col("name").first())
-            .otherwise(pl.lit("ncclGroupEnd")).alias("call_name"),  # fmt: skip
+            pl.when(pl.col("op").n_unique() == 1)
+            .then(pl.col("op").first())
+            .otherwise(pl.lit("unknown"))
+            .alias("call_op"),  # fmt: skip
+            pl.when(pl.len() == 1)
+            .then(pl.col("name").first())
+            .otherwise(pl.lit("ncclGroupEnd"))
+            .alias("call_name"),  # fmt: skip
         )
         .with_columns(pl.int_range(pl.len()).over(_KEYS, order_by="call_ns").alias("launch"))
         .drop("unit")

@@ -124,8 +124,11 @@ def _operation_names(path: Path, kinds: object, where: str) -> pl.DataFrame:
     )
     return (
         frame.with_row_index("kind_id")
-        .select(pl.col("kind_id").cast(pl.Int64).alias("kind"), pl.col("kind").alias("kind_name"),
-                "operations")  # fmt: skip
+        .select(
+            pl.col("kind_id").cast(pl.Int64).alias("kind"),
+            pl.col("kind").alias("kind_name"),
+            "operations",
+        )  # fmt: skip
         .explode("operations")
         .with_columns(pl.int_range(pl.len()).over("kind").cast(pl.Int64).alias("operation"))
         .rename({"operations": "name"})
@@ -155,9 +158,7 @@ def _gpus(path: Path, agents: object, where: str) -> pl.DataFrame:
 
 
 def _dispatches(path: Path, proc: dict, buffers: dict, where: str) -> pl.DataFrame:
-    frame = _frame(
-        path, buffers.get("kernel_dispatch", []), _DISPATCH, f"{where}.kernel_dispatch"
-    )
+    frame = _frame(path, buffers.get("kernel_dispatch", []), _DISPATCH, f"{where}.kernel_dispatch")
     symbols = _frame(path, proc.get("kernel_symbols", []), _SYMBOL, f"{where}.kernel_symbols")
     symbols = symbols.unique("kernel_id", keep="first").select(
         "kernel_id",

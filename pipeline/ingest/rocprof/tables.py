@@ -33,12 +33,14 @@ STEP_RANGE = r"^ProfilerStep#(\d+)$"
 def build(procs: list[Process], named_rank: int | None, warnings: Warnings) -> dict[str, pa.Table]:
     """The tables of ``procs`` (one file); ``named_rank``: the rank its name gives."""
     ranks = _ranks(procs, named_rank)
-    kernels = pl.concat(
-        [_kernels(p, i) for i, p in enumerate(procs)], how="vertical_relaxed"
-    ).join(ranks.select("proc", "rank"), on="proc")
+    kernels = pl.concat([_kernels(p, i) for i, p in enumerate(procs)], how="vertical_relaxed").join(
+        ranks.select("proc", "rank"), on="proc"
+    )
     calls = pl.concat(
-        [p.calls.with_columns(pl.lit(i).alias("proc"), pl.lit(p.pid, pl.Int64).alias("pid"))
-         for i, p in enumerate(procs)],  # fmt: skip
+        [
+            p.calls.with_columns(pl.lit(i).alias("proc"), pl.lit(p.pid, pl.Int64).alias("pid"))
+            for i, p in enumerate(procs)
+        ],  # fmt: skip
         how="vertical_relaxed",
     ).join(ranks.select("proc", "rank"), on="proc")
     _check_times(kernels, calls, warnings)
@@ -65,7 +67,9 @@ def _ranks(procs: list[Process], named_rank: int | None) -> pl.DataFrame:
         rows.append(
             {
                 "proc": i,
-                "rank": named_rank if named_rank is not None else (index if index is not None else i),
+                "rank": named_rank
+                if named_rank is not None
+                else (index if index is not None else i),
                 "host": p.host,
                 "pid": p.pid,
                 "local_rank": index,
@@ -76,9 +80,16 @@ def _ranks(procs: list[Process], named_rank: int | None) -> pl.DataFrame:
         )
     return pl.DataFrame(
         rows,
-        schema={"proc": pl.Int64, "rank": pl.Int64, "host": pl.String, "pid": pl.Int64,
-                "local_rank": pl.Int64, "device": pl.String, "gpu_name": pl.String,
-                "backend": pl.String},  # fmt: skip
+        schema={
+            "proc": pl.Int64,
+            "rank": pl.Int64,
+            "host": pl.String,
+            "pid": pl.Int64,
+            "local_rank": pl.Int64,
+            "device": pl.String,
+            "gpu_name": pl.String,
+            "backend": pl.String,
+        },  # fmt: skip
         orient="row",
     )
 
@@ -119,7 +130,9 @@ def _ops(calls: pl.DataFrame) -> pl.DataFrame:
         .with_row_index("op_id")
         .with_columns(
             pl.col("op_id").cast(pl.Int64),
-            pl.when(pl.col("kind") == "marker_api").then(pl.lit("roctx")).otherwise("kind")
+            pl.when(pl.col("kind") == "marker_api")
+            .then(pl.lit("roctx"))
+            .otherwise("kind")
             .alias("kind"),  # fmt: skip
         )
     )
@@ -151,12 +164,20 @@ def _with_step(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with the ``step`` each row starts in (rows between steps: null)."""
     if steps.is_empty() or frame.is_empty():
         return frame.with_columns(pl.lit(None, pl.Int64).alias("step"))
-    windows = steps.select("rank", "step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"))
+    windows = steps.select(
+        "rank", "step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e")
+    )
     found = (
         frame.with_row_index("_row")
         .select("_row", "rank", "start_ns")
         .sort("start_ns")
-        .join_asof(windows.sort("s"), left_on="start_ns", right_on="s", by="rank")
+        .join_asof(
+            windows.sort("s"),
+            left_on="start_ns",
+            right_on="s",
+            by="rank",
+            check_sortedness=False,
+        )
         .select("_row", pl.when(pl.col("start_ns") < pl.col("e")).then("step").alias("step"))
         .sort("_row")
     )
@@ -200,7 +221,9 @@ def _collective_table(c: pl.DataFrame) -> pl.DataFrame:
         "correlation",
         "step",
         pl.lit("none").alias("size_source"),
-        pl.lit(False).alias("is_p2p").or_(pl.col("call_op").is_in(["send", "recv"]).fill_null(False)),
+        pl.lit(False)
+        .alias("is_p2p")
+        .or_(pl.col("call_op").is_in(["send", "recv"]).fill_null(False)),
     )
 
 
