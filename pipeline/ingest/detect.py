@@ -22,6 +22,7 @@ FORMATS: dict[str, str] = {
     "kineto": "pipeline.ingest.kineto.parse",
     "rocprof": "pipeline.ingest.rocprof.parse",
     "nsys": "pipeline.ingest.nsys.parse",
+    "nsys_jax": "pipeline.ingest.nsys_jax.parse",
     # nccl-tests output often carries NCCL INFO lines too: its table is what makes it special.
     "nccl_tests": "pipeline.ingest.nccl.nccl_tests",
     "nccl_log": "pipeline.ingest.nccl.log",
