@@ -50,14 +50,15 @@ _XLA_DEVICE = re.compile(r"global=(\d+),local=(\d+)")
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """True when ``path`` is a zip archive holding an ``nsys-jax`` projected NVTX trace."""
+    """True when ``path`` is a zip archive holding an ``nsys-jax`` projected NVTX trace, or
+    a damaged zip whose first entries are an archive's (parse then says what is wrong)."""
     if not head.startswith(ZIP_MAGIC):
         return False
     try:
         with zipfile.ZipFile(path) as archive:
             return any(info.filename == TRACE for info in archive.infolist())
     except (zipfile.BadZipFile, OSError, ValueError):
-        return False
+        return any(name in head for name in (TRACE.encode(), b"dump/module_0"))
 
 
 def parse(path: Path) -> ParseResult:
