@@ -189,3 +189,19 @@ def test_a_zip_of_something_else_is_no_trace(tmp_path: Path) -> None:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("readme.txt", "hello")
     assert detect(path) is None
+
+
+def test_an_extracted_archive_reads_as_the_archive(tmp_path: Path) -> None:
+    """The folder an archive was unzipped to: its trace.parquet is the archive's entry."""
+    folder = tmp_path / "train_proc1"
+    with zipfile.ZipFile(SAMPLE) as z:
+        z.extractall(folder)
+    trace = folder / TRACE
+    assert detect(trace) == "nsys_jax"
+    assert detect(folder / "device-metadata.parquet") is None
+    extracted = _table(parse(trace), "collectives").drop("collective_id")
+    assert extracted.equals(_table(parse(SAMPLE), "collectives").drop("collective_id"))
+    out = tmp_path / "ds"
+    result = CliRunner().invoke(cli, ["ingest", str(folder), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "files: 1 ingested" in result.stderr

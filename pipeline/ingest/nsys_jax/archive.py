@@ -1,14 +1,16 @@
-"""Members of an ``nsys-jax`` zip archive, read into memory with bounds: nothing is ever
-extracted to disk, so a member's name (``../../etc/x``, an absolute path) cannot place a
-file anywhere; a member is read only up to the size its entry declares and at most
-:data:`MAX_MEMBER_BYTES`, and one that inflates more than :data:`MAX_RATIO` times its
-compressed size is refused, so a zip bomb costs neither memory nor time. xz members (the
-HLO dumps) are inflated with the same bounds.
+"""Members of an ``nsys-jax`` zip archive (or of the folder it was extracted to), read into
+memory with bounds: nothing is ever extracted to disk, so a member's name (``../../etc/x``,
+an absolute path) cannot place a file anywhere; a member is read only up to the size its
+entry declares and at most :data:`MAX_MEMBER_BYTES`, and one that inflates more than
+:data:`MAX_RATIO` times its compressed size is refused, so a zip bomb costs neither memory
+nor time. xz members (the HLO dumps) are inflated with the same bounds.
 """
 
 from __future__ import annotations
 
 import lzma
+import os
+import stat
 import zipfile
 from pathlib import Path
 
@@ -77,3 +79,40 @@ def _unxz(path: Path, name: str, data: bytes) -> bytes:
         what = f"more than {limit} bytes once inflated" if len(out) >= limit else "cut off"
         raise TraceFormatError(path, f"{name}: {what}")
     return out
+
+
+class Folder:
+    """An extracted archive: the folder holding ``nvtx_gpu_proj_trace/``. Its regular files
+    are its members (links are not followed), read with the bounds of :class:`Archive`."""
+
+    def __init__(self, root: Path, path: Path) -> None:
+        self.path = path  # (the file named: errors name it)
+        self.root = root
+        self.members: dict[str, Path] = {}
+        for folder, _dirs, names in os.walk(root):
+            for name in names:
+                member = Path(folder, name)
+                if stat.S_ISREG(member.lstat().st_mode):
+                    self.members[member.relative_to(root).as_posix()] = member
+            if len(self.members) > MAX_ENTRIES:
+                raise TraceFormatError(path, f"more than {MAX_ENTRIES} files beside the trace")
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def read(self, name: str) -> bytes:
+        """Member ``name``'s bytes (decompressed when it ends in ``.xz``)."""
+        member = self.members.get(name)
+        if member is None:
+            raise TraceFormatError(self.path, f"no {name} in {self.root}")
+        try:
+            with open(member, "rb") as fh:
+                data = fh.read(MAX_MEMBER_BYTES + 1)
+        except OSError as exc:
+            raise TraceFormatError(member, f"cannot read file: {exc.strerror or exc}") from None
+        if len(data) > MAX_MEMBER_BYTES:
+            raise TraceFormatError(member, f"larger than {MAX_MEMBER_BYTES} bytes")
+        return _unxz(member, name, data) if name.endswith(".xz") else data

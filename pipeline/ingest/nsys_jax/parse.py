@@ -23,13 +23,14 @@ import polars as pl
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.nsys_jax import tables
-from pipeline.ingest.nsys_jax.archive import Archive
+from pipeline.ingest.nsys_jax.archive import Archive, Folder
 from pipeline.ingest.nsys_jax.hlo import HloError, instructions
 from pipeline.ingest.result import ParseResult
 
 FORMAT = "nsys_jax"
 TRACE = "nvtx_gpu_proj_trace/trace.parquet"
 ZIP_MAGIC = b"PK\x03\x04"
+PARQUET_MAGIC = b"PAR1"
 #: The projected trace's columns tokenwire reads.
 TRACE_COLUMNS = {
     "Name": pl.String,
@@ -51,7 +52,10 @@ _XLA_DEVICE = re.compile(r"global=(\d+),local=(\d+)")
 
 def sniff(path: Path, head: bytes) -> bool:
     """True when ``path`` is a zip archive holding an ``nsys-jax`` projected NVTX trace, or
-    a damaged zip whose first entries are an archive's (parse then says what is wrong)."""
+    a damaged zip whose first entries are an archive's (parse then says what is wrong), or
+    the projected trace of an extracted archive."""
+    if head.startswith(PARQUET_MAGIC):
+        return _extracted(Path(path))
     if not head.startswith(ZIP_MAGIC):
         return False
     try:
@@ -66,7 +70,10 @@ def parse(path: Path) -> ParseResult:
     communicators (one rank: the archive of one JAX process)."""
     path = Path(path)
     result = ParseResult(format=FORMAT, format_version="nsys-jax archive")
-    with Archive(path) as archive:
+    if _extracted(path):
+        result.format_version = "nsys-jax archive, extracted"
+    opened = Folder(path.parents[1], path) if _extracted(path) else Archive(path)
+    with opened as archive:
         trace = _trace(path, archive.read(TRACE))
         device = _metadata(archive, "device-metadata.parquet")
         system = _metadata(archive, "system-metadata.parquet")
@@ -84,6 +91,11 @@ def parse(path: Path) -> ParseResult:
     return result
 
 
+def _extracted(path: Path) -> bool:
+    """``path`` is ``<archive folder>/nvtx_gpu_proj_trace/trace.parquet``."""
+    return path.as_posix().endswith("/" + TRACE)
+
+
 def _trace(path: Path, data: bytes) -> pl.DataFrame:
     try:
         frame = pl.read_parquet(io.BytesIO(data))
@@ -98,7 +110,7 @@ def _trace(path: Path, data: bytes) -> pl.DataFrame:
         raise TraceFormatError(path, f"{TRACE}: a column of the wrong type: {exc}") from None
 
 
-def _metadata(archive: Archive, name: str) -> pl.DataFrame | None:
+def _metadata(archive: Archive | Folder, name: str) -> pl.DataFrame | None:
     if name not in archive.members:
         return None
     try:
@@ -148,7 +160,7 @@ def _rank(path: Path, device: pl.DataFrame | None, result: ParseResult) -> tuple
 
 def _hlo_sizes(
     path: Path,
-    archive: Archive,
+    archive: Archive | Folder,
     modules: list[tuple[str, int]],
     rank: int,
     result: ParseResult,
@@ -169,7 +181,7 @@ def _hlo_sizes(
     return pl.concat(frames) if frames else tables.instruction_sizes([], "", 0)
 
 
-def _dump_member(archive: Archive, module: str, program_id: int) -> str | None:
+def _dump_member(archive: Archive | Folder, module: str, program_id: int) -> str | None:
     prefix = f"dump/module_{program_id:04d}.{module}."
     names = sorted(
         n
