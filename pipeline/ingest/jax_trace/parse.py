@@ -64,6 +64,11 @@ def parse(path: Path) -> ParseResult:
     result = ParseResult(format=FORMAT, format_version="tsl trace viewer json")
     rank = _rank(path, result)
     complete = events.filter((pl.col("ph") == "X") & pl.col("name").is_not_null())
+    # (µs that fit int64 ns once scaled: a damaged ts would overflow)
+    timed = (pl.col("ts").abs() < 9e15) & (pl.col("dur").fill_null(0).abs() < 9e15)
+    untimed = complete.filter(~timed.fill_null(False)).height
+    result.warnings.add("complete event without a usable time (ts, dur): left out", untimed)
+    complete = complete.filter(timed.fill_null(False))
     ops = _ops(complete)
     steps = _steps(ops)
     tables = {

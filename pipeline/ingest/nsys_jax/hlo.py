@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pipeline.ingest.values import fits_int64
 from pipeline.ingest.vocab import DTYPE_SIZES
 
 #: xla.PrimitiveType -> the dataset's dtype name (its size: vocab.DTYPE_SIZES); TUPLE (13)
@@ -85,6 +86,8 @@ def array_bytes(arrays: list[tuple[int, int]]) -> tuple[int | None, int | None, 
     known, dtype is None where the arrays have several."""
     types = {t for t, _ in arrays}
     elements = sum(n for _, n in arrays)
+    if not fits_int64(elements * 16):  # (a damaged shape: no count or size is known)
+        return None, None, None
     if not arrays or any(t not in ELEMENT_TYPES for t in types):
         return (elements if arrays else None), None, None
     size = sum(n * DTYPE_SIZES[ELEMENT_TYPES[t]] for t, n in arrays)

@@ -20,6 +20,8 @@ import zipfile
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.nsys_jax import tables
@@ -96,11 +98,25 @@ def _extracted(path: Path) -> bool:
     return path.as_posix().endswith("/" + TRACE)
 
 
-def _trace(path: Path, data: bytes) -> pl.DataFrame:
+def _parquet(path: Path, name: str, data: bytes) -> pl.DataFrame:
+    """A Parquet member as a frame. Read with pyarrow, which reports damaged data as an
+    error where Polars' reader can panic."""
     try:
-        frame = pl.read_parquet(io.BytesIO(data))
-    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        raise TraceFormatError(path, f"{TRACE}: not a readable Parquet file: {exc}") from None
+        table = pq.read_table(io.BytesIO(data))
+        # (only the columns go to Polars: metadata of damaged bytes can make it panic)
+        return pl.from_arrow(pa.Table.from_arrays(table.columns, names=table.column_names))
+    except (
+        pa.ArrowException,
+        OSError,
+        ValueError,
+        pl.exceptions.PolarsError,
+        pl.exceptions.PanicException,
+    ) as exc:
+        raise TraceFormatError(path, f"{name}: not a readable Parquet file: {exc}") from None
+
+
+def _trace(path: Path, data: bytes) -> pl.DataFrame:
+    frame = _parquet(path, TRACE, data)
     missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
     if missing:
         raise TraceFormatError(path, f"{TRACE}: no column {missing[0]!r}")
@@ -113,12 +129,7 @@ def _trace(path: Path, data: bytes) -> pl.DataFrame:
 def _metadata(archive: Archive | Folder, name: str) -> pl.DataFrame | None:
     if name not in archive.members:
         return None
-    try:
-        return pl.read_parquet(io.BytesIO(archive.read(name)))
-    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        raise TraceFormatError(
-            archive.path, f"{name}: not a readable Parquet file: {exc}"
-        ) from None
+    return _parquet(archive.path, name, archive.read(name))
 
 
 def _first(frame: pl.DataFrame | None, column: str) -> str | None:
@@ -173,11 +184,11 @@ def _hlo_sizes(
         if member is None:
             result.warnings.add(f"no HLO dump of module {module}: its collectives have no size")
             continue
-        try:
+        try:  # (shapes are decoded as the sizes are worked out)
             found = list(instructions(archive.read(member)))
+            frames.append(tables.instruction_sizes(found, module, program_id, rank))
         except HloError as exc:
             raise TraceFormatError(path, f"{member}: not a readable HLO dump: {exc}") from None
-        frames.append(tables.instruction_sizes(found, module, program_id, rank))
     return pl.concat(frames) if frames else tables.instruction_sizes([], "", 0)
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from pipeline.ingest.nsys_jax.hlo import Instruction, array_bytes
 from pipeline.ingest.result import Warnings, parsed_table
+from pipeline.ingest.values import fits_int64
 from pipeline.ingest.vocab import XLA_COLLECTIVES
 
 STEP_MODULE = r"(?i)step"
@@ -85,9 +86,9 @@ def _sizes(inst: Instruction, by_id: dict[int, Instruction], rank: int) -> tuple
     group = group or (inst.replica_groups[0] if inst.replica_groups else None)
     n = len(group) if group else None
     out = count
-    if op == "all_gather":  # the gathered output is the message
-        out = count * n if count is not None and n else None
-        size = size * n if size is not None and n else None
+    if op == "all_gather":  # the gathered output is the message (n: at most the varint's)
+        out = count * n if count is not None and n and fits_int64(count * n) else None
+        size = size * n if size is not None and n and fits_int64(size * n) else None
     elif op == "reduce_scatter":
         out = count // n if count is not None and n else None
     comm = None if group is None else "xla:" + ",".join(map(str, group))
@@ -117,7 +118,11 @@ def _ranges(found: Found) -> pl.DataFrame:
     """Every named range with its ids, times, module and collective op name (cached)."""
     if found.ranges is not None:
         return found.ranges
-    t = found.trace.filter(pl.col("Name").is_not_null())
+    # (the trace's first row, without a name, spans the whole capture; times of ns that fit
+    # int64)
+    fits = [pl.col(c).abs() < 9e18 for c in ("Orig Start", "Orig Duration")]
+    fits += [pl.col(c).is_not_null() for c in ("Projected Start", "Projected Duration")]
+    t = found.trace.filter(pl.col("Name").is_not_null() & pl.all_horizontal(fits).fill_null(False))
     name = pl.col("Name")
     ranges = t.with_row_index("op_id").select(
         pl.col("op_id").cast(pl.Int64),

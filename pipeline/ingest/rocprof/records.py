@@ -183,7 +183,9 @@ def _dispatches(path: Path, proc: dict, buffers: dict, where: str) -> pl.DataFra
             info.struct.field("workgroup_size").alias("workgroup_size"),
         )
         .join(symbols, on="kernel_id", how="left")
-        .with_columns(pl.col("name").fill_null(pl.format("kernel {}", pl.col("kernel_id"))))
+        .with_columns(
+            pl.col("name").fill_null(pl.format("kernel {}", pl.col("kernel_id"))).fill_null("")
+        )
     )
 
 

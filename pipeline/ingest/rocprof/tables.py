@@ -43,7 +43,8 @@ def build(procs: list[Process], named_rank: int | None, warnings: Warnings) -> d
         ],  # fmt: skip
         how="vertical_relaxed",
     ).join(ranks.select("proc", "rank"), on="proc")
-    _check_times(kernels, calls, warnings)
+    kernels = _timed(kernels, "kernel dispatch", warnings)
+    calls = _timed(calls, "API record", warnings)
     ops = _ops(calls)
     steps = _steps(ops)
     coll = match_calls(kernels.filter(pl.col("kind") == "comm"), calls, warnings)
@@ -118,10 +119,14 @@ def _kernels(p: Process, proc: int) -> pl.DataFrame:
     ).drop("grid_size", "workgroup_size")
 
 
-def _check_times(kernels: pl.DataFrame, calls: pl.DataFrame, warnings: Warnings) -> None:
-    for what, frame in (("kernel dispatch", kernels), ("API record", calls)):
-        bad = frame.filter(pl.col("end_ns") < pl.col("start_ns")).height
-        warnings.add(f"{what} that ends before it starts: its duration is negative", bad)
+def _timed(frame: pl.DataFrame, what: str, warnings: Warnings) -> pl.DataFrame:
+    """``frame``'s records that have both timestamps (the others are counted, left out)."""
+    timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
+    warnings.add(f"{what} without a start or end timestamp: left out", frame.filter(~timed).height)
+    frame = frame.filter(timed)
+    bad = frame.filter(pl.col("end_ns") < pl.col("start_ns")).height
+    warnings.add(f"{what} that ends before it starts: its duration is negative", bad)
+    return frame
 
 
 def _ops(calls: pl.DataFrame) -> pl.DataFrame:
