@@ -98,6 +98,8 @@ def _sizes(inst: Instruction, by_id: dict[int, Instruction], rank: int) -> tuple
 def build(found: Found, warnings: Warnings) -> dict[str, pa.Table]:
     """The archive's tables."""
     ranges = _ranges(found)
+    named = found.trace.filter(pl.col("Name").is_not_null()).height
+    warnings.add("NVTX range without a usable time: left out", named - ranges.height)
     steps = _steps(ranges)
     ranges = ranges.join(
         steps.select(pl.col("range_id").alias("root"), "step"), on="root", how="left"
