@@ -149,6 +149,7 @@ def ingest(
     each on stderr and the exit code is 1; the good files of the run are kept.
     """
     from pipeline.ingest.run import ingest as run_ingest
+    from pipeline.ingest.run import passed
 
     try:
         with _Progress() as bar:
@@ -172,6 +173,9 @@ def ingest(
     _print_summary(summary)
     for folder in summary.unreadable:
         _say("Warning", folder)
+    if summary.passed_over:
+        _say("Note", f"passed over {len(summary.passed_over)} hidden files or folders and links "
+             f"to folders ({passed(summary.passed_over)}): name one to ingest it")  # fmt: skip
     errors = summary.errors
     for out in errors:
         _say("Error", out.error or "failed")
@@ -179,6 +183,9 @@ def ingest(
             click.echo(out.traceback, err=True, nl=False)
     if any(o.internal for o in errors):
         raise SystemExit(EXIT_INTERNAL)
+    if summary.nothing_ingested and not errors:  # (a failed file says why itself)
+        _fail(f"nothing was ingested: none of the {len(summary.outcomes)} files found is a "
+              f"trace tokenwire reads; {dataset} holds none of them")  # fmt: skip
     if errors:
         raise SystemExit(EXIT_BAD_INPUT)
 
@@ -227,7 +234,12 @@ def _print_summary(summary) -> None:
                 "with --config)",
             )
         elif out.status == "unrecognised":
-            _say("Warning", f"{out.path}: not a trace format tokenwire reads; skipped")
+            # (named alone on the command line, such a file fails the ingest instead)
+            _say(
+                "Warning",
+                f"{out.path}: not a trace format tokenwire reads; skipped, as a folder's other "
+                "files are (named alone, it is an error)",
+            )
 
 
 @cli.command()

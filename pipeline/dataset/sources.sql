@@ -2,9 +2,13 @@
 -- (tokenwire link's too, before any derived table exists).
 
 -- source_preference: the order in which one rank's records of the same calls are trusted:
--- the profiler's (kineto), else Nsight's, else the NCCL log's, else the flight recorder's.
-CREATE MACRO source_preference(source) AS CASE source WHEN 'kineto' THEN 0 WHEN 'nsys' THEN 1
-                                                      WHEN 'nccl_log' THEN 2 ELSE 3 END;
+-- the profiler's (kineto), else a timeline's (Nsight, rocprofv3, nsys-jax, the JAX profiler),
+-- else the NCCL log's, else the flight recorder's.
+CREATE MACRO source_preference(source) AS CASE
+    WHEN source = 'kineto' THEN 0
+    WHEN source IN ('nsys', 'rocprof', 'nsys_jax', 'jax_trace') THEN 1
+    WHEN source = 'nccl_log' THEN 2
+    ELSE 3 END;
 
 -- primary_sources: per job and rank, the one source whose records traffic totals count. A
 -- rank traced by the profiler and also logged by NCCL or exported by Nsight holds each call

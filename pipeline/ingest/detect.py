@@ -19,8 +19,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 #: Format name -> module under ``pipeline.ingest``, in the order they are tried.
 FORMATS: dict[str, str] = {
     "flight_recorder": "pipeline.ingest.flight_recorder.parse",
+    # (a JAX profiler trace is trace-event JSON too: its own sniff is the stricter)
+    "jax_trace": "pipeline.ingest.jax_trace.parse",
     "kineto": "pipeline.ingest.kineto.parse",
+    "rocprof": "pipeline.ingest.rocprof.parse",
     "nsys": "pipeline.ingest.nsys.parse",
+    "nsys_jax": "pipeline.ingest.nsys_jax.parse",
     # nccl-tests output often carries NCCL INFO lines too: its table is what makes it special.
     "nccl_tests": "pipeline.ingest.nccl.nccl_tests",
     "nccl_log": "pipeline.ingest.nccl.log",

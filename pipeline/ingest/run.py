@@ -102,6 +102,8 @@ class FileOutcome:
     warning_count: int = 0
     error: str | None = None
     internal: bool = False
+    #: Skipped as bytes the dataset held before the run (not as a copy of another input).
+    held: bool = False
     #: The traceback of an internal error, kept when ``TOKENWIRE_DEBUG`` is set.
     traceback: str | None = None
 
@@ -113,6 +115,8 @@ class IngestSummary:
     outcomes: list[FileOutcome]
     #: Folders under the inputs that could not be read (their files were not found).
     unreadable: list[str] = field(default_factory=list)
+    #: What the walk of the folders left out, and why (:func:`find_inputs`).
+    passed_over: list[str] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         """Number of files with ``status``."""
@@ -129,6 +133,11 @@ class IngestSummary:
         return dict(sorted(out.items()))
 
     @property
+    def nothing_ingested(self) -> bool:
+        """No file of the run is in the dataset: none ingested now, none there before."""
+        return not any(o.status == "ingested" or o.held for o in self.outcomes)
+
+    @property
     def errors(self) -> list[FileOutcome]:
         """The files that failed."""
         return [o for o in self.outcomes if o.status == "failed"]
@@ -136,11 +145,13 @@ class IngestSummary:
 
 @dataclass
 class Inputs:
-    """The files found for an ingest, and the folders under the inputs that could not be
-    listed (reported, never skipped in silence)."""
+    """The files found for an ingest, the folders under the inputs that could not be
+    listed, and the hidden files and folders and links to folders the walk passed over
+    (both reported, never skipped in silence)."""
 
     files: list[InputFile]
     unreadable: list[str]
+    passed_over: list[str] = field(default_factory=list)
 
 
 def find_inputs(paths: Iterable[Path], job: str | None) -> Inputs:
@@ -148,7 +159,9 @@ def find_inputs(paths: Iterable[Path], job: str | None) -> Inputs:
     with its job name.
 
     Without ``job``, a file's job is the name of the folder given on the command line (or,
-    for a file given directly, of the folder holding it).
+    for a file given directly, of the folder holding it). Inside a folder, hidden files and
+    folders (``.cache/``) and links to folders are passed over (named on the command line,
+    they are read).
     """
     if job is not None:
         check_job_name(job)
@@ -157,9 +170,11 @@ def find_inputs(paths: Iterable[Path], job: str | None) -> Inputs:
         path = Path(raw)
         if path.is_dir():
             name = job or job_name_from(path.resolve().name)
-            files = _walk(path, found.unreadable)
+            passed_over: list[str] = []
+            files = _walk(path, found.unreadable, passed_over)
             if not files and not found.unreadable:
-                raise TraceFormatError(path, "no files in this folder")
+                raise TraceFormatError(path, _no_files(passed_over))
+            found.passed_over.extend(passed_over)
             found.files.extend(InputFile(p, name, explicit=False) for p in files)
         elif path.exists() or path.is_symlink():
             name = job or job_name_from(_resolved(path).parent.name)
@@ -171,19 +186,44 @@ def find_inputs(paths: Iterable[Path], job: str | None) -> Inputs:
     return found
 
 
-def _walk(root: Path, unreadable: list[str]) -> list[Path]:
+def _walk(root: Path, unreadable: list[str], passed_over: list[str]) -> list[Path]:
     """Every file under ``root`` but hidden ones, sorted; a folder that cannot be listed is
-    added to ``unreadable`` with the reason. Anything that is not a folder is a file here:
-    a broken link, a loop or a FIFO is reported when it is read, not skipped."""
+    added to ``unreadable`` with the reason, a hidden file or folder or a link to a folder
+    to ``passed_over`` (its path; a folder's ends in ``/``). Anything else that is not a
+    folder is a file here: a broken link, a loop or a FIFO is reported when it is read, not
+    skipped."""
 
     def refused(exc: OSError) -> None:
         unreadable.append(f"{exc.filename}: cannot read folder: {exc.strerror}")
 
     files = []
     for folder, dirs, names in os.walk(root, onerror=refused):
+        # (os.walk lists a link to a folder among the folders and does not enter it)
+        passed_over.extend(
+            f"{Path(folder, d)}/"
+            for d in sorted(dirs)
+            if d.startswith(".") or Path(folder, d).is_symlink()
+        )
+        passed_over.extend(str(Path(folder, n)) for n in sorted(names) if n.startswith("."))
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         files.extend(Path(folder, n) for n in names if not n.startswith("."))
     return sorted(files)
+
+
+def _no_files(passed_over: list[str]) -> str:
+    """Why a folder gave no file: none at all, or only hidden ones and links."""
+    if not passed_over:
+        return "no files in this folder"
+    return (
+        f"no files in this folder but hidden ones or links to folders ({passed(passed_over)}); "
+        "the walk passes over those: name one to ingest it"
+    )
+
+
+def passed(paths: list[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``paths`` and how many more, for one line."""
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
 
 
 def ingest(
@@ -246,7 +286,7 @@ def ingest(
         outcomes.extend(results)
     order = {inp.path: i for i, inp in enumerate(inputs)}
     outcomes.sort(key=lambda o: order.get(o.path, 0))
-    return IngestSummary(outcomes, found.unreadable)
+    return IngestSummary(outcomes, found.unreadable, found.passed_over)
 
 
 def _plan(
@@ -271,6 +311,7 @@ def _plan(
     # (a set: checked against every manifest entry instead, re-ingesting 32,768 files would
     # take 28.7 s, not 5.7 s)
     seen = txn.manifest.sha256s()
+    held = set(seen)  # (a file skipped for bytes held before the run is in the dataset)
     with _hashing(cluster) as hashes:
         found = hashes([inputs[i].path for i in order], [sizes[i] for i in order])
         for i, sha in zip(order, found, strict=True):
@@ -284,6 +325,7 @@ def _plan(
                 out = FileOutcome(inp.path, inp.job, "failed", error=error)
             elif (inp.job, sha) in seen:
                 out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
+                out.held = (inp.job, sha) in held
             else:
                 seen.add((inp.job, sha))
                 yield i, (inp.path, inp.job, inp.explicit, sha, txn.dataset, small_rows)

@@ -87,6 +87,24 @@ OP_NAMES: dict[str, str] = {
     "recvAnySource": "unknown",
 }
 
+#: XLA's HLO opcodes of collectives (openxla/xla, ``hlo_opcode.h``), the instructions a JAX
+#: program runs -> op. A map of its own: XLA's ``reduce``, ``broadcast``, ``gather`` and
+#: ``scatter`` are local array ops, not the collectives :data:`OP_NAMES` reads those words
+#: as. An async collective is its ``-start`` (its ``-done`` only waits); collective-permute
+#: sends to one peer and receives from another, as NCCL's SendRecv does.
+XLA_COLLECTIVES: dict[str, str] = {
+    "all-reduce": "all_reduce",
+    "all-reduce-start": "all_reduce",
+    "all-gather": "all_gather",
+    "all-gather-start": "all_gather",
+    "reduce-scatter": "reduce_scatter",
+    "all-to-all": "all_to_all",
+    "ragged-all-to-all": "all_to_all",
+    "collective-permute": "send_recv",
+    "collective-permute-start": "send_recv",
+    "collective-broadcast": "broadcast",
+}
+
 #: Bytes per element of every dtype name the dataset holds: the one table of element sizes
 #: (the parsers map their spellings to these names; sizes are looked up here).
 DTYPE_SIZES: dict[str, int] = {
@@ -237,7 +255,8 @@ COLLECTIVE_LAUNCH_OP = r"^(?:c10d|_?c10d_functional|symm_mem)::"
 _KERNEL_KINDS: list[tuple[str, str]] = [
     ("comm", COMM_KERNEL),
     ("attention", r"flash|fmha|attention|attn|sdpa|mha_"),
-    ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|matmul|gemv|wgmma|[sh](?:884|1688|16816)"),
+    # (Cijk_: the GEMMs of AMD's Tensile and hipBLASLt)
+    ("gemm", r"gemm|cijk_|cutlass|xmma|nvjet|cublas|matmul|gemv|wgmma|[sh](?:884|1688|16816)"),
     ("conv", r"conv|cudnn|winograd|implicit"),
     ("norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|norm_kernel|bn_fw|bn_bw"),
     ("reduction", r"reduce|reduction|softmax|sum_kernel|argmax|cross_entropy|nll_loss"),

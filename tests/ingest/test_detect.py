@@ -16,6 +16,10 @@ def _expected(rel: str) -> str | None:
         return "flight_recorder"
     if rel.endswith((".pt.trace.json.gz",)) or rel.startswith("kineto/"):
         return "kineto"
+    if rel.startswith("rocprof/") and rel.endswith((".json", ".json.gz")):
+        return "rocprof"
+    if rel.startswith("nsys_jax/") and rel.endswith(".zip"):
+        return "nsys_jax"
     if rel.startswith("nsys/") and rel.endswith((".sqlite", ".json.gz")):
         return "nsys"
     return None
