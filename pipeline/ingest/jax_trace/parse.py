@@ -29,9 +29,9 @@ import polars as pl
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.derive.nesting import add_nesting
-from pipeline.ingest.flight_recorder.parse import rank_from_name
 from pipeline.ingest.gz import GZIP_MAGIC, gunzip
 from pipeline.ingest.result import ParseResult, parsed_table
+from pipeline.ingest.values import rank_from_file_name
 from pipeline.ingest.vocab import XLA_COLLECTIVES
 
 FORMAT = "jax_trace"
@@ -109,7 +109,7 @@ def _rank(path: Path, result: ParseResult) -> int:
     when each process is given its own log folder)."""
     folders = [p for p in list(path.parents)[:4] if p.name.lower().startswith("rank")]
     for part in (path, *folders):
-        rank = rank_from_name(Path(part.name))
+        rank = rank_from_file_name(part.name)
         if rank is not None:
             result.rank_source = "file_name"
             return rank

@@ -20,10 +20,10 @@ from pathlib import Path
 import orjson
 
 from pipeline.errors import TraceFormatError
-from pipeline.ingest.flight_recorder.parse import rank_from_name
 from pipeline.ingest.gz import GZIP_MAGIC, gunzip
 from pipeline.ingest.result import ParseResult
 from pipeline.ingest.rocprof import records, tables
+from pipeline.ingest.values import rank_from_file_name
 
 FORMAT = "rocprof"
 TOOL_KEY = b'"rocprofiler-sdk-tool"'
@@ -40,7 +40,7 @@ def parse(path: Path) -> ParseResult:
     path = Path(path)
     processes = _processes(path, _load(path))
     result = ParseResult(format=FORMAT, format_version="rocprofiler-sdk json")
-    named = rank_from_name(path)
+    named = rank_from_file_name(path.name)
     frames = [records.read(path, i, proc) for i, proc in enumerate(processes)]
     if named is not None and len(frames) > 1:
         raise TraceFormatError(
