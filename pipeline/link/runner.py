@@ -220,11 +220,34 @@ def _register_job_inputs(
         "unnest(?::BIGINT[]) AS tokens_per_step",
         [facts["job"], facts["tokens_per_step"]],
     )
+    _register_exchange_directions(con, config)
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
+
+
+def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | None) -> None:
+    """``_moe_exchange_kernels`` (pattern, direction): what names an MoE library's token
+    exchange kernels (vocab.MOE_EXCHANGE_KERNELS); ``_ep_directions`` (purpose, direction):
+    the model's expert-parallel items (predict.EP_DIRECTIONS), empty without a job.yaml."""
+    from pipeline.ingest.vocab import MOE_EXCHANGE_KERNELS
+
+    directions: dict[str, str] = {}
+    if config is not None:
+        from pipeline.model.predict import EP_DIRECTIONS
+
+        directions = EP_DIRECTIONS
+    for name, pairs, key in (
+        ("_moe_exchange_kernels", MOE_EXCHANGE_KERNELS, "pattern"),
+        ("_ep_directions", directions, "purpose"),
+    ):
+        con.execute(
+            f"CREATE TEMP TABLE {name} AS SELECT unnest(?::VARCHAR[]) AS {key}, "
+            "unnest(?::VARCHAR[]) AS direction",
+            [list(pairs), list(pairs.values())],
+        )
 
 
 def _comm_dims_from_layout(

@@ -36,6 +36,22 @@ from pipeline.model.traffic import ep_a2a_message
 #: Display and sort order of phases (of dimensions: vocab.DIMS).
 PHASES = ("forward", "backward", "optimizer", "other")
 
+#: Which way each expert-parallel item's tokens go: ``towards`` the experts (the forward
+#: dispatch, the backward of combine), ``back`` from them, or ``both`` (one item of dispatch
+#: and combine of one size). Link sizes an MoE library's kernel that records no size by it
+#: (``pipeline/link/size_estimates.sql``, :data:`pipeline.ingest.vocab.MOE_EXCHANGE_KERNELS`).
+EP_DIRECTIONS: dict[str, str] = {
+    "expert dispatch and combine": "both",
+    "dispatch and combine gradients": "both",
+    "recomputed dispatch and combine": "both",
+    "expert dispatch": "towards",
+    "expert combine": "back",
+    "combine gradients (towards the experts)": "towards",
+    "dispatch gradients (back from the experts)": "back",
+    "recomputed dispatch": "towards",
+    "recomputed combine": "back",
+}
+
 #: Bytes of the loss-reporting all-reduce: loss sum and token count in fp32 (Megatron-LM).
 LOSS_REPORT_BYTES = 8
 #: Bytes per element of the vocab-parallel cross-entropy reductions (fp32, Megatron-LM

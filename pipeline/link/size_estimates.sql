@@ -1,0 +1,42 @@
+-- size_estimates: a size for the collectives whose source records none, where the model
+-- has the item: the token exchanges of an MoE communication library (DeepEP's dispatch and
+-- combine kernels carry no arguments, and no host op records their buffers). Such a call
+-- takes the message size of its rank's predicted item (job.yaml) of the same dimension, op,
+-- phase and direction (towards the experts: the kernel named dispatch, forward dispatch and
+-- the backward of combine; back: combine), and size_source 'estimated', which the ledger and
+-- the wire carry on. Without a job.yaml, or where the model has no such item, the size stays
+-- unknown.
+--
+-- reads: _ep_directions, _links_dimmed, _moe_exchange_kernels, collectives, predictions
+
+-- The predicted message of each rank's expert-parallel item, by phase and direction.
+CREATE TEMP TABLE _predicted_exchanges AS
+SELECT p.job, p.rank, p.parallel_dim, p.op, p.phase, d.direction,
+       max(p.bytes // p.calls) AS message_bytes
+FROM predictions p
+JOIN _ep_directions d USING (purpose)
+WHERE p.calls > 0
+GROUP BY ALL;
+
+-- The sizeless calls of an exchange kernel, with the direction its name says.
+CREATE TEMP TABLE _sizeless_exchanges AS
+SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.parallel_dim, l.op, l.phase,
+       k.direction
+FROM _links_dimmed l
+JOIN collectives c USING (job, rank, source, file_id, collective_id)
+JOIN _moe_exchange_kernels k
+  ON regexp_matches(lower(c.op_name), '::' || k.pattern || '\b')
+WHERE l.bytes IS NULL AND l.op = 'all_to_all';
+
+-- (a file that completes _links_dimmed in place, as communicator_dims.sql made it)
+UPDATE _links_dimmed l
+SET bytes = e.message_bytes, size_source = 'estimated'
+FROM (SELECT s.job, s.rank, s.source, s.file_id, s.collective_id,
+             max(p.message_bytes) AS message_bytes
+      FROM _sizeless_exchanges s
+      JOIN _predicted_exchanges p
+        ON p.job = s.job AND p.rank = s.rank AND p.parallel_dim = s.parallel_dim
+       AND p.op = s.op AND p.phase = s.phase AND p.direction IN (s.direction, 'both')
+      GROUP BY ALL) e
+WHERE e.job = l.job AND e.rank = l.rank AND e.source = l.source AND e.file_id = l.file_id
+  AND e.collective_id = l.collective_id;
