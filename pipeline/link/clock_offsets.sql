@@ -41,7 +41,8 @@ WHERE l.rowid = r.links_row;
 -- The calls that are in an instance, with what the files after this one match them by.
 CREATE TEMP TABLE _instance_rows AS
 SELECT job, rank, source, file_id, collective_id, instance_comm, instance_seq, op, bytes,
-       group_size, start_ns, end_ns, dur_ns, step, phase, layer, layer_kind, parallel_dim
+       group_size, start_ns, end_ns, dur_ns, step, phase, layer, layer_kind, parallel_dim,
+       size_source
 FROM _links_keyed WHERE instance_seq IS NOT NULL;
 
 -- (sources may spell a host differently; the first name in sort order, so every run agrees;

@@ -176,6 +176,7 @@ def _register_job_inputs(
 ) -> None:
     layout = {"job": [], "comm": [], "parallel_dim": []}
     facts = {"job": [], "tokens_per_step": []}
+    ep_groups: dict[str, list] = {"job": [], "rank": [], "comm": [], "ranks": []}
     predictions = []
     if config is not None:
         from pipeline.model.predict import predictions_table
@@ -208,6 +209,10 @@ def _register_job_inputs(
                 layout["parallel_dim"].append(dim)
             facts["job"].append(job)
             facts["tokens_per_step"].append(job_spec.tokens_per_step)
+            for rank, members in _ep_groups(job_spec, ranks):
+                for key, value in zip(ep_groups, (job, rank, f"job.yaml:ep:{members[0]}",
+                                                  members), strict=True):  # fmt: skip
+                    ep_groups[key].append(value)
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     con.execute(
@@ -220,12 +225,29 @@ def _register_job_inputs(
         "unnest(?::BIGINT[]) AS tokens_per_step",
         [facts["job"], facts["tokens_per_step"]],
     )
+    con.execute(
+        "CREATE TEMP TABLE _layout_ep_groups AS SELECT unnest(?::VARCHAR[]) AS job, "
+        "unnest(?::BIGINT[]) AS rank, unnest(?::VARCHAR[]) AS comm, "
+        "unnest(?::BIGINT[][]) AS ranks",
+        [ep_groups["job"], ep_groups["rank"], ep_groups["comm"], ep_groups["ranks"]],
+    )
     _register_exchange_directions(con, config)
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
+
+
+def _ep_groups(job_spec: Job, ranks: list[int]) -> list[tuple[int, list[int]]]:
+    """(rank, members of its expert-parallel group) of each traced rank, none where the
+    layout has no expert parallelism: the communicator of an MoE library's kernels (DeepEP's
+    buffer is made over the EP process group), which no trace of them names."""
+    if job_spec.parallel.ep < 2:
+        return []
+    from pipeline.model.predict import group
+
+    return [(r, group(job_spec, r, ("ep",), expert=True)) for r in ranks]
 
 
 def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | None) -> None:

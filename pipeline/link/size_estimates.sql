@@ -5,9 +5,13 @@
 -- phase and direction (towards the experts: the kernel named dispatch, forward dispatch and
 -- the backward of combine; back: combine), and size_source 'estimated', which the ledger and
 -- the wire carry on. Without a job.yaml, or where the model has no such item, the size stays
--- unknown.
+-- unknown. The same calls, and the library's metadata exchanges, take the layout's
+-- expert-parallel group as their communicator where the trace names none (_layout_ep_groups,
+-- from job.yaml: DeepEP's buffer is made over that process group), so that the wire can
+-- spread their bytes over its members.
 --
--- reads: _ep_directions, _links_dimmed, _moe_exchange_kernels, collectives, predictions
+-- reads: _comm_sets, _ep_directions, _layout_ep_groups, _links_dimmed,
+--        _moe_exchange_kernels, collectives, predictions
 
 -- The predicted message of each rank's expert-parallel item, by phase and direction.
 CREATE TEMP TABLE _predicted_exchanges AS
@@ -40,3 +44,17 @@ FROM (SELECT s.job, s.rank, s.source, s.file_id, s.collective_id,
       GROUP BY ALL) e
 WHERE e.job = l.job AND e.rank = l.rank AND e.source = l.source AND e.file_id = l.file_id
   AND e.collective_id = l.collective_id;
+
+-- The communicator of the expert-parallel calls no source placed in one: the layout's group,
+-- added to the communicators' member sets (_comm_sets) for the files after this one.
+UPDATE _links_dimmed l
+SET comm = g.comm
+FROM _layout_ep_groups g
+WHERE g.job = l.job AND g.rank = l.rank AND l.comm IS NULL AND l.parallel_dim = 'ep'
+  AND l.op IN ('all_to_all', 'notify');
+
+INSERT INTO _comm_sets
+SELECT DISTINCT l.job, l.source, g.comm, len(g.ranks), g.ranks
+FROM _links_dimmed l
+JOIN _layout_ep_groups g ON g.job = l.job AND g.rank = l.rank AND g.comm = l.comm
+ANTI JOIN _comm_sets s ON s.job = l.job AND s.source = l.source AND s.comm = l.comm;
