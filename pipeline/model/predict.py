@@ -433,6 +433,10 @@ def predict(job: Job, rank: int = 0) -> Prediction:
     _context_parallel(job, rank, len(layers), acc)
     _expert_parallel(job, rank, n_moe, acc)
     _pipeline_parallel(job, rank, coords, acc)
+    if job.batch.forward_only:
+        # a serving step: the forward's items only (no backward, gradients or optimizer)
+        rows = tuple(r for r in acc.build() if r.phase == "forward")
+        return Prediction(job, rank, coords, layers, rows)
     _data_parallel(job, rank, coords, units, acc)
     return Prediction(job, rank, coords, layers, acc.build())
 
