@@ -11,7 +11,8 @@
 -- profiler's context for calls another source matched to it.
 --
 -- Built here as _links_attributed and completed in place by the files that take it in
--- turn: communicator_dims.sql sets parallel_dim (_links_dimmed), clock_offsets.sql adds
+-- turn: communicator_dims.sql sets parallel_dim (_links_dimmed), size_estimates.sql the
+-- model's size of sizeless MoE exchanges (_links_sized), clock_offsets.sql adds
 -- the instance key (_links_keyed), instance_context.sql fills calls across ranks and
 -- names the result collective_links.
 --

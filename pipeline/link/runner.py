@@ -5,7 +5,10 @@ names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
-tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
+tokens_per_step), ``predictions`` (the analytic model's rows for every rank),
+``_layout_ep_groups`` (job, rank, comm, ranks: each traced rank's expert-parallel group) and
+``_ep_directions`` (purpose, direction of the model's expert-parallel items); and always
+``_moe_exchange_kernels`` (pattern, direction: what names an MoE library's token exchange).
 """
 
 from __future__ import annotations

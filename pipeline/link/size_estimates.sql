@@ -10,8 +10,10 @@
 -- from job.yaml: DeepEP's buffer is made over that process group), so that the wire can
 -- spread their bytes over its members.
 --
--- reads: _comm_sets, _ep_directions, _layout_ep_groups, _links_dimmed,
---        _moe_exchange_kernels, collectives, predictions
+-- reads: _ep_directions, _layout_ep_groups, _links_dimmed, _moe_exchange_kernels,
+--        collectives, predictions
+-- creates: _layout_comm_sets, _links_sized
+-- takes: _links_dimmed
 
 -- The predicted message of each rank's expert-parallel item, by phase and direction.
 CREATE TEMP TABLE _predicted_exchanges AS
@@ -22,18 +24,19 @@ JOIN _ep_directions d USING (purpose)
 WHERE p.calls > 0
 GROUP BY ALL;
 
+ALTER TABLE _links_dimmed RENAME TO _links_sized;
+
 -- The sizeless calls of an exchange kernel, with the direction its name says.
 CREATE TEMP TABLE _sizeless_exchanges AS
 SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.parallel_dim, l.op, l.phase,
        k.direction
-FROM _links_dimmed l
+FROM _links_sized l
 JOIN collectives c USING (job, rank, source, file_id, collective_id)
 JOIN _moe_exchange_kernels k
   ON regexp_matches(lower(c.op_name), '::' || k.pattern || '\b')
 WHERE l.bytes IS NULL AND l.op = 'all_to_all';
 
--- (a file that completes _links_dimmed in place, as communicator_dims.sql made it)
-UPDATE _links_dimmed l
+UPDATE _links_sized l
 SET bytes = e.message_bytes, size_source = 'estimated'
 FROM (SELECT s.job, s.rank, s.source, s.file_id, s.collective_id,
              max(p.message_bytes) AS message_bytes
@@ -46,15 +49,14 @@ WHERE e.job = l.job AND e.rank = l.rank AND e.source = l.source AND e.file_id = 
   AND e.collective_id = l.collective_id;
 
 -- The communicator of the expert-parallel calls no source placed in one: the layout's group,
--- added to the communicators' member sets (_comm_sets) for the files after this one.
-UPDATE _links_dimmed l
+-- whose members the wire reads beside the communicators' (_comm_sets).
+UPDATE _links_sized l
 SET comm = g.comm
 FROM _layout_ep_groups g
 WHERE g.job = l.job AND g.rank = l.rank AND l.comm IS NULL AND l.parallel_dim = 'ep'
   AND l.op IN ('all_to_all', 'notify');
 
-INSERT INTO _comm_sets
-SELECT DISTINCT l.job, l.source, g.comm, len(g.ranks), g.ranks
-FROM _links_dimmed l
-JOIN _layout_ep_groups g ON g.job = l.job AND g.rank = l.rank AND g.comm = l.comm
-ANTI JOIN _comm_sets s ON s.job = l.job AND s.source = l.source AND s.comm = l.comm;
+CREATE TEMP TABLE _layout_comm_sets AS
+SELECT DISTINCT l.job, l.source, g.comm, len(g.ranks) AS nranks, g.ranks
+FROM _links_sized l
+JOIN _layout_ep_groups g ON g.job = l.job AND g.rank = l.rank AND g.comm = l.comm;

@@ -15,10 +15,11 @@
 -- rank order (a ring; a binary tree in heap order), and the row is `estimated`. So is a
 -- row whose algorithm no log named (a ring is assumed) or one the table models as a ring
 -- (NVLS, CollNet, PAT), and one whose size is the model's (size_source 'estimated': an MoE
--- library's kernel that records none). Each instance comes from one source per job, so a call held in a
--- profiler trace, an NCCL log and an Nsight export moves its bytes once.
+-- library's kernel that records none). Each instance comes from one source per job, so a
+-- call held in a profiler trace, an NCCL log and an Nsight export moves its bytes once.
 --
--- reads: _comm_sets, _instance_rows, _rank_hosts, _source_instances, bus_factor,
+-- reads: _comm_sets, _instance_rows, _layout_comm_sets, _rank_hosts, _source_instances,
+--        bus_factor,
 --        collective_links, collective_matches, collectives, communicators,
 --        source_preference, topology
 -- creates: wire
@@ -216,7 +217,10 @@ shaped AS (
     LEFT JOIN late_steps ls
       ON ls.job = b.job AND ls.source = b.source AND ls.comm IS NOT DISTINCT FROM b.comm
      AND ls.seq = b.seq
-    LEFT JOIN _comm_sets s ON s.job = b.job AND s.source = b.source AND s.comm = b.comm
+    LEFT JOIN (SELECT job, source, comm, ranks FROM _comm_sets
+               UNION ALL
+               SELECT job, source, comm, ranks FROM _layout_comm_sets) s
+      ON s.job = b.job AND s.source = b.source AND s.comm = b.comm
     LEFT JOIN _wire_log_comm_by_set c
       ON c.job = b.job AND c.source = b.source AND c.comm = b.comm
 )
