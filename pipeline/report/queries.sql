@@ -493,6 +493,15 @@ WHERE job = $job
 GROUP BY parallel_dim
 ORDER BY sum(predicted_bytes) + sum(bytes) DESC, parallel_dim;
 
+-- name: estimated_sizes
+-- Observed bytes per step whose size is the model's (size_estimates.sql: calls the trace
+-- records without one), per parallel dimension (one source per rank, as token_wire counts).
+SELECT l.parallel_dim, count(*) AS calls,
+       sum(l.bytes) / count(DISTINCT l.step) AS bytes_per_step
+FROM collective_links l JOIN primary_sources p USING (job, rank, source)
+WHERE l.job = $job AND l.size_source = 'estimated' AND l.step IS NOT NULL
+GROUP BY ALL ORDER BY ALL;
+
 -- name: ledger_items
 -- Every item that is not seen as predicted (missing, unpredicted, resized, other counts),
 -- per traced step (the mean over the steps where it appears).

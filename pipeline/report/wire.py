@@ -50,8 +50,9 @@ def section(ctx: Context) -> Section:
             Note(
                 f"{fmt.count(summary['estimated_flows'])} of {fmt.count(summary['flows'])} "
                 "flows are estimated: no NCCL TUNING line named their algorithm (a ring is "
-                "assumed), or the logs gave no ring or tree through their ranks (rank order "
-                "is used). docs/wire.md says what is modelled.",
+                "assumed), the logs gave no ring or tree through their ranks (rank order "
+                "is used), or the trace recorded no size (the model's is used). docs/wire.md "
+                "says what is modelled.",
                 "warn",
             )
         )

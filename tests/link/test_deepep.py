@@ -216,3 +216,15 @@ def test_deepseek_profile_reconciles_with_its_published_setup(real_traces, tmp_p
     assert ds.sql("SELECT DISTINCT status FROM ledger WHERE parallel_dim <> 'ep'").rows() == [
         ("missing",)
     ]
+
+
+def test_the_report_pages_say_which_figures_are_estimates(train, tmp_path):
+    from pipeline.report import build_report
+
+    out = tmp_path / "r.html"
+    build_report(train.path, config=DATA / "train/job.yaml", output=out)
+    page = out.read_text()
+    # every exchange of the step: 4 ranks, 2 layers, forward and backward: 196,608 B
+    assert "Estimated per step: ep 197 kB of the observed bytes" in page  # bytes section
+    assert "Estimated: 197 kB per step of the observed bytes (ep)" in page  # ledger section
+    assert "the trace recorded no size" in page  # the wire section
