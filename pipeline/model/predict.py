@@ -171,6 +171,7 @@ def layout_summary(job: Job) -> dict[str, Any]:
         "distributed_optimizer": p.distributed_optimizer, "dp_scheme": p.dp_scheme,
         "order": p.order, "world_size": p.world_size, "micro_batch": job.batch.micro_batch,
         "global_batch": job.batch.global_batch, "microbatches": job.microbatches,
+        "forward_only": job.batch.forward_only,
         "recompute": job.recompute, "dtypes": vars(job.dtypes).copy(),
         "network": vars(job.network).copy(),
     }  # fmt: skip
