@@ -132,6 +132,11 @@ def test_train_wire_spreads_the_estimates_over_the_ep_group(train):
         "SELECT DISTINCT comm, size_source FROM collective_instances WHERE op = 'all_to_all'"
     ).rows()
     assert instances == [("job.yaml:ep:0", "estimated")]
+    per_dim = train.sql(
+        "SELECT parallel_dim, sum(bytes), sum(estimated_bytes) FROM token_wire "
+        "WHERE calls > 0 GROUP BY 1"
+    ).rows()
+    assert per_dim == [("ep", 4 * 2 * 2 * (DISPATCH + COMBINE), 4 * 2 * 2 * (DISPATCH + COMBINE))]
 
 
 def test_without_job_yaml_the_sizes_stay_unknown(tmp_path_factory):
