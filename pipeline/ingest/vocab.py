@@ -241,9 +241,13 @@ def message_bytes_expr(
 #: (``nvshmem*``), vLLM's custom all-reduce (``cross_device_reduce_1stage``), TensorRT-LLM's
 #: (``oneShotAllReduceKernel``, ``twoShotAllReduceKernel``, ``allreduce_fusion_kernel*``,
 #: ``lamport*``) and DeepEP's dispatch/combine (``deep_ep::``, ``dpsk::ep::``).
+#: The kernels of an expert-parallel communication library (case-insensitive): DeepEP's
+#: (``deep_ep::``; ``dpsk::ep::`` in DeepSeek's own builds). Their all-to-alls and
+#: metadata exchanges are the ``ep`` dimension wherever nothing else says.
+MOE_LIBRARY_KERNEL = r"deep_?ep::|dpsk::ep::"
 COMM_KERNEL = (
     r"nccl|rccl|msccl|multimem|symm_mem|nvshmem|one_?shot_?all_?reduce|two_?shot_?all_?reduce"
-    r"|cross_device_reduce|custom_?all_?reduce|allreduce_?fusion|lamport|deep_?ep::|dpsk::ep"
+    r"|cross_device_reduce|custom_?all_?reduce|allreduce_?fusion|lamport|" + MOE_LIBRARY_KERNEL
 )
 #: Host ops that launch a collective and record its buffers in ``Input Dims``: PyTorch's
 #: c10d ops, the functional collectives, symmetric memory (``symm_mem::multimem_all_reduce_``).

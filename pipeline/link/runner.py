@@ -8,7 +8,8 @@ Inputs besides the raw tables, registered before the SQL runs (empty without a j
 tokens_per_step), ``predictions`` (the analytic model's rows for every rank),
 ``_layout_ep_groups`` (job, rank, comm, ranks: each traced rank's expert-parallel group) and
 ``_ep_directions`` (purpose, direction of the model's expert-parallel items); and always
-``_moe_exchange_kernels`` (pattern, direction: what names an MoE library's token exchange).
+``_moe_exchange_kernels`` (pattern, direction: what names an MoE library's token exchange)
+and ``_moe_library`` (pattern: the library's kernels).
 """
 
 from __future__ import annotations
@@ -255,9 +256,14 @@ def _ep_groups(job_spec: Job, ranks: list[int]) -> list[tuple[int, list[int]]]:
 
 def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | None) -> None:
     """``_moe_exchange_kernels`` (pattern, direction): what names an MoE library's token
-    exchange kernels (vocab.MOE_EXCHANGE_KERNELS); ``_ep_directions`` (purpose, direction):
-    the model's expert-parallel items (predict.EP_DIRECTIONS), empty without a job.yaml."""
-    from pipeline.ingest.vocab import MOE_EXCHANGE_KERNELS
+    exchange kernels (vocab.MOE_EXCHANGE_KERNELS); ``_moe_library`` (pattern): its kernels
+    (vocab.MOE_LIBRARY_KERNEL); ``_ep_directions`` (purpose, direction): the model's
+    expert-parallel items (predict.EP_DIRECTIONS), empty without a job.yaml."""
+    from pipeline.ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
+
+    con.execute(
+        "CREATE TEMP TABLE _moe_library AS SELECT ?::VARCHAR AS pattern", [MOE_LIBRARY_KERNEL]
+    )
 
     directions: dict[str, str] = {}
     if config is not None:

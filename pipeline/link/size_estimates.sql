@@ -10,8 +10,12 @@
 -- from job.yaml: DeepEP's buffer is made over that process group), so that the wire can
 -- spread their bytes over its members.
 --
+-- An MoE library's all-to-alls and metadata exchanges are the expert-parallel dimension
+-- where nothing placed them in an MoE layer (a trace without chunk annotations or module
+-- scopes, whose evidence said a2a or unknown): DeepEP serves expert parallelism alone.
+--
 -- reads: _ep_directions, _layout_ep_groups, _links_dimmed, _moe_exchange_kernels,
---        collectives, predictions
+--        _moe_library, collectives, predictions
 -- creates: _layout_comm_sets, _links_sized
 -- takes: _links_dimmed
 
@@ -25,6 +29,15 @@ WHERE p.calls > 0
 GROUP BY ALL;
 
 ALTER TABLE _links_dimmed RENAME TO _links_sized;
+
+UPDATE _links_sized l
+SET parallel_dim = 'ep'
+FROM (SELECT c.job, c.rank, c.source, c.file_id, c.collective_id
+      FROM collectives c
+      JOIN _moe_library m ON regexp_matches(lower(c.op_name), m.pattern)
+      WHERE c.op IN ('all_to_all', 'notify')) c
+WHERE c.job = l.job AND c.rank = l.rank AND c.source = l.source AND c.file_id = l.file_id
+  AND c.collective_id = l.collective_id AND l.parallel_dim IN ('a2a', 'unknown');
 
 -- The sizeless calls of an exchange kernel, with the direction its name says.
 CREATE TEMP TABLE _sizeless_exchanges AS

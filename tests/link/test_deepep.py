@@ -11,6 +11,9 @@ and on DeepSeek's public profile."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -145,6 +148,25 @@ def test_without_job_yaml_the_sizes_stay_unknown(tmp_path_factory):
     assert {c["parallel_dim"] for c in calls} == {"ep"}
     assert {(c["bytes"], c["size_source"]) for c in calls} == {(None, "none")}
     assert ds.sql("SELECT count(*) FROM wire").rows() == [(0,)]
+
+
+def test_without_annotations_deepep_is_still_ep(tmp_path):
+    # the train traces with every chunk annotation renamed: no layer places the calls
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    for trace in sorted((DATA / "train").glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(trace.read_bytes()))
+        for event in doc["traceEvents"]:
+            if re.fullmatch(r"\w+\([FBW]\)", str(event.get("name"))):
+                event["name"] = "region"
+        (folder / trace.name).write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+    dataset = tmp_path / "ds"
+    assert not ingest([folder], dataset, job="plain", jobs=1).errors
+    link(dataset)
+    calls = _calls(Dataset(dataset))
+    assert {(c["op"], c["parallel_dim"], c["phase"], c["layer"]) for c in calls} == {
+        ("all_to_all", "ep", "other", None), ("notify", "ep", "other", None)
+    }  # fmt: skip
 
 
 def test_serving_micro_batches_overlap_and_follow_the_same_rules(serve):
