@@ -14,8 +14,8 @@
 -- where nothing placed them in an MoE layer (a trace without chunk annotations or module
 -- scopes, whose evidence said a2a or unknown): DeepEP serves expert parallelism alone.
 --
--- reads: _ep_directions, _layout_ep_groups, _links_dimmed, _moe_exchange_kernels,
---        _moe_library, collectives, predictions
+-- reads: _ep_directions, _layout_ep_groups, _layout_ep_members, _links_dimmed,
+--        _moe_exchange_kernels, _moe_library, collectives, predictions
 -- creates: _layout_comm_sets, _links_sized
 -- takes: _links_dimmed
 
@@ -70,6 +70,6 @@ WHERE g.job = l.job AND g.rank = l.rank AND l.comm IS NULL AND l.parallel_dim = 
   AND l.op IN ('all_to_all', 'notify');
 
 CREATE TEMP TABLE _layout_comm_sets AS
-SELECT DISTINCT l.job, l.source, g.comm, len(g.ranks) AS nranks, g.ranks
-FROM _links_sized l
-JOIN _layout_ep_groups g ON g.job = l.job AND g.rank = l.rank AND g.comm = l.comm;
+SELECT s.job, s.source, s.comm, len(m.ranks) AS nranks, m.ranks
+FROM (SELECT DISTINCT job, source, comm FROM _links_sized WHERE comm LIKE 'job.yaml:ep:%') s
+JOIN _layout_ep_members m USING (job, comm);
