@@ -30,10 +30,25 @@ _OP_PATTERNS: list[tuple[str, str]] = [
     ("gather", "gather"),
     ("scatter", "scatter"),
     ("reduce", "reduce"),
+    # DeepEP's exchanges of token counts and its barrier before a cached dispatch or combine
+    # (``notify_dispatch``, ``cached_notify``, csrc/kernels/internode.cu): a few integers
+    # per rank and expert, no token data
+    ("notify", "notify"),
     # DeepEP's MoE token exchange (dpsk::ep::dispatch / combine) is an all-to-all
     ("dispatch", "all_to_all"),
     ("combine", "all_to_all"),
 ]
+
+#: Ops that exchange a collective's metadata (counts, flags) rather than its data: tiny and
+#: sizeless in every trace, so neither the model nor the wire counts them.
+METADATA_OPS: tuple[str, ...] = ("barrier", "notify")
+
+#: The kernels of an MoE communication library that move tokens, by direction: towards the
+#: experts (DeepEP's ``dispatch``, forward, and the backward of combine) or back from them
+#: (``combine``, and the backward of dispatch). The keys are what the kernel's name holds
+#: (lower case); link gives such a kernel without a size the model's item of that direction
+#: (:data:`pipeline.model.predict.EP_DIRECTIONS`).
+MOE_EXCHANGE_KERNELS: dict[str, str] = {"dispatch": "towards", "combine": "back"}
 
 #: The parallel dimensions, in the order tables show them: tensor, context, expert,
 #: pipeline, data.
@@ -244,15 +259,22 @@ def message_bytes_expr(
 #: (``nvshmem*``), vLLM's custom all-reduce (``cross_device_reduce_1stage``), TensorRT-LLM's
 #: (``oneShotAllReduceKernel``, ``twoShotAllReduceKernel``, ``allreduce_fusion_kernel*``,
 #: ``lamport*``) and DeepEP's dispatch/combine (``deep_ep::``, ``dpsk::ep::``).
+#: The kernels of an expert-parallel communication library (case-insensitive): DeepEP's
+#: (``deep_ep::``; ``dpsk::ep::`` in DeepSeek's own builds). Their all-to-alls and
+#: metadata exchanges are the ``ep`` dimension wherever nothing else says.
+MOE_LIBRARY_KERNEL = r"deep_?ep::|dpsk::ep::"
 COMM_KERNEL = (
     r"nccl|rccl|msccl|multimem|symm_mem|nvshmem|one_?shot_?all_?reduce|two_?shot_?all_?reduce"
-    r"|cross_device_reduce|custom_?all_?reduce|allreduce_?fusion|lamport|deep_?ep::|dpsk::ep"
+    r"|cross_device_reduce|custom_?all_?reduce|allreduce_?fusion|lamport|" + MOE_LIBRARY_KERNEL
 )
 #: Host ops that launch a collective and record its buffers in ``Input Dims``: PyTorch's
 #: c10d ops, the functional collectives, symmetric memory (``symm_mem::multimem_all_reduce_``).
 COLLECTIVE_LAUNCH_OP = r"^(?:c10d|_?c10d_functional|symm_mem)::"
 #: Kernel name pattern (case-insensitive) -> kind; first match wins.
 _KERNEL_KINDS: list[tuple[str, str]] = [
+    # DeepEP's layout kernel counts the tokens each rank and expert gets, on the GPU alone
+    # (``get_dispatch_layout``, csrc/kernels/layout.cu): no data between ranks
+    ("other", r"get_dispatch_layout"),
     ("comm", COMM_KERNEL),
     ("attention", r"flash|fmha|attention|attn|sdpa|mha_"),
     # (Cijk_: the GEMMs of AMD's Tensile and hipBLASLt)
@@ -317,6 +339,28 @@ PHASE_HINTS: dict[str, str] = {
 EMBEDDING_EXCHANGE_RANGE = (
     r"^##\s*(?:start_|wait_)?(sparse_data_dist|alltoall_\w+|all2all_[^#]*?)\s*##$"
 )
+
+
+#: A pipeline schedule's chunk annotation, ``<part>(<pass>)``: DualPipe's (DeepSeek-V3,
+#: arXiv:2412.19437 section 3.2.1; github.com/deepseek-ai/DualPipe and the record_function
+#: ranges of its public profiles, ``attn(F)``, ``dispatch(F)``, ``mlp(B)``, ``combine(B)``,
+#: ``mlp(W)``): groups 1 and 2 are the part of a layer and the pass.
+CHUNK_ANNOTATION = r"^([A-Za-z_][\w.]*)\(([FBW])\)$"
+#: A chunk annotation's pass -> phase. F is the forward; B the backward for inputs and W the
+#: backward for weights (zero-bubble's split of the backward, arXiv:2401.10241) are both the
+#: backward: W computes the weight gradients the optimizer step later reduces.
+CHUNK_PASS_PHASES: dict[str, str] = {"F": "forward", "B": "backward", "W": "backward"}
+
+
+def chunk_annotation_expr(name: pl.Expr) -> pl.Expr:
+    """A struct of ``part`` and ``phase`` (:data:`CHUNK_ANNOTATION`,
+    :data:`CHUNK_PASS_PHASES`) of each name that is a chunk annotation; null fields
+    elsewhere."""
+    found = name.str.extract_groups(CHUNK_ANNOTATION)
+    return pl.struct(
+        found.struct.field("1").alias("part"),
+        found.struct.field("2").replace_strict(CHUNK_PASS_PHASES, default=None).alias("phase"),
+    )
 
 
 def phase_name_expr(name: pl.Expr) -> pl.Expr:

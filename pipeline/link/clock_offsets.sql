@@ -5,9 +5,9 @@
 -- lowest rank) over the collectives they share. A job on one host (or with no hosts
 -- recorded) has every offset 0; the residual is reported either way.
 --
--- reads: _links_dimmed, ranks
+-- reads: _links_sized, ranks
 -- creates: _instance_rows, _links_keyed, _rank_hosts, clock_offsets
--- takes: _links_dimmed
+-- takes: _links_sized
 
 -- One collective across the ranks of its communicator: collectives match by communicator
 -- and sequence number; send and recv match as the k-th transfer from one rank to another.
@@ -20,7 +20,7 @@
 -- key is its own columns, set without a join; only the send/recv rows, numbered apart (a
 -- window over every call would sort them all), are joined back to their calls by row
 -- (rowid: the table's rows stay where they are until the update).
-ALTER TABLE _links_dimmed RENAME TO _links_keyed;
+ALTER TABLE _links_sized RENAME TO _links_keyed;
 ALTER TABLE _links_keyed ADD COLUMN instance_comm VARCHAR;
 ALTER TABLE _links_keyed ADD COLUMN instance_seq BIGINT;
 UPDATE _links_keyed SET instance_comm = comm, instance_seq = seq
@@ -41,7 +41,8 @@ WHERE l.rowid = r.links_row;
 -- The calls that are in an instance, with what the files after this one match them by.
 CREATE TEMP TABLE _instance_rows AS
 SELECT job, rank, source, file_id, collective_id, instance_comm, instance_seq, op, bytes,
-       group_size, start_ns, end_ns, dur_ns, step, phase, layer, layer_kind, parallel_dim
+       group_size, start_ns, end_ns, dur_ns, step, phase, layer, layer_kind, parallel_dim,
+       size_source
 FROM _links_keyed WHERE instance_seq IS NOT NULL;
 
 -- (sources may spell a host differently; the first name in sort order, so every run agrees;

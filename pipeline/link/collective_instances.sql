@@ -53,7 +53,10 @@ WITH g AS (
            arg_min(phase, context_order) AS phase,
            arg_min(layer, context_order) AS layer,
            arg_min(layer_kind, context_order) AS layer_kind,
-           arg_min(parallel_dim, context_order) AS parallel_dim
+           arg_min(parallel_dim, context_order) AS parallel_dim,
+           -- (the model's size on any rank makes the instance's an estimate)
+           CASE WHEN bool_or(size_source = 'estimated') THEN 'estimated'
+                ELSE min(size_source) END AS size_source
     FROM _instance_aligned
     GROUP BY job, source, instance_comm, instance_seq
 ),
@@ -87,7 +90,7 @@ SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,
        bytes / nullif(min_dur_ns, 0) AS algbw_gbps,
        bytes / nullif(min_dur_ns, 0) * bus_factor(op, coalesce(group_size, ranks_seen))
            AS busbw_gbps,
-       step, phase, layer, layer_kind, parallel_dim
+       step, phase, layer, layer_kind, parallel_dim, size_source
 FROM i;
 
 -- Pairs of instances of the same collective: one of a less trusted source (dropped) and

@@ -11,7 +11,8 @@
 -- profiler's context for calls another source matched to it.
 --
 -- Built here as _links_attributed and completed in place by the files that take it in
--- turn: communicator_dims.sql sets parallel_dim (_links_dimmed), clock_offsets.sql adds
+-- turn: communicator_dims.sql sets parallel_dim (_links_dimmed), size_estimates.sql the
+-- model's size of sizeless MoE exchanges (_links_sized), clock_offsets.sql adds
 -- the instance key (_links_keyed), instance_context.sql fills calls across ranks and
 -- names the result collective_links.
 --
@@ -20,7 +21,8 @@
 
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE
-    WHEN regexp_matches(lower(c), 'moe|expert|router') THEN 'moe'
+    -- (a chunk's dispatch and combine parts: DualPipe's annotations, attribution.py)
+    WHEN regexp_matches(lower(c), 'moe|expert|router|^dispatch$|^combine$') THEN 'moe'
     WHEN regexp_matches(lower(c), 'attn|attention') THEN 'attention'
     WHEN regexp_matches(lower(c), 'mlp|feedforward|feed_forward|ffn') THEN 'mlp'
     WHEN regexp_matches(lower(c), 'embed') THEN 'embedding'
@@ -111,7 +113,7 @@ JOIN _own_links p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_
 -- else -> unknown.
 CREATE MACRO _dim_evidence(op, layer, layer_kind, backward_op) AS CASE
     WHEN op IN ('send', 'recv', 'send_recv') THEN 'pp'
-    WHEN op = 'all_to_all' AND layer_kind = 'moe' THEN 'ep'
+    WHEN op IN ('all_to_all', 'notify') AND layer_kind = 'moe' THEN 'ep'
     WHEN op = 'all_to_all' THEN 'a2a'
     WHEN op = 'all_reduce' AND coalesce(layer_kind, '') <> 'loss' AND (
          layer IS NOT NULL

@@ -9,7 +9,9 @@
 --   unpredicted   seen, no item: named by what the trace says (its layer)
 -- with a reason where one is known: the same bytes in other calls (gradient buckets cut
 -- elsewhere; for activations, another micro-batch size), or a message twice or half the
--- predicted size (a dtype).
+-- predicted size (a dtype). size_source is 'estimated' where the observed sizes are the
+-- model's own (size_estimates.sql: kernels that record no size), so a match there says the
+-- calls were seen, not their bytes.
 -- Jobs linked without a job.yaml have no predictions and no ledger.
 --
 -- reads: collective_links, predictions, primary_sources
@@ -20,7 +22,7 @@
 -- can be summed.
 CREATE TEMP TABLE _ledger_calls AS
 SELECT l.job, l.step, l.rank, coalesce(l.parallel_dim, 'unknown') AS parallel_dim, l.op,
-       coalesce(l.phase, 'other') AS phase, l.bytes AS message_bytes, l.layer
+       coalesce(l.phase, 'other') AS phase, l.bytes AS message_bytes, l.layer, l.size_source
 FROM collective_links l
 JOIN primary_sources p USING (job, rank, source)
 SEMI JOIN (SELECT DISTINCT job FROM predictions) j USING (job)
@@ -38,7 +40,9 @@ WITH layer_calls AS (
     FROM layer_calls GROUP BY ALL
 )
 SELECT job, step, parallel_dim, op, phase, message_bytes, count(*) AS calls,
-       count(DISTINCT c.rank) AS ranks, any_value(y.layer) AS layer
+       count(DISTINCT c.rank) AS ranks, any_value(y.layer) AS layer,
+       CASE WHEN bool_or(c.size_source = 'estimated') THEN 'estimated'
+            ELSE min(c.size_source) END AS size_source
 FROM _ledger_calls c
 LEFT JOIN layers y USING (job, step, parallel_dim, op, phase, message_bytes)
 GROUP BY job, step, parallel_dim, op, phase, message_bytes;
@@ -55,7 +59,7 @@ GROUP BY ALL;
 -- The same size on both sides: matched, or seen a different number of times.
 CREATE TEMP TABLE _ledger_same_size AS
 SELECT job, step, parallel_dim, op, phase, message_bytes,
-       p.calls AS predicted_calls, p.purpose, o.calls, o.ranks, o.layer
+       p.calls AS predicted_calls, p.purpose, o.calls, o.ranks, o.layer, o.size_source
 FROM _ledger_predicted p
 FULL JOIN _ledger_observed o USING (job, step, parallel_dim, op, phase, message_bytes);
 
@@ -69,7 +73,7 @@ WITH left_over AS (
     WHERE predicted_calls IS NULL OR calls IS NULL
 )
 SELECT job, step, parallel_dim, op, phase, p.message_bytes AS predicted_message_bytes,
-       p.predicted_calls, p.purpose, o.message_bytes, o.calls, o.ranks, o.layer
+       p.predicted_calls, p.purpose, o.message_bytes, o.calls, o.ranks, o.layer, o.size_source
 FROM (SELECT * FROM left_over WHERE calls IS NULL) p
 FULL JOIN (SELECT * FROM left_over WHERE predicted_calls IS NULL) o
   USING (job, step, parallel_dim, op, phase, size_order);
@@ -78,13 +82,14 @@ CREATE TEMP TABLE _ledger_rows AS
 SELECT job, step, parallel_dim, op, phase,
        CASE WHEN predicted_calls = calls THEN 'matched' ELSE 'calls differ' END AS status,
        purpose, predicted_calls, message_bytes AS predicted_message_bytes, calls,
-       message_bytes, ranks, layer
+       message_bytes, ranks, layer, size_source
 FROM _ledger_same_size WHERE predicted_calls IS NOT NULL AND calls IS NOT NULL
 UNION ALL
 SELECT job, step, parallel_dim, op, phase,
        CASE WHEN calls IS NULL THEN 'missing' WHEN predicted_calls IS NULL THEN 'unpredicted'
             ELSE 'size differs' END,
-       purpose, predicted_calls, predicted_message_bytes, calls, message_bytes, ranks, layer
+       purpose, predicted_calls, predicted_message_bytes, calls, message_bytes, ranks, layer,
+       size_source
 FROM _ledger_pairs;
 
 -- Bytes of each dimension, op and phase on both sides: equal totals in other calls are
@@ -124,6 +129,7 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
                THEN 'twice the predicted size: check the dtypes'
            WHEN r.status = 'size differs' AND 2 * r.message_bytes = r.predicted_message_bytes
                THEN 'half the predicted size: check the dtypes'
-       END AS reason
+       END AS reason,
+       r.size_source
 FROM _ledger_rows r
 JOIN totals t USING (job, step, parallel_dim, op, phase);

@@ -5,7 +5,12 @@ names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
-tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
+tokens_per_step), ``predictions`` (the analytic model's rows for every rank),
+``_layout_ep_groups`` (job, rank, comm: each traced rank's expert-parallel group),
+``_layout_ep_members`` (job, comm, ranks: each such group's members) and
+``_ep_directions`` (purpose, direction of the model's expert-parallel items); and always
+``_moe_exchange_kernels`` (pattern, direction: what names an MoE library's token exchange)
+and ``_moe_library`` (pattern: the library's kernels).
 """
 
 from __future__ import annotations
@@ -176,6 +181,8 @@ def _register_job_inputs(
 ) -> None:
     layout = {"job": [], "comm": [], "parallel_dim": []}
     facts = {"job": [], "tokens_per_step": []}
+    ep_groups: dict[str, list] = {"job": [], "rank": [], "comm": []}
+    ep_members: dict[str, list] = {"job": [], "comm": [], "ranks": []}
     predictions = []
     if config is not None:
         from pipeline.model.predict import predictions_table
@@ -208,6 +215,13 @@ def _register_job_inputs(
                 layout["parallel_dim"].append(dim)
             facts["job"].append(job)
             facts["tokens_per_step"].append(job_spec.tokens_per_step)
+            by_rank, members = _ep_groups(job_spec, ranks)
+            for rank, comm in by_rank:
+                for key, value in zip(ep_groups, (job, rank, comm), strict=True):
+                    ep_groups[key].append(value)
+            for comm, group_ranks in members.items():
+                for key, value in zip(ep_members, (job, comm, group_ranks), strict=True):
+                    ep_members[key].append(value)
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     con.execute(
@@ -220,11 +234,68 @@ def _register_job_inputs(
         "unnest(?::BIGINT[]) AS tokens_per_step",
         [facts["job"], facts["tokens_per_step"]],
     )
+    con.execute(
+        "CREATE TEMP TABLE _layout_ep_groups AS SELECT unnest(?::VARCHAR[]) AS job, "
+        "unnest(?::BIGINT[]) AS rank, unnest(?::VARCHAR[]) AS comm",
+        [ep_groups["job"], ep_groups["rank"], ep_groups["comm"]],
+    )
+    con.execute(
+        "CREATE TEMP TABLE _layout_ep_members AS SELECT unnest(?::VARCHAR[]) AS job, "
+        "unnest(?::VARCHAR[]) AS comm, unnest(?::BIGINT[][]) AS ranks",
+        [ep_members["job"], ep_members["comm"], ep_members["ranks"]],
+    )
+    _register_exchange_directions(con, config)
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
+
+
+def _ep_groups(
+    job_spec: Job, ranks: list[int]
+) -> tuple[list[tuple[int, str]], dict[str, list[int]]]:
+    """(rank, comm) of each traced rank's expert-parallel group, named ``job.yaml:ep:<lowest
+    rank>``, and the members of each such group (listed once per group, not per rank);
+    none where the layout has no expert parallelism. The communicator of an MoE library's
+    kernels (DeepEP's buffer is made over the EP process group), which no trace names."""
+    if job_spec.parallel.ep < 2:
+        return [], {}
+    from pipeline.model.predict import group, span
+
+    by_rank = [(r, f"job.yaml:ep:{span(job_spec, r, ('ep',), expert=True).lo}") for r in ranks]
+    members: dict[str, list[int]] = {}
+    for r, comm in by_rank:
+        if comm not in members:
+            members[comm] = group(job_spec, r, ("ep",), expert=True)
+    return by_rank, members
+
+
+def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | None) -> None:
+    """``_moe_exchange_kernels`` (pattern, direction): what names an MoE library's token
+    exchange kernels (vocab.MOE_EXCHANGE_KERNELS); ``_moe_library`` (pattern): its kernels
+    (vocab.MOE_LIBRARY_KERNEL); ``_ep_directions`` (purpose, direction): the model's
+    expert-parallel items (predict.EP_DIRECTIONS), empty without a job.yaml."""
+    from pipeline.ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
+
+    con.execute(
+        "CREATE TEMP TABLE _moe_library AS SELECT ?::VARCHAR AS pattern", [MOE_LIBRARY_KERNEL]
+    )
+
+    directions: dict[str, str] = {}
+    if config is not None:
+        from pipeline.model.predict import EP_DIRECTIONS
+
+        directions = EP_DIRECTIONS
+    for name, pairs, key in (
+        ("_moe_exchange_kernels", MOE_EXCHANGE_KERNELS, "pattern"),
+        ("_ep_directions", directions, "purpose"),
+    ):
+        con.execute(
+            f"CREATE TEMP TABLE {name} AS SELECT unnest(?::VARCHAR[]) AS {key}, "
+            "unnest(?::VARCHAR[]) AS direction",
+            [list(pairs), list(pairs.values())],
+        )
 
 
 def _comm_dims_from_layout(

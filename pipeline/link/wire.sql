@@ -14,10 +14,12 @@
 -- Rings and trees are the NCCL log's (topology), split over its channels; without them,
 -- rank order (a ring; a binary tree in heap order), and the row is `estimated`. So is a
 -- row whose algorithm no log named (a ring is assumed) or one the table models as a ring
--- (NVLS, CollNet, PAT). Each instance comes from one source per job, so a call held in a
--- profiler trace, an NCCL log and an Nsight export moves its bytes once.
+-- (NVLS, CollNet, PAT), and one whose size is the model's (size_source 'estimated': an MoE
+-- library's kernel that records none). Each instance comes from one source per job, so a
+-- call held in a profiler trace, an NCCL log and an Nsight export moves its bytes once.
 --
--- reads: _comm_sets, _instance_rows, _rank_hosts, _source_instances, bus_factor,
+-- reads: _comm_sets, _instance_rows, _layout_comm_sets, _rank_hosts, _source_instances,
+--        bus_factor,
 --        collective_links, collective_matches, collectives, communicators,
 --        source_preference, topology
 -- creates: wire
@@ -215,7 +217,10 @@ shaped AS (
     LEFT JOIN late_steps ls
       ON ls.job = b.job AND ls.source = b.source AND ls.comm IS NOT DISTINCT FROM b.comm
      AND ls.seq = b.seq
-    LEFT JOIN _comm_sets s ON s.job = b.job AND s.source = b.source AND s.comm = b.comm
+    LEFT JOIN (SELECT job, source, comm, ranks FROM _comm_sets
+               UNION ALL
+               SELECT job, source, comm, ranks FROM _layout_comm_sets) s
+      ON s.job = b.job AND s.source = b.source AND s.comm = b.comm
     LEFT JOIN _wire_log_comm_by_set c
       ON c.job = b.job AND c.source = b.source AND c.comm = b.comm
 )
@@ -236,7 +241,7 @@ SELECT s.job, s.source, s.comm, s.seq, s.op, s.model, CAST(s.bytes AS DOUBLE) AS
        CASE WHEN s.model IN ('ring', 'chain') THEN r.comm END AS ring_comm,
        CASE WHEN s.model = 'tree' THEN t.comm END AS tree_comm,
        s.last_start_ns AS start_ns, s.min_dur_ns AS dur_ns, s.step_any AS step, s.phase,
-       s.layer, s.parallel_dim
+       s.layer, s.parallel_dim, coalesce(s.size_source = 'estimated', false) AS size_estimated
 FROM shaped s
 LEFT JOIN _log_members k ON k.job = s.job AND k.comm = s.topo_comm AND k.ranks = s.members
 LEFT JOIN (SELECT DISTINCT job, comm FROM _log_rings) r ON r.job = k.job AND r.comm = k.comm
@@ -342,7 +347,8 @@ GROUP BY ALL;
 
 CREATE TEMP TABLE wire AS
 SELECT i.job, i.source, i.comm, i.seq, i.op, i.algorithm, i.protocol, e.path,
-       i.algorithm_guessed OR i.root_guessed OR e.path = 'rank_order' AS estimated,
+       i.algorithm_guessed OR i.root_guessed OR e.path = 'rank_order' OR i.size_estimated
+           AS estimated,
        e.src AS src_rank, e.dst AS dst_rank, hs.host AS src_host, hd.host AS dst_host,
        CASE WHEN hs.host IS NOT NULL AND hd.host IS NOT NULL
             THEN hs.host <> hd.host END AS inter_host,

@@ -82,7 +82,7 @@ _PARALLEL_KEYS = (
     "tp", "pp", "dp", "cp", "ep", "vpp", "sequence_parallel", "zero_stage", "fsdp",
     "reshard_after_forward", "distributed_optimizer", "order", "world_size", "bucket_size",
 )  # fmt: skip
-_BATCH_KEYS = ("micro_batch", "global_batch", "grad_accum")
+_BATCH_KEYS = ("micro_batch", "global_batch", "grad_accum", "forward_only")
 _DTYPE_KEYS = ("params", "activations", "grad_reduce")
 _NETWORK_KEYS = (
     "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "algorithm", "efficiency",
@@ -208,10 +208,12 @@ class Parallel:
 
 @dataclass(frozen=True)
 class Batch:
-    """Micro-batch ``b`` and global batch ``B`` in sequences."""
+    """Micro-batch ``b`` and global batch ``B`` in sequences; ``forward_only``: a serving
+    step (prefill or decode), forward passes with no backward, gradients or optimizer."""
 
     micro_batch: int
     global_batch: int
+    forward_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -827,7 +829,7 @@ def _batch(raw: Any, dp: int) -> Batch:
             f"batch.global_batch ({gb}) must be divisible by batch.micro_batch x parallel.dp "
             f"({b} x {dp} = {b * dp})"
         )
-    return Batch(b, gb)
+    return Batch(b, gb, _bool(_opt(raw, "forward_only", False), "batch.forward_only"))
 
 
 def _dtypes(raw: Any) -> Dtypes:

@@ -74,8 +74,11 @@ def requirements(
     seconds = comm_budget * step_time_s
     per: dict[tuple[str, str], float] = {}
     for row in pred.rows:
-        key = (row.parallel_dim, row.link)
-        per[key] = per.get(key, 0.0) + row.wire_bytes
+        # each item as the model splits it: a group over nodes still sends part of its bytes
+        # to ranks of its own node
+        for link, w in (("intra", row.intra_node_bytes), ("inter", row.inter_node_bytes)):
+            if w:
+                per[(row.parallel_dim, link)] = per.get((row.parallel_dim, link), 0.0) + w
     achieved = dict(achieved_busbw_GBps or {})
     out = []
     for (dim, link), w in sorted(per.items(), key=lambda kv: (DIMS.index(kv[0][0]), kv[0][1])):

@@ -36,6 +36,22 @@ from pipeline.model.traffic import ep_a2a_message
 #: Display and sort order of phases (of dimensions: vocab.DIMS).
 PHASES = ("forward", "backward", "optimizer", "other")
 
+#: Which way each expert-parallel item's tokens go: ``towards`` the experts (the forward
+#: dispatch, the backward of combine), ``back`` from them, or ``both`` (one item of dispatch
+#: and combine of one size). Link sizes an MoE library's kernel that records no size by it
+#: (``pipeline/link/size_estimates.sql``, :data:`pipeline.ingest.vocab.MOE_EXCHANGE_KERNELS`).
+EP_DIRECTIONS: dict[str, str] = {
+    "expert dispatch and combine": "both",
+    "dispatch and combine gradients": "both",
+    "recomputed dispatch and combine": "both",
+    "expert dispatch": "towards",
+    "expert combine": "back",
+    "combine gradients (towards the experts)": "towards",
+    "dispatch gradients (back from the experts)": "back",
+    "recomputed dispatch": "towards",
+    "recomputed combine": "back",
+}
+
 #: Bytes of the loss-reporting all-reduce: loss sum and token count in fp32 (Megatron-LM).
 LOSS_REPORT_BYTES = 8
 #: Bytes per element of the vocab-parallel cross-entropy reductions (fp32, Megatron-LM
@@ -155,6 +171,7 @@ def layout_summary(job: Job) -> dict[str, Any]:
         "distributed_optimizer": p.distributed_optimizer, "dp_scheme": p.dp_scheme,
         "order": p.order, "world_size": p.world_size, "micro_batch": job.batch.micro_batch,
         "global_batch": job.batch.global_batch, "microbatches": job.microbatches,
+        "forward_only": job.batch.forward_only,
         "recompute": job.recompute, "dtypes": vars(job.dtypes).copy(),
         "network": vars(job.network).copy(),
     }  # fmt: skip
@@ -417,6 +434,10 @@ def predict(job: Job, rank: int = 0) -> Prediction:
     _context_parallel(job, rank, len(layers), acc)
     _expert_parallel(job, rank, n_moe, acc)
     _pipeline_parallel(job, rank, coords, acc)
+    if job.batch.forward_only:
+        # a serving step: the forward's items only (no backward, gradients or optimizer)
+        rows = tuple(r for r in acc.build() if r.phase == "forward")
+        return Prediction(job, rank, coords, layers, rows)
     _data_parallel(job, rank, coords, units, acc)
     return Prediction(job, rank, coords, layers, acc.build())
 

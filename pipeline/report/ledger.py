@@ -27,7 +27,7 @@ def section(ctx: Context, limit: int = 40) -> Section:
             ["dimension", "predicted per step", "observed per step", "matched per step",
              "items that differ"],
             [
-                [r["parallel_dim"], fmt.nbytes(r["predicted_bytes"]), fmt.nbytes(r["bytes"]),
+                [r["parallel_dim"], fmt.nbytes(r["predicted_bytes"]), _observed(r),
                  fmt.nbytes(r["matched_bytes"] or 0), r["differing_rows"]]
                 for r in dims.iter_rows(named=True)
             ],
@@ -36,6 +36,18 @@ def section(ctx: Context, limit: int = 40) -> Section:
             numeric=[False, True, True, True, True],
         )
     )  # fmt: skip
+    estimated = dims.filter(dims["estimated_bytes"] > 0)
+    if estimated.height:
+        sec.add(
+            Note(
+                f"Estimated: {fmt.nbytes(estimated['estimated_bytes'].sum())} per step of "
+                f"the observed bytes ({', '.join(estimated['parallel_dim'])}) are the "
+                "model's sizes for calls the trace records without one (an MoE library's "
+                "dispatch and combine kernels): their calls, phases and layers were seen, "
+                "their bytes were not.",
+                "warn",
+            )
+        )
     _differences(ctx, sec, limit)
     return sec
 
@@ -52,7 +64,8 @@ def _differences(ctx: Context, sec: Section, limit: int) -> None:
             [
                 [r["status"], r["parallel_dim"], r["op"], r["phase"], r["purpose"], r["layer"],
                  _calls(r["predicted_calls"], r["predicted_message_bytes"]),
-                 _calls(r["calls"], r["message_bytes"]),
+                 _calls(r["calls"], r["message_bytes"])
+                 + (" (estimated)" if r["estimated"] and r["calls"] else ""),
                  _signed(r["bytes_difference"]), r["reason"]]
                 for r in items.iter_rows(named=True)
             ],
@@ -60,6 +73,14 @@ def _differences(ctx: Context, sec: Section, limit: int) -> None:
             numeric=[False] * 6 + [True, True, True, False],
         )
     )  # fmt: skip
+
+
+def _observed(r: dict) -> str:
+    """A dimension's observed bytes per step, with the part the model estimated."""
+    text = fmt.nbytes(r["bytes"])
+    if r["estimated_bytes"]:
+        text += f" ({fmt.nbytes(r['estimated_bytes'])} estimated)"
+    return text
 
 
 def _calls(calls: float | None, message: int | None) -> str:

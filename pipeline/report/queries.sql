@@ -479,16 +479,28 @@ ORDER BY step;
 
 -- name: ledger_dims
 -- Observed against the model per parallel dimension, per traced step: predicted bytes,
--- observed bytes, and the bytes of items seen as predicted (matched).
+-- observed bytes, the bytes of items seen as predicted (matched), and of the observed bytes
+-- those the model estimated (calls whose source records no size).
 SELECT parallel_dim,
        sum(predicted_bytes) / count(DISTINCT step) AS predicted_bytes,
        sum(bytes) / count(DISTINCT step) AS bytes,
+       coalesce(sum(bytes) FILTER (WHERE size_source = 'estimated'), 0)
+           / count(DISTINCT step) AS estimated_bytes,
        sum(bytes) FILTER (WHERE status = 'matched') / count(DISTINCT step) AS matched_bytes,
        count(*) FILTER (WHERE status <> 'matched') AS differing_rows
 FROM ledger
 WHERE job = $job
 GROUP BY parallel_dim
 ORDER BY sum(predicted_bytes) + sum(bytes) DESC, parallel_dim;
+
+-- name: estimated_sizes
+-- Observed bytes per step whose size is the model's (size_estimates.sql: calls the trace
+-- records without one), per parallel dimension (one source per rank, as token_wire counts).
+SELECT l.parallel_dim, count(*) AS calls,
+       sum(l.bytes) / count(DISTINCT l.step) AS bytes_per_step
+FROM collective_links l JOIN primary_sources p USING (job, rank, source)
+WHERE l.job = $job AND l.size_source = 'estimated' AND l.step IS NOT NULL
+GROUP BY ALL ORDER BY ALL;
 
 -- name: ledger_items
 -- Every item that is not seen as predicted (missing, unpredicted, resized, other counts),
@@ -497,7 +509,8 @@ SELECT status, parallel_dim, op, phase, purpose, layer,
        avg(predicted_calls) AS predicted_calls, any_value(predicted_message_bytes)
            AS predicted_message_bytes,
        avg(calls) AS calls, any_value(message_bytes) AS message_bytes,
-       avg(bytes) - avg(predicted_bytes) AS bytes_difference, any_value(reason) AS reason
+       avg(bytes) - avg(predicted_bytes) AS bytes_difference, any_value(reason) AS reason,
+       bool_or(size_source = 'estimated') AS estimated
 FROM ledger
 WHERE job = $job AND status <> 'matched'
 GROUP BY status, parallel_dim, op, phase, purpose, layer, predicted_message_bytes,

@@ -333,6 +333,9 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
     if not traffic.observed_from:
         return sec.add(Note("No collectives in this job.", "missing"))
     sec.add(_observed_note(traffic), _predicted_note(traffic))
+    estimated = _estimated_note(ctx, traffic)
+    if estimated is not None:
+        sec.add(estimated)
     sec.add(Chart("bytes_per_step", _bytes_chart(_bytes_rows(table))))
     sec.add(_bytes_table(table))
     phases = traffic.frame.filter(pl.col("calls").is_not_null())
@@ -352,6 +355,26 @@ def _observed_note(traffic: Traffic) -> Note:
         f"Observed {how}, averaged over {traffic.steps} step(s). Message bytes summed "
         "over the traced ranks.",
         "text",
+    )
+
+
+def _estimated_note(ctx: Context, traffic: Traffic) -> Note | None:
+    """Which observed bytes are the model's sizes (calls the trace records without one),
+    None where none are (or link has not run: only link estimates)."""
+    if traffic.observed_from != "token_wire":
+        return None
+    est = ctx.query("estimated_sizes")
+    if est.height == 0:
+        return None
+    parts = ", ".join(
+        f"{r['parallel_dim']} {fmt.nbytes(r['bytes_per_step'])}" for r in est.iter_rows(named=True)
+    )
+    return Note(
+        f"Estimated per step: {parts} of the observed bytes are the model's sizes for "
+        f"{fmt.count(est['calls'].sum())} calls the trace records without one (an MoE "
+        "library's dispatch and combine kernels, docs/link.md): their count, phase and layer "
+        "were observed, their bytes were not.",
+        "warn",
     )
 
 

@@ -50,8 +50,9 @@ def section(ctx: Context) -> Section:
             Note(
                 f"{fmt.count(summary['estimated_flows'])} of {fmt.count(summary['flows'])} "
                 "flows are estimated: no NCCL TUNING line named their algorithm (a ring is "
-                "assumed), or the logs gave no ring or tree through their ranks (rank order "
-                "is used). docs/wire.md says what is modelled.",
+                "assumed), the logs gave no ring or tree through their ranks (rank order "
+                "is used), or the trace recorded no size (the model's is used). docs/wire.md "
+                "says what is modelled.",
                 "warn",
             )
         )
@@ -161,15 +162,20 @@ def _split(ctx: Context, sec: Section) -> None:
     caption = "Bytes inside and across hosts per parallel dimension (mean over steps)"
     if predicted is not None:
         caption += (
-            "; predicted: the analytic model's wire bytes of every rank, a group across "
-            "nodes when its ranks span job.yaml's gpus_per_node"
+            "; predicted: the analytic model's wire bytes of every rank, each item split "
+            "into what goes to ranks on the same node and to other nodes (job.yaml's "
+            "gpus_per_node)"
         )
     sec.add(Table(columns, rows, caption=caption, numeric=[False] + [True] * (len(columns) - 1)))
 
 
 def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
     """The model's wire bytes per step of every rank by dimension and link class (intra,
-    inter node), or None without a job.yaml or above MAX_PREDICTED_RANKS."""
+    inter node), or None without a job.yaml or above MAX_PREDICTED_RANKS.
+
+    Each item counts as the model splits it (``intra_node_bytes``, ``inter_node_bytes``):
+    a group that spans nodes still sends part of its bytes to ranks on its own node (a ring
+    over two nodes of two ranks each crosses on two of its four links)."""
     if ctx.config is None or ctx.config.parallel.world_size > MAX_PREDICTED_RANKS:
         return None
     from pipeline.model.predict import predict_ranks
@@ -177,8 +183,9 @@ def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
     out: dict[tuple[str, str], float] = {}
     for pred in predict_ranks(ctx.config, range(ctx.config.parallel.world_size)):
         for row in pred.rows:
-            key = (row.parallel_dim, row.link)
-            out[key] = out.get(key, 0.0) + row.wire_bytes
+            for link, wire in (("intra", row.intra_node_bytes), ("inter", row.inter_node_bytes)):
+                key = (row.parallel_dim, link)
+                out[key] = out.get(key, 0.0) + wire
     return out
 
 

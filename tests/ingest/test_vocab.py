@@ -19,6 +19,7 @@ from pipeline.ingest.vocab import (
     OP_NAMES,
     bus_factor,
     bus_factor_expr,
+    chunk_annotation_expr,
     kernel_kind_expr,
     op_expr,
     op_of,
@@ -77,7 +78,30 @@ COMM_KERNELS = [
     ("nvshmemi_transfer_rma_kernel", "unknown"),
     ("void deep_ep::intranode::dispatch<8, 768, 8192>(...)", "all_to_all"),
     ("void dpsk::ep::internode::combine<true>(...)", "all_to_all"),
+    # DeepEP's exchanges of token counts and its barrier: metadata, no token data
+    ("void dpsk::ep::internode::cached_notify<false>(int, int, ...)", "notify"),
+    ("void deep_ep::internode::notify_dispatch<false, 8>(int const*, ...)", "notify"),
 ]  # fmt: skip
+
+
+def test_deepeps_layout_kernel_is_local_work() -> None:
+    names = [
+        "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*)",
+        "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)",
+    ]
+    kinds = pl.DataFrame({"name": names}).select(kernel_kind_expr(pl.col("name")).alias("k"))
+    assert kinds["k"].to_list() == ["other", "other"]
+
+
+@pytest.mark.parametrize(
+    ("name", "part", "phase"),
+    [("attn(F)", "attn", "forward"), ("dispatch(B)", "dispatch", "backward"),
+     ("mlp(W)", "mlp", "backward"), ("1F1B", None, None), ("ProfilerStep#1", None, None),
+     ("aten::mm(F)", None, None), ("combine(X)", None, None)],
+)  # fmt: skip
+def test_chunk_annotations_name_part_and_phase(name, part, phase) -> None:
+    got = pl.DataFrame({"n": [name]}).select(chunk_annotation_expr(pl.col("n")).alias("c"))
+    assert got["c"].struct.unnest().row(0) == (part, phase)
 
 
 def test_collective_kernels_beyond_nccl_are_comm() -> None:

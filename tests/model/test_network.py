@@ -50,3 +50,17 @@ def test_inter_node_split():
 def test_bad_inputs(step, budget):
     with pytest.raises(ConfigError):
         requirements(predict(load_job(SAMPLE), 0), step_time_s=step, comm_budget=budget)
+
+
+def test_a_group_over_two_nodes_needs_both_links():
+    # tp 2 x dp 4 on nodes of 4 GPUs: DP group {0, 2, 4, 6} has two ranks on each node, so
+    # of its ring's 4 links 2 cross: half of each DP all-reduce's wire bytes need the NIC
+    job = job_from_dict({
+        "model": {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 64,
+                  "seq_len": 16},
+        "parallel": {"tp": 2, "dp": 4}, "network": {"gpus_per_node": 4},
+    })  # fmt: skip
+    pred = predict(job, 0)
+    dp_wire = sum(r.wire_bytes for r in pred.rows if r.parallel_dim == "dp")
+    by = {(r.parallel_dim, r.link): r.wire_bytes for r in requirements(pred, step_time_s=1.0)}
+    assert by[("dp", "intra")] == by[("dp", "inter")] == dp_wire / 2

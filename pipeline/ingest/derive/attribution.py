@@ -33,7 +33,12 @@ import pyarrow as pa
 
 from pipeline.ingest.derive.nesting import rows_of
 from pipeline.ingest.result import ENGINE, columns, values_at
-from pipeline.ingest.vocab import EMBEDDING_EXCHANGE_RANGE, PHASE_HINTS, phase_name_expr
+from pipeline.ingest.vocab import (
+    EMBEDDING_EXCHANGE_RANGE,
+    PHASE_HINTS,
+    chunk_annotation_expr,
+    phase_name_expr,
+)
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
 MAX_HOPS = 512
@@ -82,6 +87,7 @@ def attribute_collectives(tables: dict[str, pa.Table]) -> None:
     launch = _launch_ops(calls, host, ops)
     context = _context(launch, host, calls, ops)
     context = _embedding_exchanges(context, launch, host, collectives, ops)
+    context = chunk_annotation_context(context, launch, host, calls, ops)
     out = collectives
     for name in ADDED:
         column = context.get_column(name).to_arrow()
@@ -373,4 +379,96 @@ def _embedding_exchanges(
             .alias("attributed_by"),
         )
         .drop("call", "range")
+    )
+
+
+def chunk_annotations(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
+    """(pos, part, phase, layer_index) of every op that is a pipeline schedule's chunk
+    annotation (``attn(F)``, ``dispatch(B)``, ``mlp(W)``: :func:`chunk_annotation_expr`).
+
+    A chunk runs its layers one after another, each through the same parts, so the k-th
+    range of one name among those of its enclosing range (DualPipe's ``1F1B``) is layer k of
+    the chunk; the backward (B, W) walks the layers from the last, so there it is layer
+    ``n − 1 − k`` of the ``n``. Indices count from 0 within the chunk (a stage's layers, as
+    PyTorch numbers a stage's modules)."""
+    name = columns(ops, {"name": pl.String}).get_column("name")
+    # (literal suffixes first: a big trace's millions of names never meet the pattern)
+    ends = name.str.ends_with("(F)") | name.str.ends_with("(B)") | name.str.ends_with("(W)")
+    candidates = ends.fill_null(False).arg_true()
+    found = (
+        name.gather(candidates).to_frame().select(chunk_annotation_expr(pl.col("name")).alias("c"))
+    )["c"]
+    keep = found.struct.field("part").is_not_null()
+    rows, found = candidates.filter(keep).to_numpy(), found.filter(keep)
+    if rows.size == 0:
+        return pl.DataFrame(schema={"pos": pl.Int64, "part": pl.String, "chunk_phase": pl.String,
+                                    "layer_index": pl.Int64})  # fmt: skip
+    start = columns(ops, {"start_ns": pl.Int64}).get_column("start_ns")
+    k = pl.int_range(pl.len()).over("rank", "parent_id", "name", order_by=["start_ns", "op_id"])
+    n = pl.len().over("rank", "parent_id", "name")
+    return (
+        pl.concat(
+            [
+                host.select("pos", "rank", "op_id", "parent_id")[rows],
+                pl.DataFrame([name.gather(rows), start.gather(rows)]),
+                found.struct.unnest(),
+            ],
+            how="horizontal",
+        )
+        .with_columns(
+            pl.when(pl.col("phase") == "forward").then(k).otherwise(n - 1 - k).alias("layer_index")
+        )
+        .select(
+            pl.col("pos").cast(pl.Int64),
+            "part",
+            pl.col("phase").alias("chunk_phase"),
+            pl.col("layer_index").cast(pl.Int64),
+        )  # fmt: skip
+    )
+
+
+def chunk_annotation_context(
+    context: pl.DataFrame,
+    launch: pl.DataFrame,
+    host: pl.DataFrame,
+    calls: pl.DataFrame,
+    ops: pa.Table,
+) -> pl.DataFrame:
+    """``context`` with the phase and layer of each collective launched inside a chunk
+    annotation (:func:`chunk_annotations`, the innermost around its launch).
+
+    The annotation is the schedule's own word, so its phase comes before the structure's and
+    the names' (a DualPipe backward chunk runs in no ``evaluate_function`` the profiler saw;
+    its W pass is backward too); only a phase the source itself states comes first. The
+    layer ``layers.<k>/<part>`` (``layers.2/dispatch``) is taken where nothing stronger
+    than an NVTX range placed the call (attributed_by ``chunk_annotation``)."""
+    marks = chunk_annotations(host, ops)
+    placed = launch.filter(pl.col("pos").is_not_null())
+    if marks.height == 0 or placed.height == 0:
+        return context
+    found = (
+        _walk(placed, host)
+        .join(marks, on="pos")
+        .sort("call", "hops")
+        .group_by("call", maintain_order=True)
+        .first()
+        .select("call", "part", "chunk_phase", "layer_index")
+    )
+    weak = pl.col("attributed_by").is_null() | (pl.col("attributed_by") == "nvtx")
+    marked = pl.col("part").is_not_null()
+    chunk_layer = pl.format("layers.{}/{}", "layer_index", "part")
+    return (
+        context.with_columns(calls.get_column("phase").alias("_given_phase"))
+        .with_row_index("call")
+        .with_columns(pl.col("call").cast(pl.Int64))
+        .join(found, on="call", how="left", maintain_order="left")
+        .with_columns(
+            pl.coalesce("_given_phase", "chunk_phase", "phase").alias("phase"),
+            pl.when(marked & weak).then(chunk_layer).otherwise("layer").alias("layer"),
+            pl.when(marked & weak)
+            .then(pl.lit("chunk_annotation"))
+            .otherwise("attributed_by")
+            .alias("attributed_by"),
+        )
+        .select(context.columns)
     )

@@ -24,6 +24,7 @@ from pipeline.ingest.result import ENGINE
 from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
 from pipeline.ingest.vocab import (
     COLLECTIVE_LAUNCH_OP,
+    METADATA_OPS,
     dtype_expr,
     dtype_size_expr,
     message_bytes_expr,
@@ -98,7 +99,9 @@ def collectives_table(
     if frame.is_empty():
         return _empty()
     frame = _finish(frame, groups)
-    missing = frame.group_by("file").agg(pl.col("bytes").null_count())
+    # (a metadata exchange, DeepEP's notify kernels, moves no data of its own to size)
+    data = frame.filter(~pl.col("op").is_in(METADATA_OPS))
+    missing = data.group_by("file").agg(pl.col("bytes").null_count())
     for file, count in missing.iter_rows():
         warnings[file].add(
             "collectives without size metadata (op taken from the kernel name)", count
