@@ -63,12 +63,25 @@ def _file(name: str) -> SqlFile:
     return next(f for f in sql_files() if f.name == name)
 
 
+def _macros_read(sql: SqlFile) -> dict[str, str]:
+    """The statements that make the macros ``sql`` reads from other link files."""
+    made = {}
+    for other in sql_files():
+        for statement in duckdb.extract_statements(other.text):
+            for obj, kind in created_objects(statement.query).items():
+                if kind == "macro" and obj in sql.reads and other.name != sql.name:
+                    made[obj] = statement.query
+    return made
+
+
 def run_file(name: str, inputs: dict[str, pl.DataFrame]) -> duckdb.DuckDBPyConnection:
     """A connection on which link SQL file ``name`` has run over ``inputs`` (table name ->
     rows). Every table the file declares it reads or takes must be given (other than
-    sources.sql's objects), and no other."""
+    sources.sql's objects and the macros of other link files, which are made as those files
+    make them), and no other."""
     sql = _file(name)
-    needed = {*sql.reads, *sql.takes} - _SOURCES_OBJECTS
+    macros = _macros_read(sql)
+    needed = {*sql.reads, *sql.takes} - _SOURCES_OBJECTS - set(macros)
     assert set(inputs) - {"collectives"} <= needed, f"{name} does not read {set(inputs) - needed}"
     assert needed <= set(inputs), f"{name} reads {needed - set(inputs)}: give them"
     con = duckdb.connect()
@@ -81,6 +94,8 @@ def run_file(name: str, inputs: dict[str, pl.DataFrame]) -> duckdb.DuckDBPyConne
         con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM _given")
         con.unregister("_given")
     con.execute(sql_text("pipeline.dataset", "sources.sql"))
+    for statement in macros.values():
+        con.execute(statement)
     (secondary,) = con.execute(
         "SELECT coalesce(bool_or(source <> 'kineto'), false) FROM collectives"
     ).fetchone()
