@@ -245,7 +245,11 @@ def test_locked_database(tmp_path: Path) -> None:
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert nsys.parse(path).tables["kernels"].num_rows > 0
+    # the generator's one rank: a GEMM per layer and step for each of its GEMMs, and the
+    # layer's NCCL kernel
+    lay = Layout()
+    kernels = lay.steps * lay.layers * (lay.gemms_per_layer + 1)
+    assert nsys.parse(path).tables["kernels"].num_rows == kernels
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage", b'{"data":["a"]}\n{not json\n'])
@@ -265,6 +269,10 @@ def test_generated_export_has_the_real_schema(tmp_path: Path, real_traces: Path)
     mine = dict(_sql(path, query))
     theirs = dict(_sql(real, query))
     assert all(mine[t] == theirs[t] for t in mine)
+
+
+def test_generated_export_gives_every_ranks_kernels_and_calls(tmp_path: Path) -> None:
+    path = write_export(tmp_path / "job.sqlite", ranks=[0, 1, 2, 3])
     t = _tables(path)
     lay = Layout()
     per_rank = lay.steps * lay.layers * (lay.gemms_per_layer + 1)
