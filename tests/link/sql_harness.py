@@ -74,11 +74,15 @@ def _macros_read(sql: SqlFile) -> dict[str, str]:
     return made
 
 
-def run_file(name: str, inputs: dict[str, pl.DataFrame]) -> duckdb.DuckDBPyConnection:
+def run_file(
+    name: str, inputs: dict[str, pl.DataFrame], *, secondary: bool | None = None
+) -> duckdb.DuckDBPyConnection:
     """A connection on which link SQL file ``name`` has run over ``inputs`` (table name ->
     rows). Every table the file declares it reads or takes must be given (other than
     sources.sql's objects and the macros of other link files, which are made as those files
-    make them), and no other."""
+    make them), and no other. ``secondary``: whether the job has collectives of a source
+    other than the profiler's (runner.SECONDARY_ONLY); by default, whether ``collectives``
+    holds any."""
     sql = _file(name)
     macros = _macros_read(sql)
     needed = {*sql.reads, *sql.takes} - _SOURCES_OBJECTS - set(macros)
@@ -96,9 +100,10 @@ def run_file(name: str, inputs: dict[str, pl.DataFrame]) -> duckdb.DuckDBPyConne
     con.execute(sql_text("pipeline.dataset", "sources.sql"))
     for statement in macros.values():
         con.execute(statement)
-    (secondary,) = con.execute(
-        "SELECT coalesce(bool_or(source <> 'kineto'), false) FROM collectives"
-    ).fetchone()
+    if secondary is None:
+        (secondary,) = con.execute(
+            "SELECT coalesce(bool_or(source <> 'kineto'), false) FROM collectives"
+        ).fetchone()
     _run_file(con, sql, secondary=secondary)
     return con
 
@@ -108,12 +113,17 @@ def _columns():
 
 
 def created(
-    name: str, inputs: dict[str, pl.DataFrame], table: str, *, order_by: list[str]
+    name: str,
+    inputs: dict[str, pl.DataFrame],
+    table: str,
+    *,
+    order_by: list[str],
+    secondary: bool | None = None,
 ) -> pl.DataFrame:
     """The rows of ``table`` after link SQL file ``name`` ran over ``inputs``, sorted by
     ``order_by``: a published table with its schema's columns and types, a working table
     with every column."""
-    con = run_file(name, inputs)
+    con = run_file(name, inputs, secondary=secondary)
     schemas = load_schemas()
     select = typed_columns(schemas[table]) if table in schemas else "*"
     got = con.sql(f"SELECT {select} FROM {table}").pl()
