@@ -206,6 +206,16 @@ def test_sqlite_without_payloads_warns_and_leaves_bytes_null(real_traces: Path) 
     assert any("without NCCL NVTX payload" in m for m in result.warnings.messages())
 
 
+def test_generated_export_without_payloads_warns_and_leaves_bytes_null(tmp_path: Path) -> None:
+    # the generator's default: NCCL ranges without payloads, one all-reduce per layer and step
+    result = nsys.parse(write_export(tmp_path / "job.sqlite"))
+    coll = pl.from_arrow(result.tables["collectives"])
+    lay = Layout()
+    assert coll.height == lay.steps * lay.layers == coll["bytes"].null_count()
+    assert set(coll["op"]) == {"all_reduce"}
+    assert any("without NCCL NVTX payload" in m for m in result.warnings.messages())
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 
@@ -227,8 +237,8 @@ def test_sqlite_that_is_not_nsight(tmp_path: Path) -> None:
     assert "not an Nsight Systems export" in _one_line_error(path)
 
 
-def test_corrupt_database(tmp_path: Path, real_traces: Path) -> None:
-    src = real_traces / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"
+def test_corrupt_database(tmp_path: Path) -> None:
+    src = write_export(tmp_path / "whole.sqlite")
     data = bytearray(src.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)  # the schema page
     path = tmp_path / "corrupt.sqlite"
