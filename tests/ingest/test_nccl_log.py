@@ -412,3 +412,34 @@ def test_version_from_the_banner_or_the_line_shapes(tmp_path, case):
     assert result.format_version == version
     contradiction = "line shapes of different versions" in " ".join(result.warnings.messages())
     assert contradiction == (case == "contradiction")
+
+
+def test_connection_lines_give_each_pairs_transport(tmp_path):
+    # Two ranks of communicator 0xabc on hosts h0 and h1; connection lines as NCCL's
+    # transport setup prints them (src/transport.cc: "Channel %02d/%d : %d[%x] -> %d[%x]
+    # [send|receive] via %s"): a receive line names the sender, every other line the receiver.
+    init = "comm 0x{p} rank {r} nranks 2 cudaDev {r} nvmlDev {r} busId {b} commId 0xabc - Init COMPLETE"  # noqa: E501
+    lines = {
+        0: [init.format(p=1000, r=0, b="1b000"),
+            "Channel 00/0 : 0[1b000] -> 1[1c000] via P2P/CUMEM/read",
+            "Channel 01/0 : 0[1b000] -> 1[1c000] [send] via NET/IB/3/GDRDMA"],
+        1: [init.format(p=2000, r=1, b="1c000"),
+            "Channel 01/0 : 0[1b000] -> 1[1c000] [receive] via NET/IB/3/GDRDMA",
+            "Channel 00/0 : 1[1c000] -> 0[1b000] via SHM/direct/direct",
+            "Channel 02/0 : 1[1c000] -> 0[1b000] [send] via NET/Socket/0"],
+    }  # fmt: skip
+    path = tmp_path / "job.log"
+    prefix = "h{r}:{pid}:{pid} [{r}] NCCL INFO "
+    path.write_text(
+        "".join(prefix.format(r=r, pid=100 + r) + m + "\n" for r, ms in lines.items() for m in ms)
+    )
+    topo = _parse(path)["topology"].filter(pl.col("kind") == "connection")
+    got = topo.sort("rank", "channel").select("rank", "channel", "peer", "transport", "detail")
+    assert got.rows() == [
+        (0, 0, 1, "P2P", "P2P/CUMEM/read"),
+        (0, 1, 1, "NET/IB", "NET/IB/3/GDRDMA [send]"),
+        (1, 0, 0, "SHM", "SHM/direct/direct"),
+        (1, 1, 0, "NET/IB", "NET/IB/3/GDRDMA [receive]"),
+        (1, 2, 0, "NET/Socket", "NET/Socket/0 [send]"),
+    ]
+    assert set(topo["comm"]) == {"0xabc"}
