@@ -31,6 +31,30 @@ def real_kineto_files() -> list[str]:
     return [str(p.relative_to(root)) for p in files]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that takes the ``real_traces`` fixture is marked ``real_traces``: ``-m
+    real_traces`` selects them, ``-m 'not real_traces'`` runs what a public clone can."""
+    for item in items:
+        if "real_traces" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_traces)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 (pytest's own type)
+    """One line: how many of the tests on ../shared/real_traces ran, so that a CI log shows
+    whether they did."""
+    outcomes: dict[str, set[str]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "real_traces" in getattr(report, "keywords", {}):
+                outcomes.setdefault(outcome, set()).add(report.nodeid)
+    ran = outcomes.get("passed", set()) | outcomes.get("failed", set())
+    skipped = outcomes.get("skipped", set()) - ran
+    if ran or skipped:
+        terminalreporter.write_line(
+            f"tests on ../shared/real_traces: {len(ran)} ran, {len(skipped)} skipped"
+        )
+
+
 @pytest.fixture
 def real_traces() -> Path:
     """The real traces folder; the test is skipped where it is absent (a user's own clone)."""

@@ -1,4 +1,10 @@
-"""Hang analysis: the real dumps are healthy; hangs and desyncs made from them are found."""
+"""Hang analysis: the recorded dumps are healthy; hangs and desyncs made from them are found.
+
+The dumps are the project's own (tests/data/cpu_gloo, recorded by scripts/record_cpu_runs.py:
+the DDP, MoE and FSDP runs, one process group each) and, where ../shared is present, its
+manual tensor-parallel run; every expected value is worked out from the dump it is made
+from.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +19,46 @@ from click.testing import CliRunner
 from pipeline.analysis import hang
 from pipeline.cli import cli
 from pipeline.errors import TraceFormatError
+from tests.conftest import REPO_ROOT, real_traces_dir
 
-RUNS = ("ddp", "tp_manual", "moe")
+#: The project's recorded runs (a folder per run); ../shared's are under kineto_cpu_gloo/.
+PROJECT = REPO_ROOT / "tests" / "data" / "cpu_gloo"
 
 
-def _raw(real_traces: Path, run: str, rank: int) -> dict:
-    path = real_traces / "kineto_cpu_gloo" / run / "ws2" / f"rank{rank}.flight_recorder.json.gz"
-    with gzip.open(path, "rt") as f:
+def _cases(project: tuple[str, ...], shared: tuple[str, ...]) -> list:
+    """(source, run) parameters: the project's runs, then ../shared's, marked real_traces."""
+    return [pytest.param("project", run, id=f"project-{run}") for run in project] + [
+        pytest.param("shared", run, id=f"shared-{run}", marks=pytest.mark.real_traces)
+        for run in shared
+    ]
+
+
+#: Runs of one process group each, every dump with all_reduce entries. ../shared's ddp and
+#: moe are recorded as the project's are; its tp_manual (80 all-reduces) is a run of its own.
+RUNS = _cases(("ddp", "moe", "fsdp"), ("tp_manual",))
+#: A DDP run.
+DDP = _cases(("ddp",), ())
+#: A run with all_to_all entries.
+MOE = _cases(("moe",), ())
+
+
+def _folder(source: str, run: str) -> Path:
+    if source == "project":
+        return PROJECT / run
+    root = real_traces_dir()
+    if root is None:
+        pytest.skip("../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)")
+    return root / "kineto_cpu_gloo" / run / "ws2"
+
+
+def _raw(source: str, run: str, rank: int) -> dict:
+    with gzip.open(_folder(source, run) / f"rank{rank}.flight_recorder.json.gz", "rt") as f:
         return json.load(f)
+
+
+def _all_reduces(doc: dict) -> list[int]:
+    """The indices of a dump's all_reduce entries."""
+    return [i for i, e in enumerate(doc["entries"]) if e["profiling_name"] == "gloo:all_reduce"]
 
 
 def _write(folder: Path, docs: dict[int, dict]) -> Path:
@@ -43,10 +81,10 @@ def _only_group(report: hang.HangReport) -> hang.GroupReport:
 # --------------------------------------------------------------------------- real dumps
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_real_dumps_are_healthy(real_traces: Path, run: str) -> None:
-    folder = real_traces / "kineto_cpu_gloo" / run / "ws2"
-    n = len(_raw(real_traces, run, 0)["entries"])
+@pytest.mark.parametrize(("source", "run"), RUNS)
+def test_recorded_dumps_are_healthy(source: str, run: str) -> None:
+    folder = _folder(source, run)
+    n = len(_raw(source, run, 0)["entries"])
     report = hang.analyze_paths([folder])
     assert not report.problem_found
     g = _only_group(report)
@@ -69,10 +107,10 @@ def test_pp_dumps_have_no_collectives(real_traces: Path) -> None:
 # --------------------------------------------------------------------------- hangs made from them
 
 
-@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize(("source", "run"), RUNS)
 @pytest.mark.parametrize("cut", [1, 3])
-def test_rank_that_stopped_early(real_traces: Path, tmp_path: Path, run: str, cut: int) -> None:
-    r0, r1 = _raw(real_traces, run, 0), _raw(real_traces, run, 1)
+def test_rank_that_stopped_early(source: str, run: str, tmp_path: Path, cut: int) -> None:
+    r0, r1 = _raw(source, run, 0), _raw(source, run, 1)
     n = len(r0["entries"])
     # rank 1 never issued its last `cut` collectives; rank 0 waits in the first of them
     r1["entries"] = r1["entries"][:-cut]
@@ -104,19 +142,22 @@ def test_rank_that_stopped_early(real_traces: Path, tmp_path: Path, run: str, cu
     assert group["never_entered"] == [1] and group["stuck"][0]["rank"] == 0
 
 
-def test_deleted_entries_alone_show_the_missing_rank(real_traces: Path, tmp_path: Path) -> None:
-    r0, r1 = _raw(real_traces, "ddp", 0), _raw(real_traces, "ddp", 1)
+@pytest.mark.parametrize(("source", "run"), DDP)
+def test_deleted_entries_alone_show_the_missing_rank(source: str, run: str, tmp_path: Path) -> None:
+    r0, r1 = _raw(source, run, 0), _raw(source, run, 1)
+    n = len(r1["entries"])  # (sequence ids 1..n)
     r0["entries"] = r0["entries"][:-2]
     folder = _write(tmp_path / "ddp", {0: r0, 1: r1})
     g = _only_group(hang.analyze_paths([folder]))
-    assert g.first_disagreement == g.focus_seq == 13
+    # rank 0 lost its last two: n - 1 is the first it lacks, n - 2 the last both completed
+    assert g.first_disagreement == g.focus_seq == n - 1
     assert g.never_entered == [0] and g.stuck == [] and g.completed_at_focus == [1]
-    assert g.last_completed_by_all == 12
+    assert g.last_completed_by_all == n - 2
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_size_changed_on_one_rank(real_traces: Path, tmp_path: Path, run: str) -> None:
-    r0, r1 = _raw(real_traces, run, 0), _raw(real_traces, run, 1)
+@pytest.mark.parametrize(("source", "run"), RUNS)
+def test_size_changed_on_one_rank(source: str, run: str, tmp_path: Path) -> None:
+    r0, r1 = _raw(source, run, 0), _raw(source, run, 1)
     # an all_reduce (sizes must agree); all_to_all splits may differ by design
     i = next(i for i, e in enumerate(r1["entries"]) if e["profiling_name"] == "gloo:all_reduce")
     e = r1["entries"][i]
@@ -144,21 +185,26 @@ def _numel(shape: list[int]) -> int:
     return n
 
 
-def test_dtype_and_op_changed(real_traces: Path, tmp_path: Path) -> None:
-    r0, r1 = _raw(real_traces, "tp_manual", 0), _raw(real_traces, "tp_manual", 1)
-    r1["entries"][4]["input_dtypes"] = ["BFloat16"]
-    r1["entries"][9]["profiling_name"] = "gloo:broadcast"
+@pytest.mark.parametrize(("source", "run"), RUNS)
+def test_dtype_and_op_changed(source: str, run: str, tmp_path: Path) -> None:
+    r0, r1 = _raw(source, run, 0), _raw(source, run, 1)
+    # the first all_reduce of rank 1 in bf16, its third one a broadcast
+    first, _, third, *_ = _all_reduces(r1)
+    r1["entries"][first]["input_dtypes"] = ["BFloat16"]
+    r1["entries"][third]["profiling_name"] = "gloo:broadcast"
+    seq = [r1["entries"][i]["collective_seq_id"] for i in (first, third)]
     folder = _write(tmp_path / "tp", {0: r0, 1: r1})
     g = _only_group(hang.analyze_paths([folder]))
     found = {(m.seq, m.what) for m in g.mismatches}
-    assert found == {(5, "dtype"), (10, "op")}
+    assert found == {(seq[0], "dtype"), (seq[1], "op")}
     op = next(m for m in g.mismatches if m.what == "op")
     assert op.values == {0: "gloo:all_reduce", 1: "gloo:broadcast"}
-    assert g.first_disagreement == 5
+    assert g.first_disagreement == seq[0]
 
 
-def test_all_to_all_that_does_not_add_up(real_traces: Path, tmp_path: Path) -> None:
-    r0, r1 = _raw(real_traces, "moe", 0), _raw(real_traces, "moe", 1)
+@pytest.mark.parametrize(("source", "run"), MOE)
+def test_all_to_all_that_does_not_add_up(source: str, run: str, tmp_path: Path) -> None:
+    r0, r1 = _raw(source, run, 0), _raw(source, run, 1)
     i = next(i for i, e in enumerate(r1["entries"]) if e["profiling_name"] == "gloo:all_to_all")
     seq = r1["entries"][i]["collective_seq_id"]
     r1["entries"][i]["output_sizes"][0][0] += 7
@@ -167,21 +213,25 @@ def test_all_to_all_that_does_not_add_up(real_traces: Path, tmp_path: Path) -> N
     assert [(m.seq, m.what) for m in g.mismatches] == [(seq, "all_to_all_total")]
 
 
-def test_majority_names_the_odd_rank(real_traces: Path, tmp_path: Path) -> None:
-    base = _raw(real_traces, "ddp", 0)
+@pytest.mark.parametrize(("source", "run"), DDP)
+def test_majority_names_the_odd_rank(source: str, run: str, tmp_path: Path) -> None:
+    base = _raw(source, run, 0)
     base["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}
     docs = {r: copy.deepcopy(base) for r in range(3)}
-    docs[2]["entries"][6]["input_sizes"] = [[5]]
+    i = _all_reduces(base)[0]
+    docs[2]["entries"][i]["input_sizes"] = [[5]]
+    seq = base["entries"][i]["collective_seq_id"]
     folder = _write(tmp_path / "three", docs)
     g = _only_group(hang.analyze_paths([folder]))
     m = g.mismatches[0]
-    assert (m.seq, m.what, m.odd_ranks, m.majority) == (7, "count", [2], True)
+    assert (m.seq, m.what, m.odd_ranks, m.majority) == (seq, "count", [2], True)
     code, out = _run_cli(str(folder))
     assert code == hang.EXIT_PROBLEM and "odd ranks [2]" in out
 
 
-def test_missing_dump_is_reported_not_a_hang(real_traces: Path, tmp_path: Path) -> None:
-    base = _raw(real_traces, "ddp", 0)
+@pytest.mark.parametrize(("source", "run"), DDP)
+def test_missing_dump_is_reported_not_a_hang(source: str, run: str, tmp_path: Path) -> None:
+    base = _raw(source, run, 0)
     base["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}
     folder = _write(tmp_path / "partial", {0: base, 1: copy.deepcopy(base)})
     report = hang.analyze_paths([folder])
@@ -190,14 +240,18 @@ def test_missing_dump_is_reported_not_a_hang(real_traces: Path, tmp_path: Path) 
     assert not report.problem_found
 
 
-def test_ring_buffer_windows_are_aligned(real_traces: Path, tmp_path: Path) -> None:
-    r0, r1 = _raw(real_traces, "tp_manual", 0), _raw(real_traces, "tp_manual", 1)
-    r0["entries"] = r0["entries"][10:]
-    r1["entries"] = r1["entries"][25:]
+@pytest.mark.parametrize(("source", "run"), RUNS)
+def test_ring_buffer_windows_are_aligned(source: str, run: str, tmp_path: Path) -> None:
+    r0, r1 = _raw(source, run, 0), _raw(source, run, 1)
+    n = len(r0["entries"])  # (sequence ids 1..n)
+    # rank 0's buffer kept its last n - 2, rank 1's its last n - 5: the window both hold
+    # starts at sequence id 6
+    r0["entries"] = r0["entries"][2:]
+    r1["entries"] = r1["entries"][5:]
     folder = _write(tmp_path / "ring", {0: r0, 1: r1})
     report = hang.analyze_paths([folder])
     g = _only_group(report)
-    assert (g.seq_first, g.seq_last) == (26, 80)
+    assert (g.seq_first, g.seq_last) == (6, n)
     assert not report.problem_found
 
 
@@ -265,8 +319,9 @@ def test_unfinished_send_without_a_recv(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- input errors
 
 
-def test_two_dumps_of_the_same_rank(real_traces: Path, tmp_path: Path) -> None:
-    r0 = _raw(real_traces, "ddp", 0)
+@pytest.mark.parametrize(("source", "run"), DDP)
+def test_two_dumps_of_the_same_rank(source: str, run: str, tmp_path: Path) -> None:
+    r0 = _raw(source, run, 0)
     folder = _write(tmp_path / "dup", {0: r0})
     (folder / "copy_rank0.json").write_text(json.dumps(r0))
     with pytest.raises(TraceFormatError, match="rank 0 group pg:0 was already read"):
@@ -289,22 +344,24 @@ def test_broken_dump_file(tmp_path: Path) -> None:
     assert "Traceback" not in out
 
 
-def test_hang_from_an_ingested_dataset(real_traces: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("source", "run"), DDP)
+def test_hang_from_an_ingested_dataset(source: str, run: str, tmp_path: Path) -> None:
     """Dumps ingested next to the profiler traces give the same verdict as the dump files."""
     from pipeline.ingest.run import ingest
 
     healthy = tmp_path / "ds"
-    assert not ingest([real_traces / "kineto_cpu_gloo/ddp/ws2"], healthy, job="ddp").errors
+    assert not ingest([_folder(source, run)], healthy, job="ddp").errors
     assert _run_cli(str(healthy))[0] == 0
-    r0, r1 = _raw(real_traces, "ddp", 0), _raw(real_traces, "ddp", 1)
+    r0, r1 = _raw(source, run, 0), _raw(source, run, 1)
+    n = len(r1["entries"])
     r0["entries"] = r0["entries"][:-2]
     hung = tmp_path / "hung"
     assert not ingest([_write(tmp_path / "dumps", {0: r0, 1: r1})], hung, job="hung").errors
     code, out = _run_cli(str(hung), "--format", "json")
     assert code == hang.EXIT_PROBLEM
     group = json.loads(out)["groups"][0]
-    assert (group["first_disagreement"], group["never_entered"]) == (13, [0])
-    assert not ingest([real_traces / "kineto_cpu_gloo/moe/ws2"], hung, job="moe").errors
+    assert (group["first_disagreement"], group["never_entered"]) == (n - 1, [0])
+    assert not ingest([_folder(source, "moe")], hung, job="moe").errors
     code, out = _run_cli(str(hung))
     assert code == 1  # two jobs with dumps: --job picks one
     assert _run_cli(str(hung), "--job", "moe")[0] == 0

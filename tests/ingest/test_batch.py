@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
+from polars.testing import assert_frame_equal
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
@@ -45,8 +46,7 @@ def _assert_same(batched: ParseResult, alone: ParseResult) -> None:
     for name, table in alone.tables.items():
         got, want = _conformed(name, batched.tables[name]), _conformed(name, table)
         assert got.columns == want.columns, name
-        assert got.height == want.height, name
-        assert got.equals(want, null_equal=True), name
+        assert_frame_equal(got, want)
     assert batched.warnings.messages() == alone.warnings.messages()
     assert (batched.rank_source, batched.format_version) == (
         alone.rank_source,

@@ -10,17 +10,42 @@ import pickle
 from collections import Counter
 from pathlib import Path
 
+import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.flight_recorder import parse as fr
+from tests.conftest import REPO_ROOT, real_traces_dir
+
+#: The project's own dumps (tests/data/cpu_gloo: one run of each layout, 2 ranks).
+PROJECT = [
+    REPO_ROOT / "tests" / "data" / "cpu_gloo" / run / f"rank{rank}.flight_recorder.json.gz"
+    for run in ("ddp", "fsdp", "tp", "pp", "moe")
+    for rank in (0, 1)
+]
+#: Where the dumps come from: the project's, and ../shared's where present.
+SOURCES = [
+    pytest.param("project", id="project"),
+    pytest.param("shared", id="shared", marks=pytest.mark.real_traces),
+]
 
 
 def _dumps(real_traces: Path) -> list[Path]:
     paths = sorted((real_traces / "kineto_cpu_gloo").glob("*/ws2/rank*.flight_recorder.json.gz"))
     assert len(paths) == 8, paths
     return paths
+
+
+def _dumps_of(source: str) -> list[Path]:
+    """The dumps of ``source`` (``project`` or ``shared``, skipped where absent)."""
+    if source == "project":
+        return PROJECT
+    root = real_traces_dir()
+    if root is None:
+        pytest.skip("../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)")
+    return _dumps(root)
 
 
 def _raw(path: Path) -> dict:
@@ -36,8 +61,9 @@ def _write_json(path: Path, doc: object) -> Path:
 # --------------------------------------------------------------------------- real dumps
 
 
-def test_every_real_dump_ingests_every_entry(real_traces: Path) -> None:
-    for path in _dumps(real_traces):
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_recorded_dump_ingests_every_entry(source: str) -> None:
+    for path in _dumps_of(source):
         raw = _raw(path)
         entries = raw.get("entries", [])
         result = fr.parse(path)
@@ -130,8 +156,11 @@ def test_communicators_from_pg_config(real_traces: Path) -> None:
     assert any("without a name" in m for m in result.warnings.messages())
 
 
-def test_sniff(real_traces: Path) -> None:
-    for path in sorted((real_traces / "kineto_cpu_gloo").glob("*/ws2/rank*.json.gz")):
+@pytest.mark.parametrize("source", SOURCES)
+def test_sniff(source: str) -> None:
+    dumps = _dumps_of(source)
+    # the dumps and the profiler traces beside them
+    for path in sorted(p for d in {d.parent for d in dumps} for p in d.glob("rank*.json.gz")):
         with gzip.open(path) as f:
             head = f.read(64 * 1024)
         assert fr.sniff(path, head) == ("flight_recorder" in path.name), path
@@ -154,8 +183,9 @@ def _as_pickle_layout(doc: dict) -> dict:
     return out
 
 
-def test_pickle_parses_the_same_as_json(real_traces: Path, tmp_path: Path) -> None:
-    for path in _dumps(real_traces):
+@pytest.mark.parametrize("source", SOURCES)
+def test_pickle_parses_the_same_as_json(source: str, tmp_path: Path) -> None:
+    for path in _dumps_of(source):
         doc = _as_pickle_layout(_raw(path))
         target = tmp_path / path.parent.parent.name / path.name.replace(".json.gz", "")
         target.parent.mkdir(exist_ok=True)
@@ -164,16 +194,19 @@ def test_pickle_parses_the_same_as_json(real_traces: Path, tmp_path: Path) -> No
         from_pickle, from_json = fr.parse(target), fr.parse(path)
         assert from_pickle.format_version == from_json.format_version
         for name in ("collectives", "communicators", "ranks"):
-            assert from_pickle.tables[name].equals(from_json.tables[name]), (path, name)
+            assert_frame_equal(
+                pl.from_arrow(from_pickle.tables[name]), pl.from_arrow(from_json.tables[name])
+            )
 
 
-def test_gzipped_pickle(real_traces: Path, tmp_path: Path) -> None:
-    path = real_traces / "kineto_cpu_gloo/tp_manual/ws2/rank1.flight_recorder.json.gz"
+def test_gzipped_pickle(tmp_path: Path) -> None:
+    path = REPO_ROOT / "tests/data/cpu_gloo/tp/rank1.flight_recorder.json.gz"
     target = tmp_path / "nccl_trace_rank_1.gz"
     target.write_bytes(gzip.compress(pickle.dumps(_as_pickle_layout(_raw(path)))))
     result = fr.parse(target)
-    assert result.tables["collectives"].num_rows == 80
-    assert result.tables["collectives"].column("rank").to_pylist() == [1] * 80
+    # the tp run's dump: 65 collectives of its TP group and the closing barrier
+    assert result.tables["collectives"].num_rows == 66
+    assert result.tables["collectives"].column("rank").to_pylist() == [1] * 66
 
 
 class _OpenFile:
@@ -343,17 +376,19 @@ def test_rank_from_file_name_is_the_shared_rule(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- bad input
 
 
-def test_truncated_gzip(real_traces: Path, tmp_path: Path) -> None:
-    raw = (real_traces / "kineto_cpu_gloo/moe/ws2/rank0.flight_recorder.json.gz").read_bytes()
+MOE_DUMP = REPO_ROOT / "tests/data/cpu_gloo/moe/rank0.flight_recorder.json.gz"
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    raw = MOE_DUMP.read_bytes()
     path = tmp_path / "rank0.flight_recorder.json.gz"
     path.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(TraceFormatError, match="truncated gzip"):
         fr.parse(path)
 
 
-def test_corrupt_gzip(real_traces: Path, tmp_path: Path) -> None:
-    src = real_traces / "kineto_cpu_gloo/moe/ws2/rank0.flight_recorder.json.gz"
-    raw = bytearray(src.read_bytes())
+def test_corrupt_gzip(tmp_path: Path) -> None:
+    raw = bytearray(MOE_DUMP.read_bytes())
     for i in range(100, 200):
         raw[i] ^= 0xFF
     path = tmp_path / "rank0.flight_recorder.json.gz"
@@ -397,8 +432,8 @@ def test_invalid_json_names_the_line(tmp_path: Path) -> None:
     assert info.value.line == 3
 
 
-def test_truncated_pickle(real_traces: Path, tmp_path: Path) -> None:
-    src = real_traces / "kineto_cpu_gloo/ddp/ws2/rank0.flight_recorder.json.gz"
+def test_truncated_pickle(tmp_path: Path) -> None:
+    src = REPO_ROOT / "tests/data/cpu_gloo/ddp/rank0.flight_recorder.json.gz"
     doc = _as_pickle_layout(_raw(src))
     data = pickle.dumps(doc, protocol=2)
     path = tmp_path / "rank0.pkl"

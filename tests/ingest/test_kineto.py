@@ -222,7 +222,9 @@ def test_module_scopes_and_tokens(real_traces: Path) -> None:
     result = kineto.parse(path)
     ops = pl.from_arrow(result.tables["ops"])
     linear = ops.filter(pl.col("name") == "aten::linear").drop_nulls("module_path")
-    assert linear.height > 0
+    # the 4-layer GPT (tests/model/test_conventions.py): Q, K, V, O, FC1, FC2 a layer and
+    # the LM head, each step of 2, every one inside its module
+    assert linear.height == 2 * (4 * 6 + 1)
     assert linear["module_path"].str.contains("Block_0/").any()
     modules = ops.filter(pl.col("kind") == "module")
     assert modules["name"].str.starts_with("nn.Module: ").all()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
@@ -330,7 +331,7 @@ def test_batches_give_the_same_result(real_traces, monkeypatch):
     monkeypatch.setattr(lines.iter_batches, "__kwdefaults__", {"batch_bytes": 700})
     small = _parse(path)
     for name in whole:
-        assert whole[name].equals(small[name]), name
+        assert_frame_equal(whole[name], small[name])
 
 
 def test_unknown_ranks_are_warned_in_process_order(real_traces):
@@ -372,3 +373,73 @@ def test_connections_after_init_complete_take_the_threads_communicator(tmp_path)
         (1, 0, 0, "P2P", "0x77"),
         (1, 1, 0, "P2P", "0x77"),
     ]
+
+
+#: Log lines in the shapes NCCL's own format strings print in each release range
+#: (github.com/NVIDIA/nccl, src/init.cc, src/transport/*.cc, src/enqueue.cc), written here;
+#: the version each set implies is the intersection of pipeline/ingest/nccl/version.py's
+#: ranges of the rules that fire, worked out by hand in each comment.
+_VERSION_CASES = {
+    # the banner wins over any shape: its own version, the "+cuda" part left out
+    "banner": (["NCCL version 2.10.3+cuda11.4",
+                "comm 0x1000 rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE"], "2.10.3"),
+    # init with nvmlDev and commId (2.18-2.20); a Channel n/m line (2.12+) via CUMEM (2.18+)
+    "2.18-2.20": (["comm 0x1000 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xabc "
+                   "- Init COMPLETE", "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"],
+                  "2.18-2.20"),
+    # init without commId (2.5-2.15); a "Ring n :" connection line (2.3-2.6)
+    "2.5-2.6": (["comm 0x1000 rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE",
+                 "Ring 00 : 0[0] -> 1[1] via P2P/IPC"], "2.5-2.6"),
+    # "Channel n :" via P2P (2.7-2.13) naming peers by bus id (2.3-2.18); a send printing its
+    # sendbuff and a nil recvbuff (2.7-2.11)
+    "2.7-2.11": (["Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC",
+                  "Send: opCount 0 sendbuff 0x7f0000000000 recvbuff (nil) count 10 datatype 7 "
+                  "op 0 root 1 comm 0x1000 [nranks=2] stream 0x5500"], "2.7-2.11"),
+    # a tuning line with channel{Lo..Hi} (2.24 and later)
+    ">=2.24": (["AllReduce: 2048 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}"], ">=2.24"),
+    # 2.3-2.6 and 2.18+ at once: no version, and a warning
+    "contradiction": (["Ring 00 : 0[0] -> 1[1] via P2P/IPC",
+                       "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"], None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_VERSION_CASES))
+def test_version_from_the_banner_or_the_line_shapes(tmp_path, case):
+    messages, version = _VERSION_CASES[case]
+    path = tmp_path / "r.log"
+    path.write_text("".join(f"h:7:7 [0] NCCL INFO {m}\n" for m in messages))
+    result = nccl_log.parse(path)
+    assert result.format_version == version
+    contradiction = "line shapes of different versions" in " ".join(result.warnings.messages())
+    assert contradiction == (case == "contradiction")
+
+
+def test_connection_lines_give_each_pairs_transport(tmp_path):
+    # Two ranks of communicator 0xabc on hosts h0 and h1; connection lines as NCCL's
+    # transport setup prints them (src/transport.cc: "Channel %02d/%d : %d[%x] -> %d[%x]
+    # [send|receive] via %s"): a receive line names the sender, every other line the receiver.
+    init = "comm 0x{p} rank {r} nranks 2 cudaDev {r} nvmlDev {r} busId {b} commId 0xabc - Init COMPLETE"  # noqa: E501
+    lines = {
+        0: [init.format(p=1000, r=0, b="1b000"),
+            "Channel 00/0 : 0[1b000] -> 1[1c000] via P2P/CUMEM/read",
+            "Channel 01/0 : 0[1b000] -> 1[1c000] [send] via NET/IB/3/GDRDMA"],
+        1: [init.format(p=2000, r=1, b="1c000"),
+            "Channel 01/0 : 0[1b000] -> 1[1c000] [receive] via NET/IB/3/GDRDMA",
+            "Channel 00/0 : 1[1c000] -> 0[1b000] via SHM/direct/direct",
+            "Channel 02/0 : 1[1c000] -> 0[1b000] [send] via NET/Socket/0"],
+    }  # fmt: skip
+    path = tmp_path / "job.log"
+    prefix = "h{r}:{pid}:{pid} [{r}] NCCL INFO "
+    path.write_text(
+        "".join(prefix.format(r=r, pid=100 + r) + m + "\n" for r, ms in lines.items() for m in ms)
+    )
+    topo = _parse(path)["topology"].filter(pl.col("kind") == "connection")
+    got = topo.sort("rank", "channel").select("rank", "channel", "peer", "transport", "detail")
+    assert got.rows() == [
+        (0, 0, 1, "P2P", "P2P/CUMEM/read"),
+        (0, 1, 1, "NET/IB", "NET/IB/3/GDRDMA [send]"),
+        (1, 0, 0, "SHM", "SHM/direct/direct"),
+        (1, 1, 0, "NET/IB", "NET/IB/3/GDRDMA [receive]"),
+        (1, 2, 0, "NET/Socket", "NET/Socket/0 [send]"),
+    ]
+    assert set(topo["comm"]) == {"0xabc"}

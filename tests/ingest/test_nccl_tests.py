@@ -105,7 +105,7 @@ def test_several_tests_and_damage(tmp_path):
     assert "damaged table row" in text and "last line cut" in text
 
 
-def test_not_nccl_tests(tmp_path, real_traces):
+def test_not_nccl_tests(tmp_path):
     path = tmp_path / "x.txt"
     path.write_text("nothing to see\n")
     with pytest.raises(TraceFormatError, match=re.escape(str(path))):
@@ -124,3 +124,44 @@ def test_sniff(real_traces, tmp_path):
     log = real_traces / "nccl_logs" / "nccl-issue-857.log"
     assert not nccl_tests.sniff(log, log.read_bytes())
     assert not nccl_tests.sniff(tmp_path / "r", b"random text 12 34 float\n")
+
+
+def test_old_header_integer_times_and_footer_written_here(tmp_path):
+    # The two header shapes of nccl-tests' src/common.cu: before redop (a root column only,
+    # "error" columns) and after (redop and "#wrong"); large sizes print integer times, and
+    # the footer follows the table. Values made up here; rows as the program prints them.
+    old = tmp_path / "broadcast_perf.txt"
+    old.write_text(
+        "# Using devices\n"
+        "#   Rank  0 Pid  100 on host-a device  0 [0x00] Tesla V100-PCIE-16GB\n"
+        "#   Rank  1 Pid  200 on host-b device  0 [0x00] Tesla V100-PCIE-16GB\n"
+        "#\n"
+        "#       size         count    type    root     time   algbw   busbw  error     time   algbw   busbw  error\n"  # noqa: E501
+        "#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"  # noqa: E501
+        "           8             2   float       0    40.50    0.00    0.00    N/A    30.25    0.00    0.00    N/A\n"  # noqa: E501
+    )
+    r = nccl_tests.parse(old)
+    assert r.format_version == "without redop"
+    t = pl.from_arrow(r.tables["bandwidth_tests"])
+    assert t.select(
+        "op", "size_bytes", "count", "redop", "root", "placement", "time_us", "wrong", "nranks"
+    ).rows() == [
+        ("broadcast", 8, 2, None, 0, "out_of_place", 40.5, None, 2),
+        ("broadcast", 8, 2, None, 0, "in_place", 30.25, None, 2),
+    ]
+    new = tmp_path / "all_reduce_perf.txt"
+    new.write_text(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"  # noqa: E501
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"  # noqa: E501
+        "  1073741824     268435456     float     sum      -1    20000   53.69   93.95      0    19000   56.51   98.90      0\n"  # noqa: E501
+        "# Out of bounds values : 0 OK\n"
+        "# Avg bus bandwidth    : 96.4250\n"
+    )
+    t = _parse(new)
+    # 2 (n - 1) / n = busbw / algbw = 1.75: n = 8 ranks, as the op's factor says
+    assert t.select("op", "size_bytes", "placement", "time_us", "algbw_gbps", "busbw_gbps",
+                    "wrong").rows() == [
+        ("all_reduce", 1073741824, "out_of_place", 20000.0, 53.69, 93.95, 0),
+        ("all_reduce", 1073741824, "in_place", 19000.0, 56.51, 98.90, 0),
+    ]  # fmt: skip
+    assert t["root"].is_null().all() and set(t["redop"]) == {"sum"}

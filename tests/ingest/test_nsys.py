@@ -206,6 +206,16 @@ def test_sqlite_without_payloads_warns_and_leaves_bytes_null(real_traces: Path) 
     assert any("without NCCL NVTX payload" in m for m in result.warnings.messages())
 
 
+def test_generated_export_without_payloads_warns_and_leaves_bytes_null(tmp_path: Path) -> None:
+    # the generator's default: NCCL ranges without payloads, one all-reduce per layer and step
+    result = nsys.parse(write_export(tmp_path / "job.sqlite"))
+    coll = pl.from_arrow(result.tables["collectives"])
+    lay = Layout()
+    assert coll.height == lay.steps * lay.layers == coll["bytes"].null_count()
+    assert set(coll["op"]) == {"all_reduce"}
+    assert any("without NCCL NVTX payload" in m for m in result.warnings.messages())
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 
@@ -227,8 +237,8 @@ def test_sqlite_that_is_not_nsight(tmp_path: Path) -> None:
     assert "not an Nsight Systems export" in _one_line_error(path)
 
 
-def test_corrupt_database(tmp_path: Path, real_traces: Path) -> None:
-    src = real_traces / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"
+def test_corrupt_database(tmp_path: Path) -> None:
+    src = write_export(tmp_path / "whole.sqlite")
     data = bytearray(src.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)  # the schema page
     path = tmp_path / "corrupt.sqlite"
@@ -245,7 +255,11 @@ def test_locked_database(tmp_path: Path) -> None:
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert nsys.parse(path).tables["kernels"].num_rows > 0
+    # the generator's one rank: a GEMM per layer and step for each of its GEMMs, and the
+    # layer's NCCL kernel
+    lay = Layout()
+    kernels = lay.steps * lay.layers * (lay.gemms_per_layer + 1)
+    assert nsys.parse(path).tables["kernels"].num_rows == kernels
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage", b'{"data":["a"]}\n{not json\n'])
@@ -265,6 +279,10 @@ def test_generated_export_has_the_real_schema(tmp_path: Path, real_traces: Path)
     mine = dict(_sql(path, query))
     theirs = dict(_sql(real, query))
     assert all(mine[t] == theirs[t] for t in mine)
+
+
+def test_generated_export_gives_every_ranks_kernels_and_calls(tmp_path: Path) -> None:
+    path = write_export(tmp_path / "job.sqlite", ranks=[0, 1, 2, 3])
     t = _tables(path)
     lay = Layout()
     per_rank = lay.steps * lay.layers * (lay.gemms_per_layer + 1)

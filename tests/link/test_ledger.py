@@ -113,13 +113,35 @@ def test_sequence_parallel_turns_the_all_reduces_into_gathers_and_scatters(
     assert all(r[3] == "matched" for r in rows if r[0] == "dp")
 
 
-@pytest.mark.parametrize("run", ["ddp", "fsdp", "tp", "tp_dp", "pp", "moe"])
+#: The payload bytes of one rank's profiled step in each recorded run, from the shapes in
+#: tests/data/cpu_gloo/README.md (fp32: 4 B an element), and its ranks. Every call counts its
+#: message: a send and its recv each, an all-gather its gathered unit, gloo's reduce-scatter
+#: the all-reduce of the whole unit it runs.
+RECORDED_STEP_BYTES = {
+    # the gradient bucket, 134,912 elements; the loss report, 2
+    "ddp": (2, 134_912 * 4 + 2 * 4),
+    # each unit gathered forward and again backward (the whole model, 134,912 elements,
+    # twice); its gradient reduced whole once; the loss report
+    "fsdp": (2, 2 * 134_912 * 4 + 134_912 * 4 + 2 * 4),
+    # 10 all-reduces of [4, 32, 64] and 3 of [4, 32]
+    "tp": (2, 10 * 4 * 32 * 64 * 4 + 3 * 4 * 32 * 4),
+    # as tp, plus one rank's TP shard (68,928) and the loss report over DP
+    "tp_dp": (4, 10 * 4 * 32 * 64 * 4 + 3 * 4 * 32 * 4 + 68_928 * 4 + 2 * 4),
+    # 2 sends and 2 recvs of [4, 32, 64]
+    "pp": (2, 4 * 4 * 32 * 64 * 4),
+    # 8 all-to-alls of [128, 64]; the dense parameters, 69,248; the loss report
+    "moe": (2, 8 * 128 * 64 * 4 + 69_248 * 4 + 2 * 4),
+}
+
+
+@pytest.mark.parametrize("run", list(RECORDED_STEP_BYTES))
 def test_recorded_runs_match_item_by_item(tmp_path: Path, run: str) -> None:
     ds = linked(run, tmp_path / "ds")
     ledger = ds.sql("SELECT * FROM ledger")
-    assert ledger.height > 0
     assert set(ledger["status"]) == {"matched"}
-    assert ledger["bytes"].sum() == ledger["predicted_bytes"].sum()
+    ranks, step_bytes = RECORDED_STEP_BYTES[run]
+    # every rank's 2 profiled steps, observed and predicted
+    assert ledger["bytes"].sum() == ledger["predicted_bytes"].sum() == ranks * 2 * step_bytes
 
 
 #: The 4-rank runs, ledger rows of step 2 over the 4 ranks (parallel_dim, op, phase, status,

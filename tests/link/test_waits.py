@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 import pipeline
 from pipeline.ingest.run import ingest
@@ -23,14 +24,14 @@ def _waits(dataset: Path) -> pl.DataFrame:
     return pipeline.open(dataset).sql("SELECT * FROM collective_waits")
 
 
-def test_wait_and_transfer_add_up_to_the_duration(linked_sample: Path) -> None:
+def test_every_profiled_call_of_an_instance_is_timed_once(linked_sample: Path) -> None:
     waits = _waits(linked_sample)
-    assert waits.height > 0
-    assert (waits["wait_ns"] + waits["transfer_ns"] == waits["dur_ns"]).all()
-    assert (waits["wait_ns"] >= 0).all() and (waits["transfer_ns"] >= 0).all()
-    # one timed source per job: every call once
+    # one timed source per job, every call once: the profiler's 824 calls (docs/model.md,
+    # "The sample job": 45 a rank on stage 0 and 58 on stage 1, 4 ranks each, 2 steps)
     assert waits["source"].unique().to_list() == ["kineto"]
     assert waits.select("rank", "collective_id").is_unique().all()
+    assert waits.height == (45 + 58) * 4 * 2
+    assert (waits["wait_ns"] >= 0).all() and (waits["transfer_ns"] >= 0).all()
 
 
 def test_wait_is_the_last_arrival_minus_the_own_on_the_aligned_clock(
@@ -47,11 +48,15 @@ def test_wait_is_the_last_arrival_minus_the_own_on_the_aligned_clock(
         .with_columns(wait=pl.min_horizontal(pl.col("last") - pl.col("start_ns"), "dur_ns"))
         .select("rank", "collective_id", "wait")
     )
-    got = _waits(linked_sample).join(expected, on=["rank", "collective_id"])
-    assert got.height == expected.height
-    assert (got["wait_ns"] == got["wait"]).all()
+    got = (
+        _waits(linked_sample)
+        .filter(pl.col("op") == "all_reduce")
+        .select("rank", "collective_id", pl.col("wait_ns").alias("wait"))
+    )
+    assert_frame_equal(got.sort("rank", "collective_id"), expected.sort("rank", "collective_id"))
     # the last to arrive waited for no one
-    assert got.filter(pl.col("rank") == pl.col("late_rank"))["wait_ns"].max() == 0
+    waits = _waits(linked_sample)
+    assert waits.filter(pl.col("rank") == pl.col("late_rank"))["wait_ns"].max() == 0
 
 
 def test_the_slowed_rank_is_each_steps_straggler(linked_sample: Path) -> None:

@@ -12,7 +12,6 @@ from pipeline.errors import ConfigError
 from pipeline.model.config import job_from_dict
 from pipeline.model.params import rank_tensors, rank_units
 from pipeline.model.predict import predict
-from tests.conftest import REPO_ROOT
 
 # The 4-layer GPT of the public CPU/gloo DDP run (its Kineto trace: aten::embedding of
 # [1000, 128] on [8, 64] tokens; Q, K, V, O linears of 128 x 128 with biases, FC1 512 x 128).
@@ -156,11 +155,9 @@ def test_bad_conventions_name_the_key(conventions, parallel, message) -> None:
         _job(parallel, conventions)
 
 
-REAL = REPO_ROOT.parent / "shared" / "real_traces" / "kineto_cpu_gloo"
 _ACT = 8 * 64 * 128 * 4  # one micro-batch's activations [8, 64, 128] in fp32
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason=f"{REAL} is absent (the public traces)")
 @pytest.mark.parametrize(
     ("run", "parallel", "items"),
     [
@@ -173,7 +170,7 @@ _ACT = 8 * 64 * 128 * 4  # one micro-batch's activations [8, 64, 128] in fp32
     ],
 )  # fmt: skip
 def test_real_torch_runs_match_item_by_item(
-    tmp_path: Path, run: str, parallel: dict, items: list
+    real_traces: Path, tmp_path: Path, run: str, parallel: dict, items: list
 ) -> None:
     """The public 2-rank PyTorch runs (gloo, 2 profiled steps) with framework: torch: every
     observed collective is a predicted item of its size and count, nothing unpredicted."""
@@ -187,7 +184,9 @@ def test_real_torch_runs_match_item_by_item(
     config = {"model": GPT, "parallel": parallel, "dtypes": FP32, "batch": batch,
               "conventions": {"framework": "torch"}}  # fmt: skip
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
-    summary = ingest([REAL / run / "ws2"], tmp_path / "ds", job=run, jobs=1)
+    summary = ingest(
+        [real_traces / "kineto_cpu_gloo" / run / "ws2"], tmp_path / "ds", job=run, jobs=1
+    )
     assert not summary.errors
     link(tmp_path / "ds", config=tmp_path / "job.yaml")
     ledger = pipeline.open(tmp_path / "ds").sql(

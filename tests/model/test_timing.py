@@ -16,8 +16,6 @@ from pipeline.model.config import Network, build_job
 from pipeline.model.predict import predict
 from pipeline.model.timing import call_time, choose, fit, steps, with_fits
 
-REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real_traces" / "nccl_tests"
-
 
 def test_steps_by_hand() -> None:
     # NCCL src/graph/tuning.cc (2.18 to 2.21): ring all-reduce 2(n-1) steps, 2g of them
@@ -151,14 +149,12 @@ def test_cli_says_which_figures(tmp_path: Path) -> None:
     assert doc["timing"]["fitted"] == [] and doc["timing"]["model"]["efficiency"] == 0.8
 
 
-def test_recorded_nccl_tests_against_the_model() -> None:
+def test_recorded_nccl_tests_against_the_model(real_traces: Path) -> None:
     # nccl-issue-1530.txt (NVIDIA/nccl issue 1530): one 8-byte tree all-reduce on 8 RTX 4090
     # of one node, 42.56 µs out of place. Latency-bound: the model's tree all-reduce takes
     # 8.4 + 2·7·3.4 = 56 µs, 32% above the measurement (NCCL picks the lower-latency LL
     # protocol for 8 bytes; the defaults are the Simple protocol's). One size, no fit.
-    path = REAL / "nccl-issue-1530.txt"
-    if not path.exists():
-        pytest.skip(f"recorded nccl-tests output not found at {path}")
+    path = real_traces / "nccl_tests" / "nccl-issue-1530.txt"
     table = pl.from_arrow(parse(path).tables["bandwidth_tests"])
     row = table.filter(pl.col("placement") == "out_of_place").row(0, named=True)
     assert (row["op"], row["nranks"], row["size_bytes"]) == ("all_reduce", 8, 8)
@@ -206,7 +202,7 @@ def test_cli_exposed_step() -> None:
     assert step["comm_s"] == pytest.approx(sum(r["est_time_s"] for r in doc["rows"]))
 
 
-def test_recorded_large_all_reduces_against_the_fit() -> None:
+def test_recorded_large_all_reduces_against_the_fit(real_traces: Path) -> None:
     # nccl-tests-issue-252.txt (NVIDIA/nccl-tests issue 252): out-of-place all-reduces of
     # 512 MiB to 8 GiB. The excerpt has no header: busbw/algbw = 93.46/53.41 = 1.75 =
     # 2(n-1)/n gives n = 8 and "sum" the all-reduce. The fit: 95.9 GB/s bus bandwidth (the
@@ -214,9 +210,7 @@ def test_recorded_large_all_reduces_against_the_fit() -> None:
     # measured one. (alpha, 302 us, is poorly fixed by sizes this large.) The default
     # figures (80% of 450 GB/s NVLink, one node of 8) give 2.67 ms for 512 MiB against
     # 10.05 ms measured: -73%, that system's bus ran at a quarter of an H100's.
-    path = REAL / "nccl-tests-issue-252.txt"
-    if not path.exists():
-        pytest.skip(f"recorded nccl-tests output not found at {path}")
+    path = real_traces / "nccl_tests" / "nccl-tests-issue-252.txt"
     table = pl.from_arrow(parse(path).tables["bandwidth_tests"])
     first = table.row(0, named=True)
     assert first["busbw_gbps"] / first["algbw_gbps"] == pytest.approx(2 * 7 / 8, abs=0.01)
@@ -231,14 +225,12 @@ def test_recorded_large_all_reduces_against_the_fit() -> None:
     assert t / 10052e-6 - 1 == pytest.approx(-0.73, abs=0.01)
 
 
-def test_recorded_small_broadcast_against_the_model() -> None:
+def test_recorded_small_broadcast_against_the_model(real_traces: Path) -> None:
     # nccl-tests-issue-82.txt (NVIDIA/nccl-tests issue 82): an 8-byte broadcast between two
     # V100 hosts over TCP sockets (NCCL 2.9.6, IB disabled), 45.82 us out of place. The model:
     # one step between nodes, 8.4 + 14 = 22.4 us, 51% below: NCCL's socket transport has
     # more latency than the network figure (an InfiniBand NIC's).
-    path = REAL / "nccl-tests-issue-82.txt"
-    if not path.exists():
-        pytest.skip(f"recorded nccl-tests output not found at {path}")
+    path = real_traces / "nccl_tests" / "nccl-tests-issue-82.txt"
     table = pl.from_arrow(parse(path).tables["bandwidth_tests"])
     row = table.filter(pl.col("placement") == "out_of_place").row(0, named=True)
     assert (row["op"], row["nranks"], row["size_bytes"]) == ("broadcast", 2, 8)

@@ -1,0 +1,101 @@
+"""collective_instances.sql on hand-made rows: arrival skew, late rank and durations of an
+instance on the aligned clock, a send and its recv as one instance, the op most ranks
+report, and a log's instance that matched the profiler's left out, its source listed.
+(The bandwidth columns are left to their own tests: their definition is one rule of the
+package, checked where it is defined.)"""
+
+from __future__ import annotations
+
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from tests.link.sql_harness import created, rows
+
+CALL = ("collective_links", "collectives")
+
+
+def _calls(calls: list[tuple]) -> pl.DataFrame:
+    """_instance_rows: (source, rank, collective_id, comm, seq, op, start_ns, dur_ns, step)."""
+    cols = ["source", "rank", "collective_id", "instance_comm", "instance_seq", "op"]
+    cols += ["start_ns", "dur_ns", "step"]
+    data = {c: [call[i] for call in calls] for i, c in enumerate(cols)}
+    n = len(calls)
+    return rows(
+        "_instance_rows",
+        like=CALL,
+        job=["j"] * n,
+        file_id=[f"{c[0]}{c[1]}" for c in calls],
+        bytes=[64] * n,
+        group_size=[2] * n,
+        phase=[None if c[8] is None else "forward" for c in calls],
+        layer=[None] * n,
+        layer_kind=[None] * n,
+        parallel_dim=["dp"] * n,
+        **data,
+    )
+
+
+def test_instances_across_ranks_and_sources() -> None:
+    # Rank 1's clock reads 1000 ahead. The profiler's c#0: rank 0 starts at 100 for 50 ns,
+    # rank 1 at 130 (raw 1130) for 20 ns, both in step 1. Its send 0->1 #0: rank 0 sends at
+    # 200, rank 1 posts the recv at 190 (raw 1190). Its c#5 was seen on rank 0 alone.
+    # The NCCL log's 0xabc#0 is c#0 (its calls matched the profiler's); its 0xabc#1, which
+    # rank 0 logged as an all_reduce and rank 1 as a broadcast, matched nothing.
+    calls = _calls(
+        [
+            ("kineto", 0, 0, "c", 0, "all_reduce", 100, 50, 1),
+            ("kineto", 1, 1, "c", 0, "all_reduce", 1130, 20, 1),
+            ("kineto", 0, 2, "c p2p 0->1", 0, "send", 200, 15, 1),
+            ("kineto", 1, 3, "c p2p 0->1", 0, "recv", 1190, 25, 1),
+            ("kineto", 0, 4, "c", 5, "all_reduce", 400, 10, 1),
+            ("nccl_log", 0, 10, "0xabc", 0, "all_reduce", 100, 50, None),
+            ("nccl_log", 1, 11, "0xabc", 0, "all_reduce", 1130, 20, None),
+            ("nccl_log", 0, 12, "0xabc", 1, "all_reduce", 500, 5, None),
+            ("nccl_log", 1, 13, "0xabc", 1, "broadcast", 1505, 5, None),
+        ]
+    )
+    offsets = rows("clock_offsets", job=["j", "j"], rank=[0, 1], offset_ns=[0, 1000])
+    matches = rows(
+        "collective_matches",
+        job=["j", "j"],
+        rank=[0, 1],
+        source=["nccl_log", "nccl_log"],
+        file_id=["nccl_log0", "nccl_log1"],
+        collective_id=[10, 11],
+        primary_source=["kineto", "kineto"],
+        primary_file_id=["kineto0", "kineto1"],
+        primary_collective_id=[0, 1],
+    )
+    got = created(
+        "collective_instances.sql",
+        {"_instance_rows": calls, "clock_offsets": offsets, "collective_matches": matches},
+        "collective_instances",
+        order_by=["source", "comm", "seq"],
+        secondary=True,
+    ).select("source", "comm", "seq", "op", "ranks_seen", "consistent", "first_start_ns",
+             "last_start_ns", "skew_ns", "late_rank", "min_dur_ns", "max_dur_ns", "step",
+             "sources")  # fmt: skip
+    # c#0: aligned starts 100 and 130: skew 30, rank 1 last; durations 20..50; step 1.
+    #      Its log twin is left out and named in sources.
+    # c#5: one rank: no late rank, no skew.
+    # send 0->1: aligned 200 (send) and 190 (recv): the sender last, skew 10; send_recv.
+    # 0xabc#1: starts 500 and 505: rank 1 last; all_reduce and broadcast tie, the first by
+    #      name stands; not consistent (the ranks disagree on the op).
+    expected = rows(
+        "collective_instances",
+        source=["kineto", "kineto", "kineto", "nccl_log"],
+        comm=["c", "c", "c p2p 0->1", "0xabc"],
+        seq=[0, 5, 0, 1],
+        op=["all_reduce", "all_reduce", "send_recv", "all_reduce"],
+        ranks_seen=[2, 1, 2, 2],
+        consistent=[True, True, True, False],
+        first_start_ns=[100, 400, 190, 500],
+        last_start_ns=[130, 400, 200, 505],
+        skew_ns=[30, 0, 10, 5],
+        late_rank=[1, None, 0, 1],
+        min_dur_ns=[20, 10, 15, 5],
+        max_dur_ns=[50, 10, 25, 5],
+        step=[1, 1, 1, None],
+        sources=[["kineto", "nccl_log"], ["kineto"], ["kineto"], ["nccl_log"]],
+    )
+    assert_frame_equal(got, expected)
