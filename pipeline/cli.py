@@ -567,6 +567,8 @@ def link(dataset: Path, config: Path | None) -> None:
         summary = run_link(dataset, config=config)
     except TokenwireError as exc:
         _fail(str(exc))
+    for line in summary.warnings:
+        _say("Warning", line)
     for table, n in summary.rows.items():
         click.echo(f"  {table:<22} {n:>12,} rows", err=True)
 

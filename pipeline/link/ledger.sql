@@ -9,10 +9,12 @@
 --   unpredicted   seen, no item: named by what the trace says (its layer)
 -- with a reason where one is known: the same bytes in other calls (gradient buckets cut
 -- elsewhere; for activations, another micro-batch size), or a message twice or half the
--- predicted size (a dtype).
+-- predicted size (a dtype). Where job.yaml's layout contradicts the traces
+-- (communicator_dims.layout_conflicts), every row that differs says so first: the items
+-- were predicted for a layout the run did not have.
 -- Jobs linked without a job.yaml have no predictions and no ledger.
 --
--- reads: collective_links, predictions, primary_sources
+-- reads: collective_links, communicator_dims, predictions, primary_sources
 -- creates: ledger
 
 -- Observed calls of traced steps, one source per rank (primary_sources: a rank's profiler
@@ -92,7 +94,15 @@ FROM _ledger_pairs;
 -- bucket), FSDP units wrapped otherwise (FSDP1's root unit) or activations of another
 -- micro-batch size.
 CREATE TEMP TABLE ledger AS
-WITH totals AS (
+WITH contradicted AS (
+    -- per job and dimension, the first statement on it (a row of another dimension, or
+    -- of none, takes the job's first)
+    SELECT job, parallel_dim, min(statement) AS statement
+    FROM (SELECT job, parallel_dim, unnest(layout_conflicts) AS statement
+          FROM communicator_dims WHERE layout_conflicts IS NOT NULL)
+    GROUP BY GROUPING SETS ((job, parallel_dim), (job))
+),
+totals AS (
     SELECT job, step, parallel_dim, op, phase,
            sum(coalesce(predicted_calls, 0) * coalesce(predicted_message_bytes, 0))
                AS predicted_total,
@@ -111,6 +121,8 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
        CAST(coalesce(r.calls * r.message_bytes, 0) AS BIGINT) AS bytes, r.ranks,
        CASE
            WHEN r.status = 'matched' THEN NULL
+           WHEN j.statement IS NOT NULL
+               THEN 'job.yaml contradicts the traces: ' || coalesce(d.statement, j.statement)
            WHEN t.predicted_total > 0
                 AND abs(t.observed_total - t.predicted_total) <= 0.01 * t.predicted_total
                THEN CASE WHEN r.parallel_dim = 'dp' AND t.units
@@ -126,4 +138,6 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
                THEN 'half the predicted size: check the dtypes'
        END AS reason
 FROM _ledger_rows r
-JOIN totals t USING (job, step, parallel_dim, op, phase);
+JOIN totals t USING (job, step, parallel_dim, op, phase)
+LEFT JOIN contradicted j ON j.job = r.job AND j.parallel_dim IS NULL
+LEFT JOIN contradicted d ON d.job = r.job AND d.parallel_dim = r.parallel_dim;
