@@ -2,8 +2,9 @@
 
 ``build_report`` reads a dataset through its DuckDB views (raw tables and, after
 ``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
-charts per section (``glance``, ``ledger``, ``traffic``, ``timing``, ``waits`` (three),
-``topology``, ``wire``, ``quality``) and writes one self-contained HTML file (``page``).
+charts per section (``verdict``, the first, which answers the question in a few
+sentences from the tables below it; ``ledger``, ``traffic``, ``timing``, ``waits`` (three),
+``topology``, ``wire``, ``glance``, ``quality``) and writes one self-contained HTML file (``page``).
 Sections whose data is missing say why and what would fill them. docs/report.md describes
 every section and what it needs.
 
@@ -31,6 +32,7 @@ from pipeline.report import (
     timing,
     topology,
     traffic,
+    verdict,
     waits,
     wire,
 )
@@ -152,8 +154,9 @@ def _sections(ctx: Context) -> list[Section]:
     no_timing = timing.no_timing_reason(ctx)
     traffic_data = traffic.load(ctx)
     table = traffic.compare(traffic_data)
+    projected = compute.what_if(ctx)
     sections = [
-        glance.section(ctx),
+        verdict.section(ctx, traffic_data, table, projected, no_timing),
         ledger.section(ctx),
         traffic.journey_section(ctx, traffic_data, table),
         traffic.bytes_section(ctx, traffic_data, table),
@@ -164,9 +167,12 @@ def _sections(ctx: Context) -> list[Section]:
         waits.section(ctx, no_timing),
         waits.straggler_section(ctx, no_timing),
         waits.critical_path_section(ctx, no_timing),
-        compute.section(ctx),
+        compute.section(ctx, projected),
         topology.section(ctx),
         wire.section(ctx),
+        # the job's metadata, files and derived tables: below the answers, above the
+        # data quality they belong with
+        glance.section(ctx),
     ]
     hang_sec = quality.hang_section(ctx)
     if hang_sec is not None:

@@ -52,7 +52,8 @@ class Table:
 
 @dataclass
 class Note:
-    """A paragraph; ``kind`` is ``text``, ``missing`` (why a part is absent) or ``warn``."""
+    """A paragraph; ``kind`` is ``text``, ``lead`` (a sentence of the verdict), ``missing``
+    (why a part is absent) or ``warn``."""
 
     text: str
     kind: str = "text"
@@ -308,13 +309,16 @@ header p { margin: 4px 0 0; color: #c8cfdb; }
 nav { padding: 8px 28px; background: #fff; border-bottom: 1px solid #dde1e7; }
 nav ul { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 16px; }
 nav a { color: #2456a6; text-decoration: none; }
-main { padding: 8px 28px 40px; max-width: 1200px; }
+main { padding: 8px 28px 40px; max-width: 1344px; }
 section { background: #fff; border: 1px solid #dde1e7; border-radius: 6px; padding: 6px 20px 14px;
   margin: 16px 0; }
 h2 { font-size: 18px; margin: 12px 0 8px; }
 figure { margin: 10px 0; }
 figcaption { color: #5a6473; font-size: 12.5px; max-width: 900px; }
 .chart { min-height: 40px; overflow-x: auto; }
+p.lead { font-size: 15px; margin: 6px 0; max-width: 1100px; }
+#verdict figure { display: inline-block; vertical-align: top; margin: 6px 18px 0 0; }
+#verdict figcaption { max-width: 250px; }
 p.missing { background: #fff8e1; border-left: 4px solid #e0a800; padding: 6px 10px; }
 p.warn { background: #fdecea; border-left: 4px solid #c62828; padding: 6px 10px; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 3px 18px; margin: 8px 0; }

@@ -232,13 +232,8 @@ def journey_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sect
         )
     note, rows = _embedding(ctx, tokens)
     sec.add(note)
-    per_dim = (
-        table.group_by("parallel_dim")
-        .agg(pl.col("bytes").sum(), pl.col("predicted_bytes").sum())
-        .sort("parallel_dim")
-    )
-    rows += _wire_rows(traffic, per_dim, tokens)
-    sec.add(_wire_note(traffic, per_dim, tokens))
+    rows += _wire_rows(traffic, table)
+    sec.add(_wire_note(traffic, table))
     return sec.add(
         Chart(
             "token_journey",
@@ -273,33 +268,54 @@ def _embedding(ctx: Context, tokens: int) -> tuple[Note, list[dict]]:
     return note, [{"stage": "embedding vector", "side": "model", "bytes_per_token": emb}]
 
 
-def _wire_rows(traffic: Traffic, per_dim: pl.DataFrame, tokens: int) -> list[dict]:
+def _wire_rows(traffic: Traffic, table: pl.DataFrame) -> list[dict]:
     """Bytes per token on the wire per dimension, observed and (when known) predicted."""
-    sides = [("observed", "bytes")]
+    per = per_token(traffic, table)
+    assert per is not None  # (journey_section has checked the tokens and the traffic)
+    sides = [("observed", "bytes_per_token")]
     if traffic.predicted_from:
-        sides.append(("predicted", "predicted_bytes"))
+        sides.append(("predicted", "predicted_per_token"))
     return [
-        {
-            "stage": f"on the wire: {r['parallel_dim']}",
-            "side": side,
-            "bytes_per_token": r[col] / tokens,
-        }
-        for r in per_dim.iter_rows(named=True)
+        {"stage": f"on the wire: {r['parallel_dim']}", "side": side, "bytes_per_token": r[col]}
+        for r in per[0].iter_rows(named=True)
         for side, col in sides
         if r[col] is not None
     ]
 
 
-def _wire_note(traffic: Traffic, per_dim: pl.DataFrame, tokens: int) -> Note:
-    total_obs = per_dim["bytes"].sum()
+def per_token(
+    traffic: Traffic, table: pl.DataFrame
+) -> tuple[pl.DataFrame, float, float | None] | None:
+    """Collective message bytes per token: per dimension (``parallel_dim``,
+    ``bytes_per_token``, ``predicted_per_token``), in all observed, in all predicted (None
+    without a prediction); None when the tokens per step or the traffic are unknown."""
+    tokens = traffic.tokens
+    if not tokens or not traffic.observed_from:
+        return None
+    dims = (
+        table.group_by("parallel_dim")
+        .agg(pl.col("bytes").sum(), pl.col("predicted_bytes").sum())
+        .sort("parallel_dim")
+        .select(
+            "parallel_dim",
+            (pl.col("bytes") / tokens).alias("bytes_per_token"),
+            (pl.col("predicted_bytes") / tokens).alias("predicted_per_token"),
+        )
+    )
+    predicted = dims["predicted_per_token"].sum() if traffic.predicted_from else None
+    if not traffic.predicted_from:
+        dims = dims.with_columns(pl.lit(None, pl.Float64).alias("predicted_per_token"))
+    return dims, dims["bytes_per_token"].sum(), predicted
+
+
+def _wire_note(traffic: Traffic, table: pl.DataFrame) -> Note:
+    per = per_token(traffic, table)
+    assert per is not None  # (journey_section has checked the tokens and the traffic)
+    _, observed, predicted = per
     return Note(
-        f"On the wire, all parallel dimensions together: {fmt.nbytes(total_obs / tokens)} of "
+        f"On the wire, all parallel dimensions together: {fmt.nbytes(observed)} of "
         "collective messages per token observed (message sizes summed over all traced ranks)"
-        + (
-            f", {fmt.nbytes(per_dim['predicted_bytes'].sum() / tokens)} predicted."
-            if traffic.predicted_from
-            else "."
-        ),
+        + (f", {fmt.nbytes(predicted)} predicted." if predicted is not None else "."),
         "text",
     )
 
