@@ -231,7 +231,11 @@ def _model_chart(ctx: Context) -> Chart | None:
             yOffset=alt.YOffset("side:N", sort=_SIDES),
             x=alt.X("MB:Q", title="MB per step"),
             color=_side_color(),
-            tooltip=["dimension:N", "side:N", alt.Tooltip("MB:Q", format=",.2f")],
+            tooltip=[
+                alt.Tooltip("dimension:N"),
+                alt.Tooltip("side:N"),
+                alt.Tooltip("MB:Q", format=",.2f"),
+            ],
         )
         .properties(width=170, height=alt.Step(11), title="Bytes per step")
     )
@@ -276,7 +280,10 @@ def _rank_chart(ctx: Context) -> Chart | None:
                 legend=alt.Legend(orient="bottom", columns=2, labelLimit=200),
             ),
             order=alt.Order("part_order:Q"),
-            tooltip=["rank:O", "part:N", alt.Tooltip("sum(ms):Q", format=",.2f", title="ms")],
+            tooltip=[
+                alt.Tooltip("rank:O"), alt.Tooltip("part:N"),
+                alt.Tooltip("sum(ms):Q", format=",.2f", title="ms"),
+            ],
         )
         .transform_calculate(part_order=f"indexof({domain!r}, datum.part)")
         .properties(width=270, height=alt.Step(13), title="Where each rank's step goes")
@@ -303,7 +310,11 @@ def _token_chart(data: traffic.Traffic, table: pl.DataFrame) -> Chart | None:
             yOffset=alt.YOffset("side:N", sort=_SIDES),
             x=alt.X("kB:Q", title="kB per token"),
             color=_side_color(),
-            tooltip=["dimension:N", "side:N", alt.Tooltip("kB:Q", format=",.2f")],
+            tooltip=[
+                alt.Tooltip("dimension:N"),
+                alt.Tooltip("side:N"),
+                alt.Tooltip("kB:Q", format=",.2f"),
+            ],
         )
         .properties(width=150, height=alt.Step(11), title="Bytes per token")
     )
@@ -331,7 +342,10 @@ def _what_if_chart(projected: WhatIf, top: int = 8) -> Chart | None:
                 scale=alt.Scale(domain=["observed", "projected"], range=["#4c78a8", "#54a24b"]),
                 legend=alt.Legend(orient="bottom"),
             ),
-            tooltip=["layout:N", "kind:N", alt.Tooltip("ms:Q", format=",.2f")],
+            tooltip=[
+                alt.Tooltip("layout:N"), alt.Tooltip("kind:N"),
+                alt.Tooltip("ms:Q", format=",.2f"),
+            ],
         )
         .properties(width=150, height=alt.Step(13), title="What-if: step per layout")
     )  # fmt: skip

@@ -109,14 +109,42 @@ def test_a_job_yaml_that_does_not_fit_is_a_note(sample_raw, tmp_path):
     assert "the job.yaml does not fit the traced ranks" in out.read_text()
 
 
+def test_a_job_yaml_that_contradicts_the_traces_is_the_first_thing_said(sample_raw, tmp_path):
+    """The sample (tp=2 x pp=2 x dp=2) reported with a job.yaml of tp=4 x pp=1: the report
+    links it, and the verdict opens with the contradictions link stored, before any
+    sentence; the largest difference it names gives the contradiction as its reason."""
+    import re
+    import shutil
+
+    text = JOB_YAML.read_text()
+    text = re.sub(r"(?m)^  tp: 2$", "  tp: 4", re.sub(r"(?m)^  pp: 2$", "  pp: 1", text))
+    (tmp_path / "job.yaml").write_text(text)
+    ds = tmp_path / "ds"
+    shutil.copytree(sample_raw, ds)
+    out = tmp_path / "r.html"
+    build_report(ds, config=tmp_path / "job.yaml", output=out)
+    page = out.read_text()
+    verdict = page[page.index('<section id="verdict">') : page.index("</section>")]
+    paragraphs = re.findall(r'<p class="(\w+)">(.*?)</p>', verdict)
+    assert paragraphs[0][0] == "warn"
+    assert paragraphs[0][1].startswith("job.yaml&#x27;s layout contradicts the traces: ")
+    assert "TENSOR_MODEL_PARALLEL_GROUP" in paragraphs[0][1]
+    assert "tp=4 x dp=2" in paragraphs[0][1]
+    assert paragraphs[1][0] == "lead"
+    assert "Reason: job.yaml contradicts the traces: " in paragraphs[1][1]
+
+
 def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
     out = tmp_path / "r.html"
     result = build_report(sample_linked, config=JOB_YAML, output=out)
     page = out.read_text()
     assert result.sections == [
-        "glance", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
-        "stragglers", "critical_path", "compute", "topology", "wire", "quality",
+        "verdict", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
+        "stragglers", "critical_path", "compute", "topology", "wire", "glance", "quality",
     ]  # fmt: skip
+    assert {"verdict_model", "verdict_ranks", "verdict_tokens", "verdict_what_if"} <= set(
+        result.charts
+    )
     for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
                  "busbw_vs_size", "late_ranks", "top_kernels", "wait_transfer",
                  "wire_host_heatmap", "wire_host_demand"):  # fmt: skip
