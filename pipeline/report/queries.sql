@@ -409,10 +409,13 @@ ORDER BY wait_ns DESC, late_rank;
 
 -- name: straggler_ranks
 -- Per rank, the steps it was the straggler of (how many, and which), the wait it caused
--- there, and the layer it was most often busy in and the dimension it most often delayed
--- meanwhile (equally often: the first by name, so that every report of the same data is the
--- same; mode() leaves ties to thread timing).
+-- there and its share of all the waiting in the traced steps (send/recv included: most of
+-- it, in a pipeline, is receives waiting for their sends), and the layer it was most often
+-- busy in and the dimension it most often delayed meanwhile (equally often: the first by
+-- name, so that every report of the same data is the same; mode() leaves ties to thread
+-- timing). The largest share first.
 WITH s AS (SELECT * FROM step_stragglers WHERE job = $job),
+total AS (SELECT sum(step_wait_ns) AS wait_ns FROM s),
 usual_layer AS (
     SELECT rank, first(busy_layer ORDER BY n DESC, busy_layer) AS busy_layer
     FROM (SELECT rank, busy_layer, count(*) AS n FROM s WHERE busy_layer IS NOT NULL
@@ -427,11 +430,11 @@ usual_dim AS (
 )
 SELECT rank, count(*) AS steps, list(step ORDER BY step) AS step_list,
        sum(caused_wait_ns) AS caused_wait_ns,
-       sum(caused_wait_ns) / nullif(sum(step_wait_ns), 0) AS wait_share,
+       sum(caused_wait_ns) / nullif(any_value(total.wait_ns), 0) AS wait_share,
        any_value(l.busy_layer) AS busy_layer, any_value(d.parallel_dim) AS parallel_dim
-FROM s LEFT JOIN usual_layer l USING (rank) LEFT JOIN usual_dim d USING (rank)
+FROM s LEFT JOIN usual_layer l USING (rank) LEFT JOIN usual_dim d USING (rank), total
 GROUP BY rank
-ORDER BY caused_wait_ns DESC, rank
+ORDER BY wait_share DESC NULLS LAST, caused_wait_ns DESC, rank
 LIMIT $limit;
 
 -- name: straggler_ops_top

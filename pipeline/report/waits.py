@@ -153,25 +153,29 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> bool:
         Table(
             [
                 "rank",
-                "steps as straggler",
+                "share of all waiting",
                 "wait it caused",
-                "share of the wait",
+                "steps as straggler",
                 "busy in",
                 "dimension it delayed",
             ],
             [
                 [
                     r["rank"],
-                    _steps(r["step_list"]),
-                    fmt.duration(r["caused_wait_ns"]),
                     fmt.share(r["wait_share"]),
+                    fmt.duration(r["caused_wait_ns"]),
+                    _steps(r["step_list"]),
                     r["busy_layer"],
                     r["parallel_dim"],
                 ]
                 for r in ranks.iter_rows(named=True)
             ],
-            caption="Who held steps back: each step's straggler made the others wait longest",
-            numeric=[True, False, True, True, False, False],
+            caption="Who held steps back, the largest share of all waiting first: each "
+            "step's straggler is the rank whose late arrival at collectives other than "
+            "send/recv made the others wait longest; the share is of all waiting in the "
+            "traced steps, receives waiting for their sends included (the pipeline's "
+            "schedule: Waiting or transferring)",
+            numeric=[True, True, True, False, False, False],
         )
     )
     ops = ctx.query("straggler_ops_top", limit=limit)

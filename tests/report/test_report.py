@@ -391,6 +391,12 @@ def test_waits_section_sums_the_linked_tables(sample_linked):
     )
     ranks = ctx.query("straggler_ranks", limit=10)
     assert ranks["rank"][0] == 5
+    # the share is of all the waiting in the traced steps, and orders the table
+    caused, total = con.execute(
+        "SELECT sum(caused_wait_ns) FILTER (WHERE rank = 5), sum(step_wait_ns) FROM step_stragglers"
+    ).fetchone()
+    assert ranks["wait_share"][0] == pytest.approx(caused / total)
+    assert ranks["wait_share"].to_list() == sorted(ranks["wait_share"].to_list(), reverse=True)
     assert ranks["steps"][0] == con.execute("SELECT count(DISTINCT step) FROM steps").fetchone()[0]
     # rank 5 delayed dp in one step and tp in the other: equally often, so the first by name,
     # in every run (DuckDB's mode() left the tie to thread timing)
@@ -446,7 +452,11 @@ def test_the_recorded_straggler_run_reports_its_rank_steps_and_layer(tmp_path):
     assert {"waits", "stragglers", "critical_path"} <= set(result.sections)
     page = out.read_text()
     assert re.search(r"of the waiting was for rank 1, the last to arrive", page)
-    row = re.search(r"<tr><td[^>]*>1</td><td[^>]*>2 \(2, 3\)</td>(.*?)</tr>", page)
+    row = re.search(
+        r"<tr><td[^>]*>1</td><td[^>]*>[\d.]+%</td><td[^>]*>[^<]+</td><td[^>]*>2 \(2, 3\)</td>"
+        r"(.*?)</tr>",
+        page,
+    )
     assert row is not None and "Block_1" in row.group(1)
     assert "The critical path of each step, across ranks" in page
 
