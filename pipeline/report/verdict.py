@@ -80,10 +80,11 @@ def _model_sentence(ctx: Context) -> str:
     if not led:
         return ""  # (no ledger: the bytes section says why there is no prediction)
     layout = _layout(ctx)
+    verdict = "differs from" if led["differing_rows"] else "is"
     head = (
-        f"Collective messages per step: {fmt.nbytes(led['bytes'])} observed, "
-        f"{fmt.nbytes(led['predicted_bytes'])} predicted for {layout} "
-        f"({_ratio(led['bytes'], led['predicted_bytes'])})"
+        f"The traffic {verdict} what the model predicts for {layout}: collective messages "
+        f"of {fmt.nbytes(led['bytes'])} observed, {fmt.nbytes(led['predicted_bytes'])} "
+        f"predicted per step ({_ratio(led['bytes'], led['predicted_bytes'])})"
     )
     if not led["differing_rows"]:
         return head + "; every item of the model was seen with its size and count."
