@@ -45,9 +45,7 @@ def what_if(ctx: Context) -> WhatIf:
     try:
         obs = observed_in(ctx.con, ctx.job, str(ctx.dataset))
     except DatasetError:
-        return WhatIf(
-            missing="No measured step: time_breakdown has no profiled step of this job."
-        )
+        return WhatIf(missing="No measured step: time_breakdown has no profiled step of this job.")
     if ctx.config_path is None:
         return WhatIf(
             obs, missing="No what-if table: it needs the job.yaml's path (report --config)."
@@ -146,9 +144,9 @@ def _what_if_table(projected: WhatIf) -> Table | Note:
         [
             [
                 p.layout,
-                fmt.duration(p.compute_s * 1e9),
-                fmt.duration(p.comm_s * 1e9),
-                fmt.duration(p.step_s * 1e9),
+                p.compute_s * 1e9,
+                p.comm_s * 1e9,
+                p.step_s * 1e9,
                 f"{p.bytes_per_token:.4g}",
                 "observed" if p.observed else "",
             ]
@@ -162,4 +160,5 @@ def _what_if_table(projected: WhatIf) -> Table | Note:
             "(tokenwire predict --from prints the same table). " + projected.figures
         ),
         numeric=[False, True, True, True, True, False],
+        units=[None, "ns", "ns", "ns", None, None],
     )

@@ -27,13 +27,14 @@ def section(ctx: Context, limit: int = 40) -> Section:
             ["dimension", "predicted per step", "observed per step", "matched per step",
              "items that differ"],
             [
-                [r["parallel_dim"], fmt.nbytes(r["predicted_bytes"]), fmt.nbytes(r["bytes"]),
-                 fmt.nbytes(r["matched_bytes"] or 0), r["differing_rows"]]
+                [r["parallel_dim"], r["predicted_bytes"], r["bytes"], r["matched_bytes"] or 0,
+                 r["differing_rows"]]
                 for r in dims.iter_rows(named=True)
             ],
             caption="Bytes per step of each dimension: matched are items seen with their "
             "predicted size and count",
             numeric=[False, True, True, True, True],
+            units=[None, "bytes", "bytes", "bytes", None],
         )
     )  # fmt: skip
     _differences(ctx, sec, limit)

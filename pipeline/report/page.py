@@ -42,12 +42,16 @@ class Chart:
 
 @dataclass
 class Table:
-    """A small table; every cell is escaped text."""
+    """A small table; every cell is escaped text. A column whose ``units`` entry is ``ns``
+    or ``bytes`` holds numbers, written in one unit named in its header, so that its
+    figures compare at a glance: the unit of the largest value of every column of the same
+    entry (``bytes#token`` keeps a column of another scale apart)."""
 
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]]
     caption: str = ""
     numeric: Sequence[bool] | None = None
+    units: Sequence[str | None] | None = None
 
 
 @dataclass
@@ -240,21 +244,38 @@ def _block_html(block: Block) -> str:
         items = "".join(f"<dt>{esc(str(k))}</dt><dd>{esc(_cell(v))}</dd>" for k, v in block.pairs)
         return f'<dl class="facts">{items}</dl>'
     numeric = block.numeric or [False] * len(block.columns)
-    head = "".join(f"<th>{esc(c)}</th>" for c in block.columns)
+    columns, cells = _in_units(block)
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     rows = "".join(
         "<tr>"
         + "".join(
-            f'<td class="num">{esc(_cell(v))}</td>' if n else f"<td>{esc(_cell(v))}</td>"
+            f'<td class="num">{esc(v)}</td>' if n else f"<td>{esc(v)}</td>"
             for v, n in zip(row, numeric, strict=False)
         )
         + "</tr>"
-        for row in block.rows
+        for row in cells
     )
     caption = f"<caption>{esc(block.caption)}</caption>" if block.caption else ""
     return (
         f'<div class="table"><table>{caption}<thead><tr>{head}</tr></thead>'
         f"<tbody>{rows}</tbody></table></div>"
     )
+
+
+def _in_units(table: Table) -> tuple[list[str], list[list[str]]]:
+    """The table's headers and cell texts, each column with a unit in one unit."""
+    columns = list(table.columns)
+    cells = [[_cell(v) for v in row] for row in table.rows]
+    units = list(table.units or [])
+    for group in dict.fromkeys(u for u in units if u is not None):
+        at = [i for i, u in enumerate(units) if u == group]
+        values = [row[i] for row in table.rows for i in at]
+        name, size, decimals = fmt.column_unit(values, group.split("#")[0])
+        for i in at:
+            columns[i] = f"{columns[i]} ({name})"
+            for row, source in zip(cells, table.rows, strict=True):
+                row[i] = fmt.in_unit(source[i], size, decimals)
+    return columns, cells
 
 
 def _cell(value: Any) -> str:

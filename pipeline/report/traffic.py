@@ -449,15 +449,16 @@ def _bytes_table(table: pl.DataFrame) -> Table:
                 r["parallel_dim"],
                 r["op"],
                 r["calls"],
-                fmt.nbytes(r["bytes"]),
+                r["bytes"],
                 r["predicted_calls"],
-                fmt.nbytes(r["predicted_bytes"]),
+                r["predicted_bytes"],
                 fmt.ratio(r["ratio"]),
                 r["reason"],
             ]
             for r in table.iter_rows(named=True)
         ],
         numeric=[False, False, True, True, True, True, True, False],
+        units=[None, None, None, "bytes", None, "bytes", None, None],
     )
 
 

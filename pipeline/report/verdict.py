@@ -84,7 +84,7 @@ def _model_sentence(ctx: Context) -> str:
     head = (
         f"The traffic {verdict} what the model predicts for {layout}: collective messages "
         f"of {fmt.nbytes(led['bytes'])} observed, {fmt.nbytes(led['predicted_bytes'])} "
-        f"predicted per step ({_ratio(led['bytes'], led['predicted_bytes'])})"
+        f"predicted per step ({fmt.ratio(_ratio(led['bytes'], led['predicted_bytes']))})"
     )
     if not led["differing_rows"]:
         return head + "; every item of the model was seen with its size and count."
@@ -169,9 +169,8 @@ def _layout(ctx: Context) -> str:
     return f"job.yaml's {layout_text(ctx.config)}"
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    """``0.72×``: two decimals, so that 1.00× reads as a match."""
-    return f"{a / b:.2f}×" if a is not None and b else "–"
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def _calls(calls: float | None, message: int | None) -> str:

@@ -129,8 +129,8 @@ def _wait_by_rank(ctx: Context, sec: Section) -> None:
                 [
                     r["rank"],
                     r["calls"],
-                    fmt.duration(r["wait_ns"]),
-                    fmt.duration(r["transfer_ns"]),
+                    r["wait_ns"],
+                    r["transfer_ns"],
                     fmt.share(r["wait_share"]),
                     "–"
                     if r["waited_most_for"] is None
@@ -140,6 +140,7 @@ def _wait_by_rank(ctx: Context, sec: Section) -> None:
             ],
             caption=caption,
             numeric=[True, True, True, True, True, False],
+            units=[None, None, "ns", "ns", None, None],
         )
     )
 
@@ -163,7 +164,7 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> bool:
                 [
                     r["rank"],
                     fmt.share(r["wait_share"]),
-                    fmt.duration(r["caused_wait_ns"]),
+                    r["caused_wait_ns"],
                     _steps(r["step_list"]),
                     r["busy_layer"],
                     r["parallel_dim"],
@@ -176,6 +177,7 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> bool:
             "traced steps, receives waiting for their sends included (the pipeline's "
             "schedule: Waiting or transferring)",
             numeric=[True, True, True, False, False, False],
+            units=[None, None, "ns", None, None, None],
         )
     )
     ops = ctx.query("straggler_ops_top", limit=limit)
@@ -183,11 +185,12 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> bool:
         Table(
             ["what", "name", "layer", "steps", "time while others waited"],
             [
-                [r["what"], r["name"], r["layer"], r["steps"], fmt.duration(r["overlap_ns"])]
+                [r["what"], r["name"], r["layer"], r["steps"], r["overlap_ns"]]
                 for r in ops.iter_rows(named=True)
             ],
             caption="What the stragglers ran meanwhile (ops by their own time)",
             numeric=[False, False, False, True, True],
+            units=[None, None, None, None, "ns"],
         )
     )
     return True
@@ -212,13 +215,14 @@ def _critical_path(ctx: Context, sec: Section) -> bool:
                     r["part"],
                     r["steps"],
                     r["segments"],
-                    fmt.duration(r["dur_ns"]),
+                    r["dur_ns"],
                     fmt.share(r["share"]),
                 ]
                 for r in split.iter_rows(named=True)
             ],
             caption="The critical path of each step, across ranks: what set its length",
             numeric=[False, True, True, True, True],
+            units=[None, None, None, "ns", None],
         )
     )
     transfers = split.filter(pl.col("part").str.starts_with("transfer"))

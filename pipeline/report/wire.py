@@ -150,12 +150,12 @@ def _split(ctx: Context, sec: Section) -> None:
     for r in split.iter_rows(named=True):
         row = [
             r["parallel_dim"],
-            fmt.nbytes(r["intra_host_bytes"]),
-            fmt.nbytes(r["inter_host_bytes"]),
-            fmt.nbytes(r["inter_host_bytes_per_token"]),
+            r["intra_host_bytes"],
+            r["inter_host_bytes"],
+            r["inter_host_bytes_per_token"],
         ]
         if predicted is not None:
-            row += [fmt.nbytes(predicted.get((r["parallel_dim"], link), 0.0)) for link in
+            row += [predicted.get((r["parallel_dim"], link), 0.0) for link in
                     ("intra", "inter")]  # fmt: skip
         rows.append(row)
     caption = "Bytes inside and across hosts per parallel dimension (mean over steps)"
@@ -164,7 +164,9 @@ def _split(ctx: Context, sec: Section) -> None:
             "; predicted: the analytic model's wire bytes of every rank, a group across "
             "nodes when its ranks span job.yaml's gpus_per_node"
         )
-    sec.add(Table(columns, rows, caption=caption, numeric=[False] + [True] * (len(columns) - 1)))
+    units = [None, "bytes", "bytes", "bytes#token"] + ["bytes"] * (len(columns) - 4)
+    numeric = [False] + [True] * (len(columns) - 1)
+    sec.add(Table(columns, rows, caption=caption, numeric=numeric, units=units))
 
 
 def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
@@ -258,11 +260,12 @@ def _busiest(ctx: Context, sec: Section) -> None:
                     r["src_host"] or "–",
                     r["dst_host"] or "–",
                     r["transport"] or "–",
-                    fmt.nbytes(r["bytes_per_step"]),
+                    r["bytes_per_step"],
                 ]
                 for r in links.iter_rows(named=True)
             ],
             caption="The busiest links",
             numeric=[True, True, False, False, False, True],
+            units=[None] * 5 + ["bytes"],
         )
     )
