@@ -349,7 +349,7 @@ div.table { overflow-x: auto; margin: 8px 0; }
 table { border-collapse: collapse; font-size: 13px; }
 caption { text-align: left; color: #5a6473; padding: 4px 0; }
 th, td { border-bottom: 1px solid #e6e9ee; padding: 3px 10px; text-align: left;
-  vertical-align: top; }
+  vertical-align: top; overflow-wrap: anywhere; }
 th { background: #f0f2f5; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 """

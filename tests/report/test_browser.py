@@ -47,8 +47,14 @@ def real(tmp_path_factory) -> Path:
     return path
 
 
+_WIDE_TABLES_JS = """Array.from(document.querySelectorAll('div.table'))
+  .filter(d => d.scrollWidth > d.clientWidth + 1)
+  .map(d => d.closest('section').id + ': ' + d.scrollWidth + ' > ' + d.clientWidth)"""
+
+
 def check_page(browser: Browser, page: Path, shot: Path | None = None):
-    """Open ``page`` and assert it rendered cleanly and offline; the load result."""
+    """Open ``page`` and assert it rendered cleanly and offline, every table within its
+    box; the load result."""
     res = browser.open(page)
     assert res.console_errors == []
     assert res.exceptions == []
@@ -56,6 +62,8 @@ def check_page(browser: Browser, page: Path, shot: Path | None = None):
     assert res.requests == [res.url], "the page asked for something beside itself"
     assert res.charts, "no chart container on the page"
     assert [c["name"] for c in res.charts if not c["drawn"]] == []
+    # no column of a table hidden behind a horizontal scroll
+    assert browser.evaluate(_WIDE_TABLES_JS) == []
     if shot is not None:
         browser.screenshot(shot)
         assert shot.read_bytes().startswith(b"\x89PNG")
