@@ -59,6 +59,14 @@ def in_unit(value: Any, size: float, decimals: int) -> str:
     return f"{value / size:,.{decimals}f}"
 
 
+def axis_unit(values: list[Any], kind: str) -> tuple[str, str]:
+    """A chart axis of raw ``ns`` or ``bytes`` labelled in the unit a table column of the
+    same values is written in (:func:`column_unit`): (the unit, a Vega ``labelExpr``). The
+    data stay raw, so tooltips keep the exact figure."""
+    name, size, _ = column_unit(values, kind)
+    return name, f"format(datum.value / {size:g}, ',')"
+
+
 def count(value: float | None) -> str:
     """A count, with one decimal only when it is a fraction (a mean over steps)."""
     if value is None or not math.isfinite(value):

@@ -321,13 +321,16 @@ def _wire_note(traffic: Traffic, table: pl.DataFrame) -> Note:
 
 
 def _journey_chart(rows: list[dict]) -> alt.Chart:
+    unit, labels = fmt.axis_unit([r["bytes_per_token"] for r in rows], "bytes")
     return (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
             y=alt.Y("stage:N", title=None, sort=None),
             yOffset=alt.YOffset("side:N"),
-            x=alt.X("bytes_per_token:Q", title="bytes per token"),
+            x=alt.X(
+                "bytes_per_token:Q", axis=alt.Axis(title=f"{unit} per token", labelExpr=labels)
+            ),
             color=alt.Color(
                 "side:N",
                 title=None,
@@ -349,7 +352,7 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
     if not traffic.observed_from:
         return sec.add(Note("No collectives in this job.", "missing"))
     sec.add(_observed_note(traffic), _predicted_note(traffic))
-    sec.add(Chart("bytes_per_step", _bytes_chart(_bytes_rows(table))))
+    sec.add(Chart("bytes_per_step", _bytes_chart(_bytes_rows(table), table)))
     sec.add(_bytes_table(table))
     phases = traffic.frame.filter(pl.col("calls").is_not_null())
     if phases.height and phases["phase"].n_unique() > 1:
@@ -408,14 +411,18 @@ def _bytes_rows(table: pl.DataFrame) -> list[dict]:
     return rows
 
 
-def _bytes_chart(rows: list[dict]) -> alt.Chart:
+def _bytes_chart(rows: list[dict], table: pl.DataFrame) -> alt.Chart:
+    # (in the unit of the table beside it)
+    unit, labels = fmt.axis_unit(
+        table["bytes"].to_list() + table["predicted_bytes"].to_list(), "bytes"
+    )
     return (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
             y=alt.Y("collective:N", title="dimension · op"),
             yOffset=alt.YOffset("side:N", sort=_SIDES),
-            x=alt.X("bytes:Q", title="bytes per step"),
+            x=alt.X("bytes:Q", axis=alt.Axis(title=f"{unit} per step", labelExpr=labels)),
             color=alt.Color(
                 "side:N", title=None, scale=alt.Scale(domain=_SIDES, range=_SIDE_COLORS)
             ),
@@ -463,6 +470,8 @@ def _bytes_table(table: pl.DataFrame) -> Table:
 
 
 def _phase_chart(phases: pl.DataFrame) -> alt.Chart:
+    per_dim = phases.group_by("parallel_dim").agg(pl.col("bytes").sum())["bytes"].to_list()
+    unit, labels = fmt.axis_unit(per_dim, "bytes")
     return (
         alt.Chart(
             alt.Data(
@@ -472,7 +481,10 @@ def _phase_chart(phases: pl.DataFrame) -> alt.Chart:
         .mark_bar()
         .encode(
             y=alt.Y("parallel_dim:N", title="dimension"),
-            x=alt.X("sum(bytes):Q", title="observed bytes per step"),
+            x=alt.X(
+                "sum(bytes):Q",
+                axis=alt.Axis(title=f"observed {unit} per step", labelExpr=labels),
+            ),
             color=alt.Color("phase:N"),
             tooltip=[
                 alt.Tooltip("parallel_dim:N"),

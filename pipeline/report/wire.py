@@ -113,13 +113,18 @@ def _host_heatmap(ctx: Context) -> Chart:
             f" The {HEAT_HOSTS} of {n:,} hosts that send and receive the most; the other "
             f'{n - HEAT_HOSTS:,} are one row and column, "{OTHER_HOSTS}", their bytes summed.'
         )
+    # (in the unit of the busiest links' table)
+    unit, labels = fmt.axis_unit(hosts["bytes_per_step"].to_list(), "bytes")
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(hosts)))
         .mark_rect()
         .encode(
             x=alt.X("dst_host:N", title="to host"),
             y=alt.Y("src_host:N", title="from host"),
-            color=alt.Color("bytes_per_step:Q", title="bytes per step"),
+            color=alt.Color(
+                "bytes_per_step:Q",
+                legend=alt.Legend(title=f"{unit} per step", labelExpr=labels),
+            ),
             tooltip=[
                 alt.Tooltip("src_host:N", title="from"),
                 alt.Tooltip("dst_host:N", title="to"),
