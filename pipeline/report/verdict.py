@@ -21,6 +21,8 @@ from pipeline.report.page import Chart, Note, Section
 
 #: Contradictions of job.yaml stated in full; the others are counted.
 MAX_CONFLICTS = 3
+#: Ranks named in a sentence as at most this many runs of consecutive ranks; more are counted.
+MAX_RUNS = 6
 #: Above this many ranks the per-rank chart draws the ranks that wait longest.
 MAX_RANKS = 32
 _SIDES = ["observed", "predicted"]
@@ -35,7 +37,7 @@ def section(
     sec = Section("verdict", "The verdict")
     sec.add(*_contradictions(ctx))
     sentences = [
-        _model_sentence(ctx),
+        _model_sentence(ctx, table),
         _time_sentence(ctx, no_timing),
         _token_sentence(traffic_data, table),
         _what_if_sentence(ctx, projected),
@@ -69,16 +71,22 @@ def _contradictions(ctx: Context) -> list[Note]:
     return [Note(text, "warn")]
 
 
-def _model_sentence(ctx: Context) -> str:
-    """Observed against predicted over the ledger, and its largest difference."""
-    if ctx.config is None:
-        return (
-            "No prediction to hold the traffic against: give the job's job.yaml "
-            "(tokenwire report DATASET --config job.yaml, docs/job-yaml.md)."
-        )
-    led = ctx.row("verdict_ledger")
+def _model_sentence(ctx: Context, table: pl.DataFrame) -> str:
+    """Observed against predicted over the ledger, and its largest difference; without a
+    ledger, the bytes observed (the traffic table) and what would add the prediction."""
+    led = ctx.row("verdict_ledger") if ctx.config is not None else {}
     if not led:
-        return ""  # (no ledger: the bytes section says why there is no prediction)
+        observed = table["bytes"].sum() if table.height else None
+        seen = (
+            f"Collective messages of {fmt.nbytes(observed)} per step observed; " if observed else ""
+        )
+        how = (
+            "give the job's job.yaml (tokenwire report DATASET --config job.yaml, docs/job-yaml.md)"
+            if ctx.config is None
+            else "link the job with its job.yaml (tokenwire link --config job.yaml)"
+        )
+        text = f"{seen}no prediction to hold them against: {how}."
+        return text[0].upper() + text[1:]
     layout = _layout(ctx)
     verdict = "differs from" if led["differing_rows"] else "is"
     head = (
@@ -110,6 +118,8 @@ def _time_sentence(ctx: Context, no_timing: str | None) -> str:
         f"(over {t['ranks']:,} ranks)"
     )
     if t["parallel_dim"] is None:
+        if t["wait_share"] is None:  # (collective_waits is empty)
+            return text + "; what the ranks wait for needs tokenwire link (collective_waits)."
         return text + "."
     who = _ranks(t["late_ranks"])
     whom = f"{t['waited_for']} ({who})" if t["waited_for"] else who
@@ -198,6 +208,8 @@ def _ranks(ranks: list[int] | None) -> str:
             runs[-1].append(r)
         else:
             runs.append([r])
+    if len(runs) > MAX_RUNS:
+        return f"{len(ranks):,} ranks"
     parts = [f"{g[0]}–{g[-1]}" if len(g) > 2 else ", ".join(map(str, g)) for g in runs]
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
@@ -244,8 +256,8 @@ def _model_chart(ctx: Context) -> Chart | None:
 
 def _rank_chart(ctx: Context) -> Chart | None:
     parts = ctx.query("verdict_rank_waits")
-    if parts.height == 0:
-        return None
+    if parts.filter(pl.col("part") != "rest of the step").height == 0:
+        return None  # (no collective_waits: tokenwire link has not run, or no timings)
     caption = "Each rank's step (ms, mean over steps): collective_waits and time_breakdown."
     ranks = parts["rank"].n_unique()
     if ranks > MAX_RANKS:
