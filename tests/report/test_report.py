@@ -683,3 +683,23 @@ def test_small_jobs_heatmap_has_every_host(sample_linked):
         "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
         "network."
     )
+
+
+def test_a_column_of_durations_or_bytes_is_written_in_one_unit():
+    """923 µs and 1.04 ms in one column read as 0.923 and 1.04 ms, not 923 and 1.04; columns
+    of the same entry share the unit, and ``bytes#token`` keeps a column of its own."""
+    from pipeline.report.page import Table, _block_html
+
+    table = Table(
+        ["what", "time", "observed", "predicted", "per token"],
+        [["a", 923_000, 40_000_000, 999_000, 37_100], ["b", 1_040_000, None, 2_000_000, 512]],
+        units=[None, "ns", "bytes", "bytes", "bytes#token"],
+    )
+    page = _block_html(table)
+    heads = re.findall(r"<th>(.*?)</th>", page)
+    assert heads == ["what", "time (ms)", "observed (MB)", "predicted (MB)", "per token (kB)"]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", page)]
+    assert cells[1:] == [
+        ["a", "0.92", "40.0", "1.0", "37.1"],
+        ["b", "1.04", "–", "2.0", "0.5"],
+    ]
