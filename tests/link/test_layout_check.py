@@ -84,3 +84,37 @@ def test_the_right_layout_contradicts_nothing(linked_sample: Path) -> None:
     assert ds.sql(contradicted).item() == 0
     res = CliRunner().invoke(cli, ["link", str(linked_sample), "--config", str(SAMPLE_YAML)])
     assert res.exit_code == 0 and "Warning" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("run", "change", "said"),
+    [
+        # a recorded 4-stage pipeline described as 4-way data parallel: its send/recv
+        ("pp4", ("{pp: 4,", "{dp: 4,"), "send/recv run in groups of 4 ranks"),
+        # a recorded tp=2 x dp=2 run described as tp=4: its pairs are no group of the layout
+        ("tp_dp", ("{tp: 2, dp: 2,", "{tp: 4, dp: 1,"), "groups of 2 ranks"),
+    ],
+)
+def test_recorded_runs_with_a_wrong_layout_warn(run, change, said, tmp_path) -> None:
+    """The same checks on real CPU/gloo runs (tests/data/cpu_gloo), each linked with its own
+    job.yaml changed: a warning naming the job.yaml and ledger reasons; with the job.yaml
+    as recorded, none."""
+    from pipeline.link.runner import link
+    from tests.cpu_gloo import DATA, ingested
+
+    ds = ingested(run, tmp_path / "ds")
+    assert link(ds.path, config=DATA / run / "job.yaml").warnings == []
+    old, new = change
+    text = (DATA / run / "job.yaml").read_text()
+    assert old in text
+    config = tmp_path / "job.yaml"
+    config.write_text(text.replace(old, new))
+    warnings = link(ds.path, config=config).warnings
+    assert warnings and all(w.startswith(f"{config}: the layout contradicts") for w in warnings)
+    assert any(said in w for w in warnings), warnings
+    reasons = (
+        pipeline.open(ds.path)
+        .sql("SELECT DISTINCT reason FROM ledger WHERE status <> 'matched'")
+        .rows()
+    )
+    assert reasons and all(r.startswith("job.yaml contradicts the traces: ") for (r,) in reasons)
