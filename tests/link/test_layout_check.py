@@ -67,11 +67,18 @@ def test_contradictions_are_stored_and_every_differing_ledger_row_gives_them(rel
     rows = ds.sql("SELECT status, reason FROM ledger WHERE status <> 'matched'").rows()
     assert rows
     assert all(r.startswith("job.yaml contradicts the traces: ") for _, r in rows), rows
-    # send/recv rows of the dp groups name their own dimension's contradiction
+    # each row names the statement on the communicator its calls ran on: the send/recv rows
+    # that of the pipeline groups
     sendrecv = ds.sql(
         "SELECT DISTINCT reason FROM ledger WHERE op IN ('send', 'recv') AND parallel_dim = 'dp'"
     ).rows()
     assert sendrecv and all("PIPELINE_MODEL_PARALLEL_GROUP" in r for (r,) in sendrecv)
+    # and the traced tensor-parallel all-reduces name the statement on their own groups
+    tp = ds.sql(
+        "SELECT DISTINCT reason FROM ledger WHERE parallel_dim = 'tp' AND calls > 0 "
+        "AND status <> 'matched'"
+    ).rows()
+    assert tp and all("(TENSOR_MODEL_PARALLEL_GROUP) are no group" in r for (r,) in tp), tp
 
 
 def test_the_right_layout_contradicts_nothing(linked_sample: Path) -> None:
