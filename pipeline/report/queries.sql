@@ -587,7 +587,10 @@ GROUP BY statement ORDER BY statement;
 WITH per_step AS (
     SELECT sum(bytes) / count(DISTINCT step) AS bytes,
            sum(predicted_bytes) / count(DISTINCT step) AS predicted_bytes,
-           count(*) FILTER (WHERE status <> 'matched') AS differing_rows
+           -- (items as ledger_items lists them: one over the steps)
+           count(DISTINCT (status, parallel_dim, op, phase, purpose, layer,
+                           predicted_message_bytes, message_bytes))
+               FILTER (WHERE status <> 'matched') AS differing_items
     FROM ledger WHERE job = $job
 ),
 top AS (

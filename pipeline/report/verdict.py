@@ -88,20 +88,20 @@ def _model_sentence(ctx: Context, table: pl.DataFrame) -> str:
         text = f"{seen}no prediction to hold them against: {how}."
         return text[0].upper() + text[1:]
     layout = _layout(ctx)
-    verdict = "differs from" if led["differing_rows"] else "is"
+    verdict = "differs from" if led["differing_items"] else "is"
     head = (
         f"The traffic {verdict} what the model predicts for {layout}: collective messages "
         f"of {fmt.nbytes(led['bytes'])} observed, {fmt.nbytes(led['predicted_bytes'])} "
         f"predicted per step ({fmt.ratio(_ratio(led['bytes'], led['predicted_bytes']))})"
     )
-    if not led["differing_rows"]:
+    if not led["differing_items"]:
         return head + "; every item of the model was seen with its size and count."
     observed = _calls(led["calls"], led["message_bytes"])
     predicted = _calls(led["predicted_calls"], led["predicted_message_bytes"])
     what = " ".join(x for x in (led["parallel_dim"], led["phase"], led["op"]) if x)
     purpose = f" ({led['purpose']})" if led["purpose"] else ""
     return (
-        f"{head}. {led['differing_rows']:,} ledger items differ; the largest, {what}"
+        f"{head}. {led['differing_items']:,} ledger items differ; the largest, {what}"
         f"{purpose}, is {led['status']}: {observed} observed, {predicted} predicted "
         f"({_signed(led['bytes_difference'])} per step). Reason: "
         f"{led['reason'] or 'none known (the ledger below lists every item)'}."
@@ -124,7 +124,8 @@ def _time_sentence(ctx: Context, no_timing: str | None) -> str:
     who = _ranks(t["late_ranks"])
     whom = f"{t['waited_for']} ({who})" if t["waited_for"] else who
     return (
-        f"{text}. {_ranks(t['waiting_ranks']).capitalize()} spend "
+        f"{text}. {_ranks(t['waiting_ranks']).capitalize()} "
+        f"{'spends' if len(t['waiting_ranks']) == 1 else 'spend'} "
         f"{fmt.share(t['waiting_step_share'])} of every step waiting in {t['phase']} "
         f"{t['parallel_dim']} {_op_plural(t['op'])} for {whom}; "
         f"{fmt.share(t['wait_share'])} of all time in collectives is waiting for the last "

@@ -138,7 +138,8 @@ def test_the_first_screen_states_the_verdict_in_the_tables_figures(browser, tmp_
 
     observed, predicted, differing = db.sql(
         "SELECT sum(bytes) / count(DISTINCT step), sum(predicted_bytes) / count(DISTINCT step),"
-        " count(*) FILTER (WHERE status <> 'matched') FROM ledger"
+        " count(DISTINCT (status, parallel_dim, op, phase, purpose, layer, "
+        "predicted_message_bytes, message_bytes)) FILTER (WHERE status <> 'matched') FROM ledger"
     ).rows()[0]
     assert f"{fmt.nbytes(observed)} observed, {fmt.nbytes(predicted)} predicted" in model
     assert f"({observed / predicted:.2f}×)" in model
