@@ -325,7 +325,12 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
 def _bandwidth_layers(points: pl.DataFrame, tests: pl.DataFrame, peaks: list[dict]) -> list:
     """The chart's layers: observed points with p10-p90 rules, nccl-tests runs, peaks."""
     layers = []
-    x = alt.X("size_bytes:Q", title="message size (bytes)", scale=alt.Scale(type="log"))
+    # (sizes over decades: decimal prefixes, 4k, 1M, as the tables' kB and MB)
+    x = alt.X(
+        "size_bytes:Q",
+        scale=alt.Scale(type="log"),
+        axis=alt.Axis(title="message size (bytes: k = 1,000, M = 1,000,000)", format="~s"),
+    )
     y = alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)")
     if points.height:
         base = alt.Chart(alt.Data(values=fmt.rows(points)))
