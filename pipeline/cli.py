@@ -606,6 +606,8 @@ def report(
         result = build_report(dataset, config=config, output=output, png_dir=png_dir, job=job)
     except TokenwireError as exc:
         _fail(str(exc))
+    for line in result.warnings:
+        _say("Warning", line)
     click.echo(
         f"wrote {result.output} ({result.size_bytes / 1e6:.1f} MB, job {result.job}, "
         f"{len(result.charts)} charts)",

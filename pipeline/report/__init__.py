@@ -55,6 +55,9 @@ class ReportResult:
     sections: list[str]
     charts: list[str]
     images: list[Path] = field(default_factory=list)
+    #: where the job.yaml contradicts the traces, when the report linked the job with it
+    #: (one line each, as tokenwire link warns)
+    warnings: list[str] = field(default_factory=list)
 
 
 def build_report(
@@ -96,9 +99,9 @@ def build_report(
         if not isinstance(config, Job):
             config_path = Path(config)
             config = load_job(config_path)
-    unfit = None
+    unfit, warnings = None, []
     if config is not None:
-        unfit = _link_for_predictions(Path(dataset), job, config_path or config)
+        unfit, warnings = _link_for_predictions(Path(dataset), job, config_path or config)
     # (read again from the start if an ingest or link commits while the report reads)
     read = functools.partial(_read, dataset, job=job, config=config, config_path=config_path)
     ctx, sections = read_snapshot(Path(dataset), functools.partial(read, unfit=unfit))
@@ -108,28 +111,36 @@ def build_report(
     charts = [c.name for s in sections for c in s.charts()]
     images = write_images(sections, Path(png_dir)) if png_dir is not None else []
     return ReportResult(
-        output, ctx.job, output.stat().st_size, [s.id for s in sections], charts, images
+        output,
+        ctx.job,
+        output.stat().st_size,
+        [s.id for s in sections],
+        charts,
+        images,
+        warnings,
     )
 
 
-def _link_for_predictions(dataset: Path, job: str | None, config: Path | Job) -> str | None:
+def _link_for_predictions(
+    dataset: Path, job: str | None, config: Path | Job
+) -> tuple[str | None, list[str]]:
     """Link ``dataset`` with ``config`` when the report's job has no predictions yet; why
     there are none when the job.yaml does not fit the dataset (the report then goes on
-    without them)."""
+    without them), and the link's warnings."""
     ctx = open_context(dataset, job=job)
     try:
         predicted = ctx.query("predictions_stored").height > 0
     finally:
         ctx.con.close()
     if predicted:
-        return None
+        return None, []
     from pipeline.link.runner import link
 
     try:
-        link(dataset, config=config)
+        summary = link(dataset, config=config)
     except ConfigError as exc:
-        return f"the job.yaml does not fit the traced ranks: {exc}"
-    return None
+        return f"the job.yaml does not fit the traced ranks: {exc}", []
+    return None, summary.warnings
 
 
 def _read(

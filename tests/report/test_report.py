@@ -122,7 +122,11 @@ def test_a_job_yaml_that_contradicts_the_traces_is_the_first_thing_said(sample_r
     ds = tmp_path / "ds"
     shutil.copytree(sample_raw, ds)
     out = tmp_path / "r.html"
-    build_report(ds, config=tmp_path / "job.yaml", output=out)
+    result = build_report(ds, config=tmp_path / "job.yaml", output=out)
+    # the link it ran warned as tokenwire link does (the CLI prints these on stderr)
+    assert result.warnings and all(
+        "the layout contradicts the traces" in w for w in result.warnings
+    )
     page = out.read_text()
     verdict = page[page.index('<section id="verdict">') : page.index("</section>")]
     paragraphs = re.findall(r'<p class="(\w+)">(.*?)</p>', verdict)
