@@ -579,6 +579,8 @@ def link(dataset: Path, config: Path | None) -> None:
         summary = run_link(dataset, config=config)
     except TokenwireError as exc:
         _fail(str(exc))
+    for line in summary.warnings:
+        _say("Warning", line)
     for table, n in summary.rows.items():
         click.echo(f"  {table:<22} {n:>12,} rows", err=True)
 
@@ -616,6 +618,8 @@ def report(
         result = build_report(dataset, config=config, output=output, png_dir=png_dir, job=job)
     except TokenwireError as exc:
         _fail(str(exc))
+    for line in result.warnings:
+        _say("Warning", line)
     click.echo(
         f"wrote {result.output} ({result.size_bytes / 1e6:.1f} MB, job {result.job}, "
         f"{len(result.charts)} charts)",

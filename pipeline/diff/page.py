@@ -132,15 +132,16 @@ def _traffic(diff: RunDiff, a: str, b: str) -> Section:
              "change", "B/token A", "B/token B", "time A", "time B", "wait A", "wait B",
              "transfer A", "transfer B", "busbw A GB/s", "busbw B GB/s"],
             [[r["parallel_dim"], r["op"], r["phase"], r["found"], fmt.count(r["calls_a"]),
-              fmt.count(r["calls_b"]), fmt.nbytes(r["bytes_a"]), fmt.nbytes(r["bytes_b"]),
+              fmt.count(r["calls_b"]), r["bytes_a"], r["bytes_b"],
               _signed_bytes(r["bytes_change"]), _num(r["bytes_per_token_a"]),
-              _num(r["bytes_per_token_b"]), fmt.duration(r["time_ns_a"]),
-              fmt.duration(r["time_ns_b"]), fmt.duration(r["wait_ns_a"]),
-              fmt.duration(r["wait_ns_b"]), fmt.duration(r["transfer_ns_a"]),
-              fmt.duration(r["transfer_ns_b"]), _num(r["busbw_gbps_a"]), _num(r["busbw_gbps_b"])]
+              _num(r["bytes_per_token_b"]), r["time_ns_a"], r["time_ns_b"], r["wait_ns_a"],
+              r["wait_ns_b"], r["transfer_ns_a"], r["transfer_ns_b"], _num(r["busbw_gbps_a"]),
+              _num(r["busbw_gbps_b"])]
              for r in frame.iter_rows(named=True)],
             caption=view_descriptions()["diff_traffic"],
             numeric=[False] * 4 + [True] * 15,
+            # (A beside B in one unit, the times of a call in one unit)
+            units=[None] * 6 + ["bytes", "bytes"] + [None] * 3 + ["ns"] * 6 + [None] * 2,
         )
     )  # fmt: skip
     rows = _sides(
@@ -165,12 +166,12 @@ def _predicted(diff: RunDiff) -> Section:
         Table(
             ["dimension", "op", "predicted A", "predicted B", "predicted change",
              "observed A", "observed B", "observed change"],
-            [[r["parallel_dim"], r["op"], fmt.nbytes(r["predicted_bytes_a"]),
-              fmt.nbytes(r["predicted_bytes_b"]), _signed_bytes(r["predicted_change"]),
-              fmt.nbytes(r["observed_bytes_a"]), fmt.nbytes(r["observed_bytes_b"]),
+            [[r["parallel_dim"], r["op"], r["predicted_bytes_a"], r["predicted_bytes_b"],
+              _signed_bytes(r["predicted_change"]), r["observed_bytes_a"], r["observed_bytes_b"],
               _signed_bytes(r["observed_change"])] for r in frame.iter_rows(named=True)],
             caption=view_descriptions()["diff_predicted"],
             numeric=[False, False] + [True] * 6,
+            units=[None, None, "bytes", "bytes", None, "bytes", "bytes", None],
         )
     )  # fmt: skip
 

@@ -57,6 +57,27 @@ DIMS: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
 #: context ranks).
 WORLD_DIMS: tuple[str, ...] = tuple(d for d in DIMS if d != "ep")
 
+#: Process-group names (``pg_desc``) that say the one dimension their group serves ->
+#: that dimension: Megatron-Core's ``parallel_state`` group descriptions, and DeviceMesh's
+#: ``mesh_<dim name>`` (torch.distributed.device_mesh) for the usual dimension names.
+#: A name not listed says nothing (MODEL_PARALLEL_GROUP spans tp x pp, EMBEDDING_GROUP
+#: the first and last stages).
+GROUP_NAME_DIMS: dict[str, str] = {
+    "TENSOR_MODEL_PARALLEL_GROUP": "tp",
+    "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+    "DATA_PARALLEL_GROUP": "dp",
+    "DATA_PARALLEL_GROUP_WITH_CP": "dp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+    "EXPERT_MODEL_PARALLEL_GROUP": "ep",
+    "mesh_tp": "tp",
+    "mesh_pp": "pp",
+    "mesh_cp": "cp",
+    "mesh_ep": "ep",
+    "mesh_dp": "dp",
+    "mesh_dp_shard": "dp",
+    "mesh_dp_replicate": "dp",
+}
+
 #: Names sources write whole -> op: looked up exactly (case and underscores as written), where
 #: :data:`_OP_PATTERNS` reads names that hold an op inside a longer one.
 OP_NAMES: dict[str, str] = {

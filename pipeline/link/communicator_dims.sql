@@ -74,7 +74,9 @@ SELECT m.job, m.comm, m.nranks, m.ranks,
             WHEN (e.only_pp OR e.only_ep OR e.only_a2a) AND e.kinds > 0 THEN 'ops'
             WHEN m.shape IN ('contiguous', 'strided') THEN 'rank_sets'
             WHEN e.top_evidence IS NOT NULL THEN 'ops'
-            ELSE 'unknown' END AS dim_source
+            ELSE 'unknown' END AS dim_source,
+       -- what in the traces contradicts job.yaml's layout here (layout_check.py)
+       nullif(y.conflicts, []) AS layout_conflicts
 FROM _comm_shape m
 -- another source's communicator that maps to a process group (NCCL commId, Nsight comm hash)
 -- takes that group's place in job.yaml's layout

@@ -12,20 +12,31 @@
 -- predicted size (a dtype). size_source is 'estimated' where the observed sizes are the
 -- model's own (size_estimates.sql: kernels that record no size), so a match there says the
 -- calls were seen, not their bytes.
+-- Where job.yaml's layout contradicts the traces
+-- (communicator_dims.layout_conflicts), every row that differs says so first: the items
+-- were predicted for a layout the run did not have. The statement is that of the
+-- communicator its calls ran on, else of its dimension, else the job's first.
 -- Jobs linked without a job.yaml have no predictions and no ledger.
 --
--- reads: collective_links, predictions, primary_sources
+-- reads: collective_links, communicator_dims, predictions, primary_sources
 -- creates: ledger
 
 -- Observed calls of traced steps, one source per rank (primary_sources: a rank's profiler
 -- trace and NCCL log hold the same calls), per rank so that predictions of the same ranks
 -- can be summed.
+-- A call on a communicator where job.yaml's layout contradicts the traces carries the
+-- first statement on it (the communicator is its instance key's: '<comm> p2p <src>-><dst>'
+-- for a send/recv).
 CREATE TEMP TABLE _ledger_calls AS
 SELECT l.job, l.step, l.rank, coalesce(l.parallel_dim, 'unknown') AS parallel_dim, l.op,
-       coalesce(l.phase, 'other') AS phase, l.bytes AS message_bytes, l.layer, l.size_source
+       coalesce(l.phase, 'other') AS phase, l.bytes AS message_bytes, l.layer, l.size_source,
+       d.layout_conflicts[1] AS conflict
 FROM collective_links l
 JOIN primary_sources p USING (job, rank, source)
 SEMI JOIN (SELECT DISTINCT job FROM predictions) j USING (job)
+LEFT JOIN communicator_dims d
+  ON d.job = l.job AND d.comm = split_part(l.instance_comm, ' p2p ', 1)
+ AND d.layout_conflicts IS NOT NULL
 WHERE l.step IS NOT NULL AND l.bytes IS NOT NULL;
 
 -- The layer of a row is its calls' most common one; a tie goes to the first name, so every
@@ -42,7 +53,8 @@ WITH layer_calls AS (
 SELECT job, step, parallel_dim, op, phase, message_bytes, count(*) AS calls,
        count(DISTINCT c.rank) AS ranks, any_value(y.layer) AS layer,
        CASE WHEN bool_or(c.size_source = 'estimated') THEN 'estimated'
-            ELSE min(c.size_source) END AS size_source
+            ELSE min(c.size_source) END AS size_source,
+       min(c.conflict) AS conflict
 FROM _ledger_calls c
 LEFT JOIN layers y USING (job, step, parallel_dim, op, phase, message_bytes)
 GROUP BY job, step, parallel_dim, op, phase, message_bytes;
@@ -59,7 +71,8 @@ GROUP BY ALL;
 -- The same size on both sides: matched, or seen a different number of times.
 CREATE TEMP TABLE _ledger_same_size AS
 SELECT job, step, parallel_dim, op, phase, message_bytes,
-       p.calls AS predicted_calls, p.purpose, o.calls, o.ranks, o.layer, o.size_source
+       p.calls AS predicted_calls, p.purpose, o.calls, o.ranks, o.layer, o.size_source,
+       o.conflict
 FROM _ledger_predicted p
 FULL JOIN _ledger_observed o USING (job, step, parallel_dim, op, phase, message_bytes);
 
@@ -73,7 +86,8 @@ WITH left_over AS (
     WHERE predicted_calls IS NULL OR calls IS NULL
 )
 SELECT job, step, parallel_dim, op, phase, p.message_bytes AS predicted_message_bytes,
-       p.predicted_calls, p.purpose, o.message_bytes, o.calls, o.ranks, o.layer, o.size_source
+       p.predicted_calls, p.purpose, o.message_bytes, o.calls, o.ranks, o.layer, o.size_source,
+       o.conflict
 FROM (SELECT * FROM left_over WHERE calls IS NULL) p
 FULL JOIN (SELECT * FROM left_over WHERE predicted_calls IS NULL) o
   USING (job, step, parallel_dim, op, phase, size_order);
@@ -82,14 +96,14 @@ CREATE TEMP TABLE _ledger_rows AS
 SELECT job, step, parallel_dim, op, phase,
        CASE WHEN predicted_calls = calls THEN 'matched' ELSE 'calls differ' END AS status,
        purpose, predicted_calls, message_bytes AS predicted_message_bytes, calls,
-       message_bytes, ranks, layer, size_source
+       message_bytes, ranks, layer, size_source, conflict
 FROM _ledger_same_size WHERE predicted_calls IS NOT NULL AND calls IS NOT NULL
 UNION ALL
 SELECT job, step, parallel_dim, op, phase,
        CASE WHEN calls IS NULL THEN 'missing' WHEN predicted_calls IS NULL THEN 'unpredicted'
             ELSE 'size differs' END,
        purpose, predicted_calls, predicted_message_bytes, calls, message_bytes, ranks, layer,
-       size_source
+       size_source, conflict
 FROM _ledger_pairs;
 
 -- Bytes of each dimension, op and phase on both sides: equal totals in other calls are
@@ -97,7 +111,15 @@ FROM _ledger_pairs;
 -- bucket), FSDP units wrapped otherwise (FSDP1's root unit) or activations of another
 -- micro-batch size.
 CREATE TEMP TABLE ledger AS
-WITH totals AS (
+WITH contradicted AS (
+    -- per job and dimension, the first statement on it (a row of another dimension, or
+    -- of none, takes the job's first)
+    SELECT job, parallel_dim, min(statement) AS statement
+    FROM (SELECT job, parallel_dim, unnest(layout_conflicts) AS statement
+          FROM communicator_dims WHERE layout_conflicts IS NOT NULL)
+    GROUP BY GROUPING SETS ((job, parallel_dim), (job))
+),
+totals AS (
     SELECT job, step, parallel_dim, op, phase,
            sum(coalesce(predicted_calls, 0) * coalesce(predicted_message_bytes, 0))
                AS predicted_total,
@@ -116,6 +138,9 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
        CAST(coalesce(r.calls * r.message_bytes, 0) AS BIGINT) AS bytes, r.ranks,
        CASE
            WHEN r.status = 'matched' THEN NULL
+           WHEN j.statement IS NOT NULL
+               THEN 'job.yaml contradicts the traces: '
+                    || coalesce(r.conflict, d.statement, j.statement)
            WHEN t.predicted_total > 0
                 AND abs(t.observed_total - t.predicted_total) <= 0.01 * t.predicted_total
                THEN CASE WHEN r.parallel_dim = 'dp' AND t.units
@@ -132,4 +157,6 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
        END AS reason,
        r.size_source
 FROM _ledger_rows r
-JOIN totals t USING (job, step, parallel_dim, op, phase);
+JOIN totals t USING (job, step, parallel_dim, op, phase)
+LEFT JOIN contradicted j ON j.job = r.job AND j.parallel_dim IS NULL
+LEFT JOIN contradicted d ON d.job = r.job AND d.parallel_dim = r.parallel_dim;

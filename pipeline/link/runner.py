@@ -4,7 +4,8 @@ The files run in the order their headers give (``plan.py``); the tables they cre
 names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
-``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
+``_job_layout`` (job, comm, parallel_dim, conflicts) from the job's rank order and what of
+the traces contradicts it (``layout_check``), ``_job_facts`` (job,
 tokens_per_step), ``predictions`` (the analytic model's rows for every rank),
 ``_layout_ep_groups`` (job, rank, comm: each traced rank's expert-parallel group),
 ``_layout_ep_members`` (job, comm, ranks: each such group's members) and
@@ -16,7 +17,7 @@ and ``_moe_library`` (pattern: the library's kernels).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from pipeline.dataset.schema import conform, load_schemas, table_schema
 from pipeline.dataset.store import part_columns, part_path
 from pipeline.dataset.views import connect, empty_select, require_readable, typed_columns
 from pipeline.errors import ConfigError, DatasetError
+from pipeline.link import layout_check
 from pipeline.link.plan import Plan, SqlFile, plan
 
 if TYPE_CHECKING:  # (the model's module is imported only by a link with a job.yaml)
@@ -41,6 +43,8 @@ class LinkSummary:
 
     rows: dict[str, int]
     config: str | None
+    #: one line per way job.yaml's layout contradicts the traces (layout_check), naming it
+    warnings: list[str] = field(default_factory=list)
 
 
 def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
@@ -81,7 +85,7 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
         if not jobs:
             raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
-        _register_job_inputs(con, jobs, config)
+        warnings = _register_job_inputs(con, jobs, config)
         for sql in steps.files:
             try:
                 _run_file(con, sql, secondary=secondary)
@@ -95,7 +99,9 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         tables = {t: _published(con, t) for t in (*steps.published, "predictions")}
         con.close()
         rows = _materialize(txn, tables)
-    return LinkSummary(rows=rows, config=_label(config) if config is not None else None)
+    return LinkSummary(
+        rows=rows, config=_label(config) if config is not None else None, warnings=warnings
+    )
 
 
 #: Marks, in the comment before it, a statement whose rows all come from collectives of a
@@ -178,8 +184,11 @@ def _published(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, pa.Table]
 
 def _register_job_inputs(
     con: duckdb.DuckDBPyConnection, jobs: list[str], config: Job | None
-) -> None:
-    layout = {"job": [], "comm": [], "parallel_dim": []}
+) -> list[str]:
+    """The runner's inputs (module docstring); the warnings on where job.yaml's layout
+    contradicts the traces."""
+    layout = {"job": [], "comm": [], "parallel_dim": [], "conflicts": []}
+    warnings: list[str] = []
     facts = {"job": [], "tokens_per_step": []}
     ep_groups: dict[str, list] = {"job": [], "rank": [], "comm": []}
     ep_members: dict[str, list] = {"job": [], "comm": [], "ranks": []}
@@ -209,10 +218,14 @@ def _register_job_inputs(
                     "predictions", predictions_table(job_spec, ranks, world_size=world), job=job
                 )
             )
-            for comm, dim in _comm_dims_from_layout(con, job, job_spec):
+            groups = _comm_dims_from_layout(con, job, job_spec)
+            found = layout_check.conflicts(con, job, job_spec, groups)
+            for g in groups:
                 layout["job"].append(job)
-                layout["comm"].append(comm)
-                layout["parallel_dim"].append(dim)
+                layout["comm"].append(g.comm)
+                layout["parallel_dim"].append(g.dim)
+                layout["conflicts"].append(found.get(g.comm))
+            warnings += _conflict_warnings(config, job, groups, found, len(jobs) > 1)
             facts["job"].append(job)
             facts["tokens_per_step"].append(job_spec.tokens_per_step)
             by_rank, members = _ep_groups(job_spec, ranks)
@@ -226,8 +239,9 @@ def _register_job_inputs(
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     con.execute(
         "CREATE TEMP TABLE _job_layout AS SELECT unnest(?::VARCHAR[]) AS job, "
-        "unnest(?::VARCHAR[]) AS comm, unnest(?::VARCHAR[]) AS parallel_dim",
-        [layout["job"], layout["comm"], layout["parallel_dim"]],
+        "unnest(?::VARCHAR[]) AS comm, unnest(?::VARCHAR[]) AS parallel_dim, "
+        "unnest(?::VARCHAR[][]) AS conflicts",
+        [layout["job"], layout["comm"], layout["parallel_dim"], layout["conflicts"]],
     )
     con.execute(
         "CREATE TEMP TABLE _job_facts AS SELECT unnest(?::VARCHAR[]) AS job, "
@@ -250,6 +264,28 @@ def _register_job_inputs(
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
+    return warnings
+
+
+def _conflict_warnings(
+    config: Job, job: str, groups: list, found: dict[str, list[str]], several: bool
+) -> list[str]:
+    """One line per statement of ``found``: job.yaml's name, the statement, how many groups
+    it holds for and the ranks of the first."""
+    members = {g.comm: g.members for g in groups}
+    by_statement: dict[str, set[tuple[int, ...]]] = {}
+    for comm, statements in found.items():
+        for s in statements:
+            by_statement.setdefault(s, set()).add(members[comm])
+    where = f" (job {job!r})" if several else ""
+    lines = []
+    for s, sets in sorted(by_statement.items()):
+        first = ", ".join(str(r) for r in min(sets))
+        lines.append(
+            f"{_label(config)}: the layout contradicts the traces{where}: {s} "
+            f"({len(sets):,} group{'s' if len(sets) > 1 else ''}, e.g. ranks {first})"
+        )
+    return lines
 
 
 def _ep_groups(
@@ -300,7 +336,7 @@ def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | 
 
 def _comm_dims_from_layout(
     con: duckdb.DuckDBPyConnection, job: str, job_spec
-) -> list[tuple[str, str]]:
+) -> list[layout_check.TracedGroup]:
     """Each communicator's dimension: the layout's group over one dimension that equals its
     rank set (``world`` when it spans every rank, ``unknown`` when no group matches). A rank
     set that is the group of several dimensions (with dp = ep, one group is both the data-
@@ -338,18 +374,18 @@ def _comm_dims_from_layout(
     # communicator, so there the set is assembled from the rows of every rank
     # (member_ranks gives them sorted, without nulls: list_distinct drops those)
     comms = con.execute(
-        "SELECT comm, member_ranks(ranks, ranks_first, ranks_stride, nranks, rank) "
-        f"FROM {STORED_VIEW} WHERE job = ? AND rank >= 0 GROUP BY comm",
+        "SELECT comm, member_ranks(ranks, ranks_first, ranks_stride, nranks, rank), "
+        f"min(pg_desc) FROM {STORED_VIEW} WHERE job = ? AND rank >= 0 GROUP BY comm",
         [job],
     ).fetchall()
     out = []
-    for comm, members in comms:
+    for comm, members, name in comms:
         if not members:
             continue
         dim = "|".join(dims_of(tuple(members)) or ["unknown"])
         if dim == "unknown" and len(members) == world:
             dim = "world"
-        out.append((comm, dim))
+        out.append(layout_check.TracedGroup(comm, tuple(members), dim, name))
     return out
 
 

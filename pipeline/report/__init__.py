@@ -2,8 +2,9 @@
 
 ``build_report`` reads a dataset through its DuckDB views (raw tables and, after
 ``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
-charts per section (``glance``, ``ledger``, ``traffic``, ``timing``, ``waits`` (three),
-``topology``, ``wire``, ``quality``) and writes one self-contained HTML file (``page``).
+charts per section (``verdict``, the first, which answers the question in a few
+sentences from the tables below it; ``ledger``, ``traffic``, ``timing``, ``waits`` (three),
+``topology``, ``wire``, ``glance``, ``quality``) and writes one self-contained HTML file (``page``).
 Sections whose data is missing say why and what would fill them. docs/report.md describes
 every section and what it needs.
 
@@ -31,6 +32,7 @@ from pipeline.report import (
     timing,
     topology,
     traffic,
+    verdict,
     waits,
     wire,
 )
@@ -53,6 +55,9 @@ class ReportResult:
     sections: list[str]
     charts: list[str]
     images: list[Path] = field(default_factory=list)
+    #: where the job.yaml contradicts the traces, when the report linked the job with it
+    #: (one line each, as tokenwire link warns)
+    warnings: list[str] = field(default_factory=list)
 
 
 def build_report(
@@ -94,9 +99,9 @@ def build_report(
         if not isinstance(config, Job):
             config_path = Path(config)
             config = load_job(config_path)
-    unfit = None
+    unfit, warnings = None, []
     if config is not None:
-        unfit = _link_for_predictions(Path(dataset), job, config_path or config)
+        unfit, warnings = _link_for_predictions(Path(dataset), job, config_path or config)
     # (read again from the start if an ingest or link commits while the report reads)
     read = functools.partial(_read, dataset, job=job, config=config, config_path=config_path)
     ctx, sections = read_snapshot(Path(dataset), functools.partial(read, unfit=unfit))
@@ -106,28 +111,36 @@ def build_report(
     charts = [c.name for s in sections for c in s.charts()]
     images = write_images(sections, Path(png_dir)) if png_dir is not None else []
     return ReportResult(
-        output, ctx.job, output.stat().st_size, [s.id for s in sections], charts, images
+        output,
+        ctx.job,
+        output.stat().st_size,
+        [s.id for s in sections],
+        charts,
+        images,
+        warnings,
     )
 
 
-def _link_for_predictions(dataset: Path, job: str | None, config: Path | Job) -> str | None:
+def _link_for_predictions(
+    dataset: Path, job: str | None, config: Path | Job
+) -> tuple[str | None, list[str]]:
     """Link ``dataset`` with ``config`` when the report's job has no predictions yet; why
     there are none when the job.yaml does not fit the dataset (the report then goes on
-    without them)."""
+    without them), and the link's warnings."""
     ctx = open_context(dataset, job=job)
     try:
         predicted = ctx.query("predictions_stored").height > 0
     finally:
         ctx.con.close()
     if predicted:
-        return None
+        return None, []
     from pipeline.link.runner import link
 
     try:
-        link(dataset, config=config)
+        summary = link(dataset, config=config)
     except ConfigError as exc:
-        return f"the job.yaml does not fit the traced ranks: {exc}"
-    return None
+        return f"the job.yaml does not fit the traced ranks: {exc}", []
+    return None, summary.warnings
 
 
 def _read(
@@ -152,8 +165,9 @@ def _sections(ctx: Context) -> list[Section]:
     no_timing = timing.no_timing_reason(ctx)
     traffic_data = traffic.load(ctx)
     table = traffic.compare(traffic_data)
+    projected = compute.what_if(ctx)
     sections = [
-        glance.section(ctx),
+        verdict.section(ctx, traffic_data, table, projected, no_timing),
         ledger.section(ctx),
         traffic.journey_section(ctx, traffic_data, table),
         traffic.bytes_section(ctx, traffic_data, table),
@@ -164,9 +178,12 @@ def _sections(ctx: Context) -> list[Section]:
         waits.section(ctx, no_timing),
         waits.straggler_section(ctx, no_timing),
         waits.critical_path_section(ctx, no_timing),
-        compute.section(ctx),
+        compute.section(ctx, projected),
         topology.section(ctx),
         wire.section(ctx),
+        # the job's metadata, files and derived tables: below the answers, above the
+        # data quality they belong with
+        glance.section(ctx),
     ]
     hang_sec = quality.hang_section(ctx)
     if hang_sec is not None:

@@ -6,6 +6,7 @@ table: every tp x pp x dp of the run's world projected from that measured step
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pipeline.errors import DatasetError
@@ -15,24 +16,63 @@ from pipeline.report.page import Facts, Note, Section, Table
 
 if TYPE_CHECKING:
     from pipeline.model.config import Job
-    from pipeline.model.whatif import Observed
+    from pipeline.model.whatif import Observed, Projection
 
 #: Layouts projected in the report at most: each costs a prediction of every pipeline stage,
 #: and a world with more tp x pp x dp factorings than this is left to ``predict --from``.
 MAX_WHATIF_LAYOUTS = 64
 
 
-def section(ctx: Context) -> Section:
+@dataclass
+class WhatIf:
+    """The measured step and every layout projected from it, worked out once for the
+    compute section and the verdict; ``missing`` says why a part is absent."""
+
+    obs: Observed | None = None
+    rows: list[Projection] = field(default_factory=list)
+    missing: str | None = None
+    figures: str = ""
+
+
+def what_if(ctx: Context) -> WhatIf:
+    """The measured step of the report's job and every tp x pp x dp of its world projected
+    from it (:mod:`pipeline.model.whatif`), fastest first."""
+    job = ctx.config
+    if job is None:
+        return WhatIf(missing="No compute model: it needs the job's job.yaml (report --config).")
+    from pipeline.model.whatif import observed_in
+
+    try:
+        obs = observed_in(ctx.con, ctx.job, str(ctx.dataset))
+    except DatasetError:
+        return WhatIf(missing="No measured step: time_breakdown has no profiled step of this job.")
+    if ctx.config_path is None:
+        return WhatIf(
+            obs, missing="No what-if table: it needs the job.yaml's path (report --config)."
+        )
+    from pipeline.model import whatif
+
+    targets = whatif.layouts(ctx.config_path, job.parallel.world_size, {})
+    if len(targets) > MAX_WHATIF_LAYOUTS:
+        return WhatIf(
+            obs,
+            missing=f"No what-if table: {len(targets)} layouts of {job.parallel.world_size} "
+            "ranks; tokenwire predict --config job.yaml --from DATASET --tp T --pp P "
+            "projects one.",
+        )
+    job = whatif.with_observed_fits(job, obs)
+    targets = [dataclasses.replace(t, network=job.network) for t in targets]
+    return WhatIf(obs, whatif.project(job, obs, targets), figures=_figures(job, obs))
+
+
+def section(ctx: Context, projected: WhatIf) -> Section:
     """FLOPs per step, memory per rank of the first stage and achieved TFLOP/s per rank."""
     sec = Section("compute", "Compute and what-if")
     job = ctx.config
     if job is None:
-        return sec.add(
-            Note("No compute model: it needs the job's job.yaml (report --config).", "missing")
-        )
+        return sec.add(Note(projected.missing or "", "missing"))
     # (the model is imported only for a report with a job.yaml)
     from pipeline.model.compute import compute_summary
-    from pipeline.model.whatif import observed_in
 
     summary = compute_summary(job, 0)
     mem = summary["memory_bytes"]
@@ -44,13 +84,10 @@ def section(ctx: Context) -> Section:
          " / ".join(fmt.nbytes(mem[k]) for k in ("params", "grads", "optimizer"))),
         ("  activations", fmt.nbytes(mem["activations"])),
     ]  # fmt: skip
-    try:
-        obs = observed_in(ctx.con, ctx.job, str(ctx.dataset))
-    except DatasetError:
+    obs = projected.obs
+    if obs is None:
         sec.add(Facts(pairs))
-        return sec.add(
-            Note("No measured step: time_breakdown has no profiled step of this job.", "missing")
-        )
+        return sec.add(Note(projected.missing or "", "missing"))
     per_rank = summary["model_flops"] / (obs.step_s * job.parallel.world_size)
     pairs += [
         ("measured step (median over ranks and steps)", fmt.duration(obs.step_s * 1e9)),
@@ -70,7 +107,7 @@ def section(ctx: Context) -> Section:
                 "(docs/job-yaml.md)."
             )
         )
-    return sec.add(_what_if(ctx, obs))
+    return sec.add(_what_if_table(projected))
 
 
 def _figures(job: Job, obs: Observed) -> str:
@@ -97,32 +134,19 @@ def _peak_from(job: Job) -> str:
     return f"{hw.accelerator} datasheet, {job.dtypes.activations}"
 
 
-def _what_if(ctx: Context, obs: Observed) -> Table | Note:
+def _what_if_table(projected: WhatIf) -> Table | Note:
     """Every tp x pp x dp of the run's world, projected from the measured step."""
-    if ctx.config_path is None:
-        return Note("No what-if table: it needs the job.yaml's path (report --config).", "missing")
-    from pipeline.model import whatif
-
-    job = ctx.config
-    assert job is not None  # (section() returned before without one)
-    targets = whatif.layouts(ctx.config_path, job.parallel.world_size, {})
-    if len(targets) > MAX_WHATIF_LAYOUTS:
-        return Note(
-            f"No what-if table: {len(targets)} layouts of {job.parallel.world_size} ranks; "
-            "tokenwire predict --config job.yaml --from DATASET --tp T --pp P projects one.",
-            "missing",
-        )
-    job = whatif.with_observed_fits(job, obs)
-    targets = [dataclasses.replace(t, network=job.network) for t in targets]
-    rows = whatif.project(job, obs, targets)
+    if projected.missing is not None:
+        return Note(projected.missing, "missing")
+    rows = projected.rows
     return Table(
         ["layout", "compute", "communication", "step", "bytes per token", ""],
         [
             [
                 p.layout,
-                fmt.duration(p.compute_s * 1e9),
-                fmt.duration(p.comm_s * 1e9),
-                fmt.duration(p.step_s * 1e9),
+                p.compute_s * 1e9,
+                p.comm_s * 1e9,
+                p.step_s * 1e9,
                 f"{p.bytes_per_token:.4g}",
                 "observed" if p.observed else "",
             ]
@@ -133,7 +157,8 @@ def _what_if(ctx: Context, obs: Observed) -> Table | Note:
             "the measured compute of each class of layers scaled by its work under the layout, "
             "with the pipeline bubble; communication the model's alpha-beta time of the "
             "busiest stage less what compute hides, calibrated on the measured step "
-            "(tokenwire predict --from prints the same table). " + _figures(job, obs)
+            "(tokenwire predict --from prints the same table). " + projected.figures
         ),
         numeric=[False, True, True, True, True, False],
+        units=[None, "ns", "ns", "ns", None, None],
     )

@@ -31,6 +31,42 @@ def duration(ns: float | None) -> str:
     return f"{ns:,.0f} ns"
 
 
+#: The units a column of durations (ns) or of bytes is written in, largest first.
+UNITS: dict[str, tuple[tuple[str, float], ...]] = {
+    "ns": (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0)),
+    "bytes": (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0)),
+}
+
+
+def column_unit(values: list[Any], kind: str) -> tuple[str, float, int]:
+    """The one unit a column of ``kind`` (``ns`` or ``bytes``) is written in: that of its
+    largest value, with the decimals that give it three significant digits; (unit, its
+    size, decimals)."""
+    finite = [abs(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    largest = max(finite, default=0.0)
+    units = UNITS[kind]
+    name, size = next(((n, s) for n, s in units if largest >= s), units[-1])
+    scaled = largest / size
+    if size == 1.0 or scaled == 0:
+        return name, size, 0
+    return name, size, max(0, 2 - math.floor(math.log10(scaled)))
+
+
+def in_unit(value: Any, size: float, decimals: int) -> str:
+    """``value`` in a column's unit (:func:`column_unit`); – where it has none."""
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return "–"
+    return f"{value / size:,.{decimals}f}"
+
+
+def axis_unit(values: list[Any], kind: str) -> tuple[str, str]:
+    """A chart axis of raw ``ns`` or ``bytes`` labelled in the unit a table column of the
+    same values is written in (:func:`column_unit`): (the unit, a Vega ``labelExpr``). The
+    data stay raw, so tooltips keep the exact figure."""
+    name, size, _ = column_unit(values, kind)
+    return name, f"format(datum.value / {size:g}, ',')"
+
+
 def count(value: float | None) -> str:
     """A count, with one decimal only when it is a fraction (a mean over steps)."""
     if value is None or not math.isfinite(value):
@@ -39,10 +75,11 @@ def count(value: float | None) -> str:
 
 
 def ratio(value: float | None) -> str:
-    """A ratio like 1.25×."""
+    """A ratio like 1.25×: two decimals, so that 1.00× reads as a match and a column of
+    ratios lines up."""
     if value is None or not math.isfinite(value):
         return "–"
-    return f"{value:.3g}×"
+    return f"{value:,.2f}×"
 
 
 def share(value: float | None) -> str:

@@ -85,11 +85,12 @@ def _sources_table(ctx: Context) -> Table:
     return Table(
         ["source", "files", "size", "rows", "warnings"],
         [
-            [r["format"], r["files"], fmt.nbytes(r["size_bytes"]), r["rows"], r["warnings"]]
+            [r["format"], r["files"], r["size_bytes"], r["rows"], r["warnings"]]
             for r in sources.iter_rows(named=True)
         ],
         caption="Files ingested for this job, by source format",
         numeric=[False, True, True, True, True],
+        units=[None, None, "bytes", None, None],
     )
 
 

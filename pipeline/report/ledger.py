@@ -27,13 +27,14 @@ def section(ctx: Context, limit: int = 40) -> Section:
             ["dimension", "predicted per step", "observed per step", "matched per step",
              "items that differ"],
             [
-                [r["parallel_dim"], fmt.nbytes(r["predicted_bytes"]), _observed(r),
-                 fmt.nbytes(r["matched_bytes"] or 0), r["differing_rows"]]
+                [r["parallel_dim"], r["predicted_bytes"], r["bytes"], r["matched_bytes"] or 0,
+                 r["differing_rows"]]
                 for r in dims.iter_rows(named=True)
             ],
             caption="Bytes per step of each dimension: matched are items seen with their "
             "predicted size and count",
             numeric=[False, True, True, True, True],
+            units=[None, "bytes", "bytes", "bytes", None],
         )
     )  # fmt: skip
     estimated = dims.filter(dims["estimated_bytes"] > 0)
@@ -73,14 +74,6 @@ def _differences(ctx: Context, sec: Section, limit: int) -> None:
             numeric=[False] * 6 + [True, True, True, False],
         )
     )  # fmt: skip
-
-
-def _observed(r: dict) -> str:
-    """A dimension's observed bytes per step, with the part the model estimated."""
-    text = fmt.nbytes(r["bytes"])
-    if r["estimated_bytes"]:
-        text += f" ({fmt.nbytes(r['estimated_bytes'])} estimated)"
-    return text
 
 
 def _calls(calls: float | None, message: int | None) -> str:

@@ -42,17 +42,22 @@ class Chart:
 
 @dataclass
 class Table:
-    """A small table; every cell is escaped text."""
+    """A small table; every cell is escaped text. A column whose ``units`` entry is ``ns``
+    or ``bytes`` holds numbers, written in one unit named in its header, so that its
+    figures compare at a glance: the unit of the largest value of every column of the same
+    entry (``bytes#token`` keeps a column of another scale apart)."""
 
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]]
     caption: str = ""
     numeric: Sequence[bool] | None = None
+    units: Sequence[str | None] | None = None
 
 
 @dataclass
 class Note:
-    """A paragraph; ``kind`` is ``text``, ``missing`` (why a part is absent) or ``warn``."""
+    """A paragraph; ``kind`` is ``text``, ``lead`` (a sentence of the verdict), ``missing``
+    (why a part is absent) or ``warn``."""
 
     text: str
     kind: str = "text"
@@ -239,21 +244,38 @@ def _block_html(block: Block) -> str:
         items = "".join(f"<dt>{esc(str(k))}</dt><dd>{esc(_cell(v))}</dd>" for k, v in block.pairs)
         return f'<dl class="facts">{items}</dl>'
     numeric = block.numeric or [False] * len(block.columns)
-    head = "".join(f"<th>{esc(c)}</th>" for c in block.columns)
+    columns, cells = _in_units(block)
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     rows = "".join(
         "<tr>"
         + "".join(
-            f'<td class="num">{esc(_cell(v))}</td>' if n else f"<td>{esc(_cell(v))}</td>"
+            f'<td class="num">{esc(v)}</td>' if n else f"<td>{esc(v)}</td>"
             for v, n in zip(row, numeric, strict=False)
         )
         + "</tr>"
-        for row in block.rows
+        for row in cells
     )
     caption = f"<caption>{esc(block.caption)}</caption>" if block.caption else ""
     return (
         f'<div class="table"><table>{caption}<thead><tr>{head}</tr></thead>'
         f"<tbody>{rows}</tbody></table></div>"
     )
+
+
+def _in_units(table: Table) -> tuple[list[str], list[list[str]]]:
+    """The table's headers and cell texts, each column with a unit in one unit."""
+    columns = list(table.columns)
+    cells = [[_cell(v) for v in row] for row in table.rows]
+    units = list(table.units or [])
+    for group in dict.fromkeys(u for u in units if u is not None):
+        at = [i for i, u in enumerate(units) if u == group]
+        values = [row[i] for row in table.rows for i in at]
+        name, size, decimals = fmt.column_unit(values, group.split("#")[0])
+        for i in at:
+            columns[i] = f"{columns[i]} ({name})"
+            for row, source in zip(cells, table.rows, strict=True):
+                row[i] = fmt.in_unit(source[i], size, decimals)
+    return columns, cells
 
 
 def _cell(value: Any) -> str:
@@ -308,13 +330,16 @@ header p { margin: 4px 0 0; color: #c8cfdb; }
 nav { padding: 8px 28px; background: #fff; border-bottom: 1px solid #dde1e7; }
 nav ul { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 16px; }
 nav a { color: #2456a6; text-decoration: none; }
-main { padding: 8px 28px 40px; max-width: 1200px; }
+main { padding: 8px 28px 40px; max-width: 1344px; }
 section { background: #fff; border: 1px solid #dde1e7; border-radius: 6px; padding: 6px 20px 14px;
   margin: 16px 0; }
 h2 { font-size: 18px; margin: 12px 0 8px; }
 figure { margin: 10px 0; }
 figcaption { color: #5a6473; font-size: 12.5px; max-width: 900px; }
 .chart { min-height: 40px; overflow-x: auto; }
+p.lead { font-size: 15px; margin: 6px 0; max-width: 1100px; }
+#verdict figure { display: inline-block; vertical-align: top; margin: 6px 18px 0 0; }
+#verdict figcaption { max-width: 250px; }
 p.missing { background: #fff8e1; border-left: 4px solid #e0a800; padding: 6px 10px; }
 p.warn { background: #fdecea; border-left: 4px solid #c62828; padding: 6px 10px; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 3px 18px; margin: 8px 0; }
@@ -324,7 +349,7 @@ div.table { overflow-x: auto; margin: 8px 0; }
 table { border-collapse: collapse; font-size: 13px; }
 caption { text-align: left; color: #5a6473; padding: 4px 0; }
 th, td { border-bottom: 1px solid #e6e9ee; padding: 3px 10px; text-align: left;
-  vertical-align: top; }
+  vertical-align: top; overflow-wrap: anywhere; }
 th { background: #f0f2f5; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 """

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.report import fmt
 from pipeline.report.context import Context
 from pipeline.report.page import Facts, Note, Section, Table
 
@@ -93,7 +92,7 @@ def _add_files(ctx: Context, sec: Section) -> None:
                     r["path"],
                     r["format"],
                     r["format_version"],
-                    fmt.nbytes(r["size_bytes"]),
+                    r["size_bytes"],
                     r["ranks"],
                     r["rank_source"],
                     r["rows"],
@@ -104,6 +103,7 @@ def _add_files(ctx: Context, sec: Section) -> None:
             caption=f"Files ({total:,})"
             + (f", the {_MAX_FILES} largest shown" if total > _MAX_FILES else ""),
             numeric=[False, False, False, True, True, False, True, True],
+            units=[None, None, None, "bytes", None, None, None, None],
         )
     )
 

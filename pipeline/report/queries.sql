@@ -409,10 +409,13 @@ ORDER BY wait_ns DESC, late_rank;
 
 -- name: straggler_ranks
 -- Per rank, the steps it was the straggler of (how many, and which), the wait it caused
--- there, and the layer it was most often busy in and the dimension it most often delayed
--- meanwhile (equally often: the first by name, so that every report of the same data is the
--- same; mode() leaves ties to thread timing).
+-- there and its share of all the waiting in the traced steps (send/recv included: most of
+-- it, in a pipeline, is receives waiting for their sends), and the layer it was most often
+-- busy in and the dimension it most often delayed meanwhile (equally often: the first by
+-- name, so that every report of the same data is the same; mode() leaves ties to thread
+-- timing). The largest share first.
 WITH s AS (SELECT * FROM step_stragglers WHERE job = $job),
+total AS (SELECT sum(step_wait_ns) AS wait_ns FROM s),
 usual_layer AS (
     SELECT rank, first(busy_layer ORDER BY n DESC, busy_layer) AS busy_layer
     FROM (SELECT rank, busy_layer, count(*) AS n FROM s WHERE busy_layer IS NOT NULL
@@ -427,11 +430,11 @@ usual_dim AS (
 )
 SELECT rank, count(*) AS steps, list(step ORDER BY step) AS step_list,
        sum(caused_wait_ns) AS caused_wait_ns,
-       sum(caused_wait_ns) / nullif(sum(step_wait_ns), 0) AS wait_share,
+       sum(caused_wait_ns) / nullif(any_value(total.wait_ns), 0) AS wait_share,
        any_value(l.busy_layer) AS busy_layer, any_value(d.parallel_dim) AS parallel_dim
-FROM s LEFT JOIN usual_layer l USING (rank) LEFT JOIN usual_dim d USING (rank)
+FROM s LEFT JOIN usual_layer l USING (rank) LEFT JOIN usual_dim d USING (rank), total
 GROUP BY rank
-ORDER BY caused_wait_ns DESC, rank
+ORDER BY wait_share DESC NULLS LAST, caused_wait_ns DESC, rank
 LIMIT $limit;
 
 -- name: straggler_ops_top
@@ -582,3 +585,121 @@ SELECT w.src_rank, w.dst_rank, any_value(w.src_host) AS src_host,
 FROM w, s WHERE w.step IS NOT NULL OR s.steps = 0
 GROUP BY w.src_rank, w.dst_rank ORDER BY bytes_per_step DESC, w.src_rank, w.dst_rank
 LIMIT 10;
+
+-- name: verdict_conflicts
+-- Where job.yaml's layout contradicts the traces (tokenwire link's layout_check): each
+-- statement, the groups it holds for and the ranks of the first.
+SELECT statement, count(DISTINCT ranks) AS groups, min(ranks) AS first_ranks
+FROM (SELECT unnest(layout_conflicts) AS statement, ranks FROM communicator_dims
+      WHERE job = $job AND layout_conflicts IS NOT NULL)
+GROUP BY statement ORDER BY statement;
+
+-- name: verdict_ledger
+-- Observed against the model over the ledger, per traced step: both totals, and the item
+-- that differs by the most bytes (as ledger_items orders them) with its reason.
+WITH per_step AS (
+    SELECT sum(bytes) / count(DISTINCT step) AS bytes,
+           sum(predicted_bytes) / count(DISTINCT step) AS predicted_bytes,
+           -- (items as ledger_items lists them: one over the steps)
+           count(DISTINCT (status, parallel_dim, op, phase, purpose, layer,
+                           predicted_message_bytes, message_bytes))
+               FILTER (WHERE status <> 'matched') AS differing_items
+    FROM ledger WHERE job = $job
+),
+top AS (
+    SELECT status, parallel_dim, op, phase, purpose, layer,
+           avg(predicted_calls) AS predicted_calls,
+           any_value(predicted_message_bytes) AS predicted_message_bytes,
+           avg(calls) AS calls, any_value(message_bytes) AS message_bytes,
+           avg(bytes) - avg(predicted_bytes) AS bytes_difference, any_value(reason) AS reason
+    FROM ledger
+    WHERE job = $job AND status <> 'matched'
+    GROUP BY status, parallel_dim, op, phase, purpose, layer, predicted_message_bytes,
+             message_bytes
+    ORDER BY abs(avg(bytes) - avg(predicted_bytes)) DESC, parallel_dim, op, phase, status
+    LIMIT 1
+)
+SELECT * FROM per_step LEFT JOIN top ON true WHERE per_step.bytes IS NOT NULL;
+
+-- name: verdict_time
+-- How much of the step is exposed communication (time_breakdown, over every rank and step),
+-- and what the ranks wait for (collective_waits): the dimension, op and phase, and whom (the
+-- pipeline stage of the last ranks to arrive, from the pp communicators, and those ranks),
+-- whose waits add up to the most; the ranks that wait in it at least half as long, per step,
+-- as the rank that waits longest there, with the mean share of their step; and the share of
+-- all time in collectives that is waiting.
+WITH windows AS (
+    SELECT rank, count(*) AS steps, avg(window_ns) AS window_ns FROM time_breakdown
+    WHERE job = $job GROUP BY rank
+),
+stages AS (
+    SELECT DISTINCT unnest(ranks) AS rank, unnest(generate_series(0, len(ranks) - 1)) AS stage
+    FROM communicator_dims WHERE job = $job AND parallel_dim = 'pp' AND ranks IS NOT NULL
+),
+waits AS (
+    SELECT w.rank, coalesce(w.parallel_dim, 'unknown') AS parallel_dim, w.op,
+           coalesce(w.phase, 'unattributed') AS phase,
+           -- ('' where the last rank is in no pipeline: the ranks are listed instead)
+           coalesce('stage ' || s.stage, '') AS waited_for, w.late_rank, w.wait_ns
+    FROM collective_waits w LEFT JOIN stages s ON s.rank = w.late_rank
+    WHERE w.job = $job AND w.late_rank <> w.rank AND w.wait_ns > 0
+),
+top AS (
+    SELECT parallel_dim, op, phase, waited_for
+    FROM waits GROUP BY ALL
+    ORDER BY sum(wait_ns) DESC, parallel_dim, op, phase, waited_for LIMIT 1
+),
+per_rank AS (
+    SELECT w.rank, sum(w.wait_ns) / any_value(n.steps) AS wait_per_step_ns,
+           sum(w.wait_ns) / any_value(n.steps) / any_value(n.window_ns) AS step_share,
+           list(DISTINCT w.late_rank) AS late_ranks
+    FROM waits w JOIN top USING (parallel_dim, op, phase, waited_for) JOIN windows n USING (rank)
+    GROUP BY w.rank
+),
+waiting AS (
+    SELECT * FROM per_rank
+    WHERE wait_per_step_ns >= 0.5 * (SELECT max(wait_per_step_ns) FROM per_rank)
+)
+SELECT (SELECT sum(exposed_comm_ns) / nullif(sum(window_ns), 0) FROM time_breakdown
+        WHERE job = $job) AS exposed_share,
+       (SELECT count(DISTINCT rank) FROM time_breakdown WHERE job = $job) AS ranks,
+       (SELECT sum(wait_ns) / nullif(sum(wait_ns) + sum(transfer_ns), 0) FROM collective_waits
+        WHERE job = $job) AS wait_share,
+       top.parallel_dim, top.op, top.phase, top.waited_for,
+       (SELECT list(rank ORDER BY rank) FROM waiting) AS waiting_ranks,
+       (SELECT avg(step_share) FROM waiting) AS waiting_step_share,
+       (SELECT list_sort(list_distinct(flatten(list(late_ranks)))) FROM waiting) AS late_ranks
+FROM (SELECT 1) LEFT JOIN top ON true;
+
+-- name: verdict_rank_waits
+-- Per rank, ms per step of its step: waiting in each of the three (dimension, op, phase)
+-- the ranks wait in longest, waiting in the others, moving data in collectives, and the
+-- rest of the step (its time_breakdown window less its collectives' time, at least 0).
+WITH windows AS (
+    SELECT rank, count(*) AS steps, avg(window_ns) AS window_ns FROM time_breakdown
+    WHERE job = $job GROUP BY rank
+),
+w AS (
+    SELECT rank, coalesce(parallel_dim, 'unknown') || ' ' || op || ' '
+               || coalesce(phase, 'unattributed') AS what, wait_ns, transfer_ns
+    FROM collective_waits WHERE job = $job
+),
+top AS (
+    SELECT what FROM w GROUP BY what HAVING sum(wait_ns) > 0
+    ORDER BY sum(wait_ns) DESC, what LIMIT 3
+),
+parts AS (
+    SELECT w.rank, CASE WHEN t.what IS NOT NULL THEN 'waiting: ' || w.what
+                        ELSE 'waiting: other' END AS part, w.wait_ns AS ns
+    FROM w LEFT JOIN top t USING (what)
+    UNION ALL
+    SELECT rank, 'moving data', transfer_ns FROM w
+)
+SELECT p.rank, p.part, sum(p.ns) / any_value(n.steps) / 1e6 AS ms
+FROM parts p JOIN windows n USING (rank) GROUP BY ALL
+UNION ALL
+SELECT n.rank, 'rest of the step',
+       greatest(any_value(n.window_ns) - coalesce(sum(w.wait_ns + w.transfer_ns), 0)
+                / any_value(n.steps), 0) / 1e6
+FROM windows n LEFT JOIN w USING (rank) GROUP BY n.rank
+ORDER BY 1, 2;

@@ -268,10 +268,11 @@ def _top_kernels(ctx: Context, sec: Section, limit: int = 15) -> None:
         Table(
             ["kernel", "kind", "calls", "ranks", "total time"],
             [
-                [r["name"], r["kind"], r["calls"], r["ranks"], fmt.duration(r["total_ns"])]
+                [r["name"], r["kind"], r["calls"], r["ranks"], r["total_ns"]]
                 for r in kernels.iter_rows(named=True)
             ],
             numeric=[False, False, True, True, True],
+            units=[None, None, None, None, "ns"],
         )
     )
 
@@ -324,7 +325,12 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
 def _bandwidth_layers(points: pl.DataFrame, tests: pl.DataFrame, peaks: list[dict]) -> list:
     """The chart's layers: observed points with p10-p90 rules, nccl-tests runs, peaks."""
     layers = []
-    x = alt.X("size_bytes:Q", title="message size (bytes)", scale=alt.Scale(type="log"))
+    # (sizes over decades: decimal prefixes, 4k, 1M, as the tables' kB and MB)
+    x = alt.X(
+        "size_bytes:Q",
+        scale=alt.Scale(type="log"),
+        axis=alt.Axis(title="message size (bytes: k = 1,000, M = 1,000,000)", format="~s"),
+    )
     y = alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)")
     if points.height:
         base = alt.Chart(alt.Data(values=fmt.rows(points)))
@@ -517,15 +523,16 @@ def _where_table(ctx: Context) -> Table:
                 r["op"],
                 r["phase"],
                 r["instances"],
-                fmt.duration(r["median_skew_ns"]),
-                fmt.duration(r["p90_skew_ns"]),
-                fmt.duration(r["max_skew_ns"]),
+                r["median_skew_ns"],
+                r["p90_skew_ns"],
+                r["max_skew_ns"],
                 r["usual_late_rank"],
             ]
             for r in where.head(20).iter_rows(named=True)
         ],
         caption="Where the skew is",
         numeric=[False, False, False, True, True, True, True, True],
+        units=[None, None, None, None, "ns", "ns", "ns", None],
     )
 
 
@@ -554,11 +561,12 @@ def _top_table(ctx: Context, limit: int) -> Table:
                 r["layer"],
                 r["parallel_dim"],
                 r["ranks_seen"],
-                fmt.duration(r["skew_ns"]),
+                r["skew_ns"],
                 r["late_rank"],
             ]
             for r in top.iter_rows(named=True)
         ],
         caption=f"The {top.height} collectives with the largest skew",
         numeric=[False, True, False, True, False, False, False, True, True, True],
+        units=[None] * 8 + ["ns", None],
     )

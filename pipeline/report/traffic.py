@@ -232,13 +232,8 @@ def journey_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sect
         )
     note, rows = _embedding(ctx, tokens)
     sec.add(note)
-    per_dim = (
-        table.group_by("parallel_dim")
-        .agg(pl.col("bytes").sum(), pl.col("predicted_bytes").sum())
-        .sort("parallel_dim")
-    )
-    rows += _wire_rows(traffic, per_dim, tokens)
-    sec.add(_wire_note(traffic, per_dim, tokens))
+    rows += _wire_rows(traffic, table)
+    sec.add(_wire_note(traffic, table))
     return sec.add(
         Chart(
             "token_journey",
@@ -273,45 +268,69 @@ def _embedding(ctx: Context, tokens: int) -> tuple[Note, list[dict]]:
     return note, [{"stage": "embedding vector", "side": "model", "bytes_per_token": emb}]
 
 
-def _wire_rows(traffic: Traffic, per_dim: pl.DataFrame, tokens: int) -> list[dict]:
+def _wire_rows(traffic: Traffic, table: pl.DataFrame) -> list[dict]:
     """Bytes per token on the wire per dimension, observed and (when known) predicted."""
-    sides = [("observed", "bytes")]
+    per = per_token(traffic, table)
+    assert per is not None  # (journey_section has checked the tokens and the traffic)
+    sides = [("observed", "bytes_per_token")]
     if traffic.predicted_from:
-        sides.append(("predicted", "predicted_bytes"))
+        sides.append(("predicted", "predicted_per_token"))
     return [
-        {
-            "stage": f"on the wire: {r['parallel_dim']}",
-            "side": side,
-            "bytes_per_token": r[col] / tokens,
-        }
-        for r in per_dim.iter_rows(named=True)
+        {"stage": f"on the wire: {r['parallel_dim']}", "side": side, "bytes_per_token": r[col]}
+        for r in per[0].iter_rows(named=True)
         for side, col in sides
         if r[col] is not None
     ]
 
 
-def _wire_note(traffic: Traffic, per_dim: pl.DataFrame, tokens: int) -> Note:
-    total_obs = per_dim["bytes"].sum()
+def per_token(
+    traffic: Traffic, table: pl.DataFrame
+) -> tuple[pl.DataFrame, float, float | None] | None:
+    """Collective message bytes per token: per dimension (``parallel_dim``,
+    ``bytes_per_token``, ``predicted_per_token``), in all observed, in all predicted (None
+    without a prediction); None when the tokens per step or the traffic are unknown."""
+    tokens = traffic.tokens
+    if not tokens or not traffic.observed_from:
+        return None
+    dims = (
+        table.group_by("parallel_dim")
+        .agg(pl.col("bytes").sum(), pl.col("predicted_bytes").sum())
+        .sort("parallel_dim")
+        .select(
+            "parallel_dim",
+            (pl.col("bytes") / tokens).alias("bytes_per_token"),
+            (pl.col("predicted_bytes") / tokens).alias("predicted_per_token"),
+        )
+    )
+    predicted = dims["predicted_per_token"].sum() if traffic.predicted_from else None
+    if not traffic.predicted_from:
+        dims = dims.with_columns(pl.lit(None, pl.Float64).alias("predicted_per_token"))
+    return dims, dims["bytes_per_token"].sum(), predicted
+
+
+def _wire_note(traffic: Traffic, table: pl.DataFrame) -> Note:
+    per = per_token(traffic, table)
+    assert per is not None  # (journey_section has checked the tokens and the traffic)
+    _, observed, predicted = per
     return Note(
-        f"On the wire, all parallel dimensions together: {fmt.nbytes(total_obs / tokens)} of "
+        f"On the wire, all parallel dimensions together: {fmt.nbytes(observed)} of "
         "collective messages per token observed (message sizes summed over all traced ranks)"
-        + (
-            f", {fmt.nbytes(per_dim['predicted_bytes'].sum() / tokens)} predicted."
-            if traffic.predicted_from
-            else "."
-        ),
+        + (f", {fmt.nbytes(predicted)} predicted." if predicted is not None else "."),
         "text",
     )
 
 
 def _journey_chart(rows: list[dict]) -> alt.Chart:
+    unit, labels = fmt.axis_unit([r["bytes_per_token"] for r in rows], "bytes")
     return (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
             y=alt.Y("stage:N", title=None, sort=None),
             yOffset=alt.YOffset("side:N"),
-            x=alt.X("bytes_per_token:Q", title="bytes per token"),
+            x=alt.X(
+                "bytes_per_token:Q", axis=alt.Axis(title=f"{unit} per token", labelExpr=labels)
+            ),
             color=alt.Color(
                 "side:N",
                 title=None,
@@ -336,7 +355,7 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
     estimated = _estimated_note(ctx, traffic)
     if estimated is not None:
         sec.add(estimated)
-    sec.add(Chart("bytes_per_step", _bytes_chart(_bytes_rows(table))))
+    sec.add(Chart("bytes_per_step", _bytes_chart(_bytes_rows(table), table)))
     sec.add(_bytes_table(table))
     phases = traffic.frame.filter(pl.col("calls").is_not_null())
     if phases.height and phases["phase"].n_unique() > 1:
@@ -415,14 +434,18 @@ def _bytes_rows(table: pl.DataFrame) -> list[dict]:
     return rows
 
 
-def _bytes_chart(rows: list[dict]) -> alt.Chart:
+def _bytes_chart(rows: list[dict], table: pl.DataFrame) -> alt.Chart:
+    # (in the unit of the table beside it)
+    unit, labels = fmt.axis_unit(
+        table["bytes"].to_list() + table["predicted_bytes"].to_list(), "bytes"
+    )
     return (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
             y=alt.Y("collective:N", title="dimension · op"),
             yOffset=alt.YOffset("side:N", sort=_SIDES),
-            x=alt.X("bytes:Q", title="bytes per step"),
+            x=alt.X("bytes:Q", axis=alt.Axis(title=f"{unit} per step", labelExpr=labels)),
             color=alt.Color(
                 "side:N", title=None, scale=alt.Scale(domain=_SIDES, range=_SIDE_COLORS)
             ),
@@ -456,19 +479,22 @@ def _bytes_table(table: pl.DataFrame) -> Table:
                 r["parallel_dim"],
                 r["op"],
                 r["calls"],
-                fmt.nbytes(r["bytes"]),
+                r["bytes"],
                 r["predicted_calls"],
-                fmt.nbytes(r["predicted_bytes"]),
+                r["predicted_bytes"],
                 fmt.ratio(r["ratio"]),
                 r["reason"],
             ]
             for r in table.iter_rows(named=True)
         ],
         numeric=[False, False, True, True, True, True, True, False],
+        units=[None, None, None, "bytes", None, "bytes", None, None],
     )
 
 
 def _phase_chart(phases: pl.DataFrame) -> alt.Chart:
+    per_dim = phases.group_by("parallel_dim").agg(pl.col("bytes").sum())["bytes"].to_list()
+    unit, labels = fmt.axis_unit(per_dim, "bytes")
     return (
         alt.Chart(
             alt.Data(
@@ -478,7 +504,10 @@ def _phase_chart(phases: pl.DataFrame) -> alt.Chart:
         .mark_bar()
         .encode(
             y=alt.Y("parallel_dim:N", title="dimension"),
-            x=alt.X("sum(bytes):Q", title="observed bytes per step"),
+            x=alt.X(
+                "sum(bytes):Q",
+                axis=alt.Axis(title=f"observed {unit} per step", labelExpr=labels),
+            ),
             color=alt.Color("phase:N"),
             tooltip=[
                 alt.Tooltip("parallel_dim:N"),

@@ -129,8 +129,8 @@ def _wait_by_rank(ctx: Context, sec: Section) -> None:
                 [
                     r["rank"],
                     r["calls"],
-                    fmt.duration(r["wait_ns"]),
-                    fmt.duration(r["transfer_ns"]),
+                    r["wait_ns"],
+                    r["transfer_ns"],
                     fmt.share(r["wait_share"]),
                     "–"
                     if r["waited_most_for"] is None
@@ -140,6 +140,7 @@ def _wait_by_rank(ctx: Context, sec: Section) -> None:
             ],
             caption=caption,
             numeric=[True, True, True, True, True, False],
+            units=[None, None, "ns", "ns", None, None],
         )
     )
 
@@ -153,25 +154,30 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> bool:
         Table(
             [
                 "rank",
-                "steps as straggler",
+                "share of all waiting",
                 "wait it caused",
-                "share of the wait",
+                "steps as straggler",
                 "busy in",
                 "dimension it delayed",
             ],
             [
                 [
                     r["rank"],
-                    _steps(r["step_list"]),
-                    fmt.duration(r["caused_wait_ns"]),
                     fmt.share(r["wait_share"]),
+                    r["caused_wait_ns"],
+                    _steps(r["step_list"]),
                     r["busy_layer"],
                     r["parallel_dim"],
                 ]
                 for r in ranks.iter_rows(named=True)
             ],
-            caption="Who held steps back: each step's straggler made the others wait longest",
-            numeric=[True, False, True, True, False, False],
+            caption="Who held steps back, the largest share of all waiting first: each "
+            "step's straggler is the rank whose late arrival at collectives other than "
+            "send/recv made the others wait longest; the share is of all waiting in the "
+            "traced steps, receives waiting for their sends included (the pipeline's "
+            "schedule: Waiting or transferring)",
+            numeric=[True, True, True, False, False, False],
+            units=[None, None, "ns", None, None, None],
         )
     )
     ops = ctx.query("straggler_ops_top", limit=limit)
@@ -179,11 +185,12 @@ def _stragglers(ctx: Context, sec: Section, limit: int) -> bool:
         Table(
             ["what", "name", "layer", "steps", "time while others waited"],
             [
-                [r["what"], r["name"], r["layer"], r["steps"], fmt.duration(r["overlap_ns"])]
+                [r["what"], r["name"], r["layer"], r["steps"], r["overlap_ns"]]
                 for r in ops.iter_rows(named=True)
             ],
             caption="What the stragglers ran meanwhile (ops by their own time)",
             numeric=[False, False, False, True, True],
+            units=[None, None, None, None, "ns"],
         )
     )
     return True
@@ -208,13 +215,14 @@ def _critical_path(ctx: Context, sec: Section) -> bool:
                     r["part"],
                     r["steps"],
                     r["segments"],
-                    fmt.duration(r["dur_ns"]),
+                    r["dur_ns"],
                     fmt.share(r["share"]),
                 ]
                 for r in split.iter_rows(named=True)
             ],
             caption="The critical path of each step, across ranks: what set its length",
             numeric=[False, True, True, True, True],
+            units=[None, None, None, "ns", None],
         )
     )
     transfers = split.filter(pl.col("part").str.starts_with("transfer"))

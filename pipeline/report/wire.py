@@ -114,13 +114,18 @@ def _host_heatmap(ctx: Context) -> Chart:
             f" The {HEAT_HOSTS} of {n:,} hosts that send and receive the most; the other "
             f'{n - HEAT_HOSTS:,} are one row and column, "{OTHER_HOSTS}", their bytes summed.'
         )
+    # (in the unit of the busiest links' table)
+    unit, labels = fmt.axis_unit(hosts["bytes_per_step"].to_list(), "bytes")
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(hosts)))
         .mark_rect()
         .encode(
             x=alt.X("dst_host:N", title="to host"),
             y=alt.Y("src_host:N", title="from host"),
-            color=alt.Color("bytes_per_step:Q", title="bytes per step"),
+            color=alt.Color(
+                "bytes_per_step:Q",
+                legend=alt.Legend(title=f"{unit} per step", labelExpr=labels),
+            ),
             tooltip=[
                 alt.Tooltip("src_host:N", title="from"),
                 alt.Tooltip("dst_host:N", title="to"),
@@ -151,12 +156,12 @@ def _split(ctx: Context, sec: Section) -> None:
     for r in split.iter_rows(named=True):
         row = [
             r["parallel_dim"],
-            fmt.nbytes(r["intra_host_bytes"]),
-            fmt.nbytes(r["inter_host_bytes"]),
-            fmt.nbytes(r["inter_host_bytes_per_token"]),
+            r["intra_host_bytes"],
+            r["inter_host_bytes"],
+            r["inter_host_bytes_per_token"],
         ]
         if predicted is not None:
-            row += [fmt.nbytes(predicted.get((r["parallel_dim"], link), 0.0)) for link in
+            row += [predicted.get((r["parallel_dim"], link), 0.0) for link in
                     ("intra", "inter")]  # fmt: skip
         rows.append(row)
     caption = "Bytes inside and across hosts per parallel dimension (mean over steps)"
@@ -166,7 +171,9 @@ def _split(ctx: Context, sec: Section) -> None:
             "into what goes to ranks on the same node and to other nodes (job.yaml's "
             "gpus_per_node)"
         )
-    sec.add(Table(columns, rows, caption=caption, numeric=[False] + [True] * (len(columns) - 1)))
+    units = [None, "bytes", "bytes", "bytes#token"] + ["bytes"] * (len(columns) - 4)
+    numeric = [False] + [True] * (len(columns) - 1)
+    sec.add(Table(columns, rows, caption=caption, numeric=numeric, units=units))
 
 
 def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
@@ -265,11 +272,12 @@ def _busiest(ctx: Context, sec: Section) -> None:
                     r["src_host"] or "–",
                     r["dst_host"] or "–",
                     r["transport"] or "–",
-                    fmt.nbytes(r["bytes_per_step"]),
+                    r["bytes_per_step"],
                 ]
                 for r in links.iter_rows(named=True)
             ],
             caption="The busiest links",
             numeric=[True, True, False, False, False, True],
+            units=[None] * 5 + ["bytes"],
         )
     )

@@ -3,7 +3,8 @@
 One browser per test module. ``Browser.open(path)`` loads a file URL with the network
 emulated offline and returns what happened: console errors, uncaught exceptions, dialogs
 (``alert``), every request the page made, and per chart container whether it holds an SVG
-or canvas. ``Browser.screenshot(path)`` writes a full-page PNG.
+or canvas. ``Browser.viewport(width, height)`` sizes the window; ``Browser.screenshot(path)``
+writes a full-page PNG, or the first ``height`` pixels.
 """
 
 from __future__ import annotations
@@ -98,7 +99,12 @@ class Browser:
             "Network.emulateNetworkConditions",
             offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1,
         )  # fmt: skip
-        self.call("Emulation.setDeviceMetricsOverride", width=1280, height=900,
+        self.viewport(1280, 900)
+
+    def viewport(self, width: int, height: int) -> None:
+        """Set the window's size in CSS pixels (the first screen a reader sees)."""
+        self.width = width
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
                   deviceScaleFactor=1, mobile=False)  # fmt: skip
 
     def _port(self, marker: Path) -> int:
@@ -193,14 +199,16 @@ class Browser:
             ".map(s => s.textContent).join('\\n')"
         ))  # fmt: skip
 
-    def screenshot(self, path: Path) -> None:
-        """A full-page PNG of the current page."""
-        metrics = self.call("Page.getLayoutMetrics")
-        size = metrics.get("cssContentSize") or metrics["contentSize"]
-        height = min(int(size["height"]) + 1, 16000)
+    def screenshot(self, path: Path, height: int | None = None) -> None:
+        """A PNG of the current page from its top: ``height`` pixels (the first screen), or
+        the whole page."""
+        if height is None:
+            metrics = self.call("Page.getLayoutMetrics")
+            size = metrics.get("cssContentSize") or metrics["contentSize"]
+            height = min(int(size["height"]) + 1, 16000)
         shot = self.call(
             "Page.captureScreenshot", format="png", captureBeyondViewport=True,
-            clip={"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1},
+            clip={"x": 0, "y": 0, "width": self.width, "height": height, "scale": 1},
         )  # fmt: skip
         path.write_bytes(base64.b64decode(shot["data"]))
 

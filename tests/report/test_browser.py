@@ -47,8 +47,14 @@ def real(tmp_path_factory) -> Path:
     return path
 
 
+_WIDE_TABLES_JS = """Array.from(document.querySelectorAll('div.table'))
+  .filter(d => d.scrollWidth > d.clientWidth + 1)
+  .map(d => d.closest('section').id + ': ' + d.scrollWidth + ' > ' + d.clientWidth)"""
+
+
 def check_page(browser: Browser, page: Path, shot: Path | None = None):
-    """Open ``page`` and assert it rendered cleanly and offline; the load result."""
+    """Open ``page`` and assert it rendered cleanly and offline, every table within its
+    box; the load result."""
     res = browser.open(page)
     assert res.console_errors == []
     assert res.exceptions == []
@@ -56,6 +62,8 @@ def check_page(browser: Browser, page: Path, shot: Path | None = None):
     assert res.requests == [res.url], "the page asked for something beside itself"
     assert res.charts, "no chart container on the page"
     assert [c["name"] for c in res.charts if not c["drawn"]] == []
+    # no column of a table hidden behind a horizontal scroll
+    assert browser.evaluate(_WIDE_TABLES_JS) == []
     if shot is not None:
         browser.screenshot(shot)
         assert shot.read_bytes().startswith(b"\x89PNG")
@@ -78,6 +86,107 @@ def test_sample_job_linked_with_prediction(browser, tmp_path):
     assert "On the wire" in text and "The busiest links" in text
     # the rank picker is a live input bound to the time chart
     assert browser.evaluate("document.querySelectorAll('.vega-bind input').length") >= 1
+
+
+_FIRST_SCREEN_JS = """(() => {
+  const v = document.getElementById('verdict');
+  const bottom = el => el.getBoundingClientRect().bottom;
+  return {
+    sections: Array.from(document.querySelectorAll('main section')).map(s => s.id),
+    leads: Array.from(v.querySelectorAll('p.lead')).map(p => ({text: p.innerText,
+                                                               bottom: bottom(p)})),
+    warnings: v.querySelectorAll('p.warn').length,
+    charts: Array.from(v.querySelectorAll('.chart')).map(c => ({
+      name: c.dataset.chart, bottom: bottom(c), drawn: !!c.querySelector('svg')})),
+    facts_top: document.getElementById('glance').getBoundingClientRect().top,
+    what_if: document.querySelector('#compute table tbody tr td').innerText,
+  };
+})()"""
+
+
+def test_the_first_screen_states_the_verdict_in_the_tables_figures(browser, tmp_path):
+    """The sample report at 1400 x 900, the first screen a reader sees: the verdict's
+    sentences and its four charts, each figure equal to the same figure worked out here from
+    the linked tables (ledger, time_breakdown, collective_waits, token_wire) or read from the
+    what-if table further down; the job's metadata below the screen. And the story the sample
+    tells: ranks 0-3 wait about 60% of every step in backward pp receives for stage 1, and
+    nearly all time in collectives is waiting."""
+    from pipeline.report import fmt
+    from pipeline.report.verdict import _short
+
+    ds = tmp_path / "ds"
+    ingest([SAMPLE], ds)
+    link(ds, config=JOB_YAML)
+    out = tmp_path / "report.html"
+    build_report(ds, config=JOB_YAML, output=out)
+    browser.viewport(1400, 900)
+    try:
+        check_page(browser, out)
+        browser.screenshot(tmp_path / "first_screen.png", height=900)
+        screen = browser.evaluate(_FIRST_SCREEN_JS)
+    finally:
+        browser.viewport(1280, 900)
+    assert screen["sections"][0] == "verdict" and screen["warnings"] == 0
+    assert [c["name"] for c in screen["charts"]] == [
+        "verdict_model", "verdict_ranks", "verdict_tokens", "verdict_what_if"
+    ]  # fmt: skip
+    assert all(c["drawn"] and c["bottom"] <= 900 for c in screen["charts"]), screen["charts"]
+    assert all(p["bottom"] <= 900 for p in screen["leads"])
+    assert screen["facts_top"] > 900  # the job's metadata and files: below the answer
+    model, time, tokens, what_if = (p["text"] for p in screen["leads"])
+    db = pipeline.open(ds)
+
+    observed, predicted, differing = db.sql(
+        "SELECT sum(bytes) / count(DISTINCT step), sum(predicted_bytes) / count(DISTINCT step),"
+        " count(DISTINCT (status, parallel_dim, op, phase, purpose, layer, "
+        "predicted_message_bytes, message_bytes)) FILTER (WHERE status <> 'matched') FROM ledger"
+    ).rows()[0]
+    assert f"{fmt.nbytes(observed)} observed, {fmt.nbytes(predicted)} predicted" in model
+    assert f"({observed / predicted:.2f}×)" in model
+    if differing:
+        reason = db.sql(
+            "SELECT any_value(reason) FROM ledger WHERE status <> 'matched' GROUP BY status, "
+            "parallel_dim, op, phase, purpose, layer, predicted_message_bytes, message_bytes "
+            "ORDER BY abs(avg(bytes) - avg(predicted_bytes)) DESC, parallel_dim, op, phase, "
+            "status LIMIT 1"
+        ).item()
+        assert f"{differing:,} ledger items differ" in model
+        assert f"Reason: {reason or 'none known'}" in model
+    else:
+        assert "every item of the model was seen with its size and count" in model
+
+    exposed = db.sql("SELECT sum(exposed_comm_ns) / sum(window_ns) FROM time_breakdown").item()
+    waiting = db.sql(
+        "SELECT sum(wait_ns) / (sum(wait_ns) + sum(transfer_ns)) FROM collective_waits"
+    ).item()
+    ranks = db.sql(
+        "SELECT w.rank, sum(w.wait_ns) / any_value(t.steps) / any_value(t.window_ns), "
+        "list(DISTINCT w.late_rank ORDER BY w.late_rank) FROM collective_waits w "
+        "JOIN (SELECT rank, count(*) AS steps, avg(window_ns) AS window_ns FROM time_breakdown "
+        "GROUP BY rank) t USING (rank) WHERE w.parallel_dim = 'pp' AND w.op = 'recv' "
+        "AND w.phase = 'backward' AND w.late_rank <> w.rank AND w.wait_ns > 0 "
+        "GROUP BY w.rank ORDER BY w.rank"
+    ).rows()
+    assert [r[0] for r in ranks] == [0, 1, 2, 3]
+    assert sorted(x for r in ranks for x in r[2]) == [4, 5, 6, 7]  # stage 1 of each pipeline
+    share = sum(r[1] for r in ranks) / len(ranks)
+    assert 0.5 < share < 0.65 and waiting > 0.9  # the sample's story
+    assert f"Exposed communication is {fmt.share(exposed)} of the step" in time
+    assert (
+        f"Ranks 0–3 spend {fmt.share(share)} of every step waiting in backward pp receives "
+        "for stage 1 (ranks 4–7)"
+    ) in time
+    assert f"{fmt.share(waiting)} of all time in collectives is waiting" in time
+
+    per_token, predicted_per_token = db.sql(
+        "SELECT sum(bytes) / count(DISTINCT step) / max(tokens), "
+        "sum(predicted_bytes) / count(DISTINCT step) / max(tokens) FROM token_wire"
+    ).rows()[0]
+    assert (
+        f"Each token puts {fmt.nbytes(per_token)} of collective messages on the wire "
+        f"({fmt.nbytes(predicted_per_token)} predicted)"
+    ) in tokens
+    assert what_if.startswith(f"The what-if projects {_short(screen['what_if'])} as the fastest")
 
 
 def test_sample_job_raw_without_job_yaml(browser, tmp_path):

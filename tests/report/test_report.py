@@ -109,14 +109,46 @@ def test_a_job_yaml_that_does_not_fit_is_a_note(sample_raw, tmp_path):
     assert "the job.yaml does not fit the traced ranks" in out.read_text()
 
 
+def test_a_job_yaml_that_contradicts_the_traces_is_the_first_thing_said(sample_raw, tmp_path):
+    """The sample (tp=2 x pp=2 x dp=2) reported with a job.yaml of tp=4 x pp=1: the report
+    links it, and the verdict opens with the contradictions link stored, before any
+    sentence; the largest difference it names gives the contradiction as its reason."""
+    import re
+    import shutil
+
+    text = JOB_YAML.read_text()
+    text = re.sub(r"(?m)^  tp: 2$", "  tp: 4", re.sub(r"(?m)^  pp: 2$", "  pp: 1", text))
+    (tmp_path / "job.yaml").write_text(text)
+    ds = tmp_path / "ds"
+    shutil.copytree(sample_raw, ds)
+    out = tmp_path / "r.html"
+    result = build_report(ds, config=tmp_path / "job.yaml", output=out)
+    # the link it ran warned as tokenwire link does (the CLI prints these on stderr)
+    assert result.warnings and all(
+        "the layout contradicts the traces" in w for w in result.warnings
+    )
+    page = out.read_text()
+    verdict = page[page.index('<section id="verdict">') : page.index("</section>")]
+    paragraphs = re.findall(r'<p class="(\w+)">(.*?)</p>', verdict)
+    assert paragraphs[0][0] == "warn"
+    assert paragraphs[0][1].startswith("job.yaml&#x27;s layout contradicts the traces: ")
+    assert "TENSOR_MODEL_PARALLEL_GROUP" in paragraphs[0][1]
+    assert "tp=4 x dp=2" in paragraphs[0][1]
+    assert paragraphs[1][0] == "lead"
+    assert "Reason: job.yaml contradicts the traces: " in paragraphs[1][1]
+
+
 def test_linked_sample_has_every_section_and_chart(sample_linked, tmp_path):
     out = tmp_path / "r.html"
     result = build_report(sample_linked, config=JOB_YAML, output=out)
     page = out.read_text()
     assert result.sections == [
-        "glance", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
-        "stragglers", "critical_path", "compute", "topology", "wire", "quality",
+        "verdict", "ledger", "journey", "bytes", "layers", "time", "bandwidth", "skew", "waits",
+        "stragglers", "critical_path", "compute", "topology", "wire", "glance", "quality",
     ]  # fmt: skip
+    assert {"verdict_model", "verdict_ranks", "verdict_tokens", "verdict_what_if"} <= set(
+        result.charts
+    )
     for name in ("token_journey", "bytes_per_step", "traffic_per_layer", "time_per_rank",
                  "busbw_vs_size", "late_ranks", "top_kernels", "wait_transfer",
                  "wire_host_heatmap", "wire_host_demand"):  # fmt: skip
@@ -363,6 +395,12 @@ def test_waits_section_sums_the_linked_tables(sample_linked):
     )
     ranks = ctx.query("straggler_ranks", limit=10)
     assert ranks["rank"][0] == 5
+    # the share is of all the waiting in the traced steps, and orders the table
+    caused, total = con.execute(
+        "SELECT sum(caused_wait_ns) FILTER (WHERE rank = 5), sum(step_wait_ns) FROM step_stragglers"
+    ).fetchone()
+    assert ranks["wait_share"][0] == pytest.approx(caused / total)
+    assert ranks["wait_share"].to_list() == sorted(ranks["wait_share"].to_list(), reverse=True)
     assert ranks["steps"][0] == con.execute("SELECT count(DISTINCT step) FROM steps").fetchone()[0]
     # rank 5 delayed dp in one step and tp in the other: equally often, so the first by name,
     # in every run (DuckDB's mode() left the tie to thread timing)
@@ -418,7 +456,11 @@ def test_the_recorded_straggler_run_reports_its_rank_steps_and_layer(tmp_path):
     assert {"waits", "stragglers", "critical_path"} <= set(result.sections)
     page = out.read_text()
     assert re.search(r"of the waiting was for rank 1, the last to arrive", page)
-    row = re.search(r"<tr><td[^>]*>1</td><td[^>]*>2 \(2, 3\)</td>(.*?)</tr>", page)
+    row = re.search(
+        r"<tr><td[^>]*>1</td><td[^>]*>[\d.]+%</td><td[^>]*>[^<]+</td><td[^>]*>2 \(2, 3\)</td>"
+        r"(.*?)</tr>",
+        page,
+    )
     assert row is not None and "Block_1" in row.group(1)
     assert "The critical path of each step, across ranks" in page
 
@@ -645,3 +687,23 @@ def test_small_jobs_heatmap_has_every_host(sample_linked):
         "The diagonal stays inside a host (NVLink, PCIe, shared memory); the rest crosses the "
         "network."
     )
+
+
+def test_a_column_of_durations_or_bytes_is_written_in_one_unit():
+    """923 µs and 1.04 ms in one column read as 0.923 and 1.04 ms, not 923 and 1.04; columns
+    of the same entry share the unit, and ``bytes#token`` keeps a column of its own."""
+    from pipeline.report.page import Table, _block_html
+
+    table = Table(
+        ["what", "time", "observed", "predicted", "per token"],
+        [["a", 923_000, 40_000_000, 999_000, 37_100], ["b", 1_040_000, None, 2_000_000, 512]],
+        units=[None, "ns", "bytes", "bytes", "bytes#token"],
+    )
+    page = _block_html(table)
+    heads = re.findall(r"<th>(.*?)</th>", page)
+    assert heads == ["what", "time (ms)", "observed (MB)", "predicted (MB)", "per token (kB)"]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", page)]
+    assert cells[1:] == [
+        ["a", "0.92", "40.0", "1.0", "37.1"],
+        ["b", "1.04", "–", "2.0", "0.5"],
+    ]
