@@ -33,6 +33,14 @@ from pipeline.synth.kineto import Event, KinetoTrace, render_trace
 COMPUTE_STREAM = 7
 NCCL_VERSION = "2.26.2"
 BASE_TIME_NS = 1764547200000000000  # 2025-12-01T00:00:00Z, Kineto rounds it to a second
+#: GPUs per host: rank r runs on host ``r // GPUS_PER_HOST``, device ``r % GPUS_PER_HOST``.
+GPUS_PER_HOST = 8
+
+
+def host_name(rank: int) -> str:
+    """The host rank ``rank`` runs on, as every source of the job names it."""
+    return f"node{rank // GPUS_PER_HOST}"
+
 TRACE_START_US = 2_315_420_000_000  # first ``ts``: Kineto ts are large µs offsets
 
 DTYPE = {  # torch dtype -> (record_param_comms dtype, Input type, bytes, NCCL kernel type)

@@ -239,7 +239,7 @@ def _comm_id(group: J.Group) -> str:
 
 
 def _nccl_prefix(rank: int, pid: int, tid: int) -> str:
-    return f"node{rank // 8}:{pid}:{tid} [{rank % 8}] NCCL INFO "
+    return f"{J.host_name(rank)}:{pid}:{tid} [{rank % J.GPUS_PER_HOST}] NCCL INFO "
 
 
 def _nccl_header(state: J.Rank) -> str:
@@ -386,20 +386,29 @@ def rank_comms(groups: list[J.Group], r: int) -> list:
 def write_nsys(
     spec: J.JobSpec, kernels: dict[int, list], comms: dict[int, list], out_dir: Path
 ) -> list[Path]:
-    """One SQLite export of the whole job (every rank a process)."""
+    """One SQLite export per host (every rank of it a process), as ``nsys profile`` writes
+    one per node: ``job.nsys.sqlite`` for a job on one host, else ``job.<host>.nsys.sqlite``."""
     from pipeline.synth.nsys import write_export
 
-    path = out_dir / "job.nsys.sqlite"
-    write_export(
-        path,
-        ranks=sorted(kernels),
-        world_size=spec.world,
-        kernels=kernels,
-        comms=comms,
-        session_start_ns=J.BASE_TIME_NS,
-        payloads=True,
-    )
-    return [path]
+    by_host: dict[str, list[int]] = {}
+    for r in sorted(kernels):
+        by_host.setdefault(J.host_name(r), []).append(r)
+    paths = []
+    for host, ranks in by_host.items():
+        name = "job.nsys.sqlite" if len(by_host) == 1 else f"job.{host}.nsys.sqlite"
+        paths.append(
+            write_export(
+                out_dir / name,
+                ranks=ranks,
+                world_size=spec.world,
+                kernels={r: kernels[r] for r in ranks},
+                comms={r: comms[r] for r in ranks},
+                session_start_ns=J.BASE_TIME_NS,
+                payloads=True,
+                hostname=host,
+            )
+        )
+    return paths
 
 
 # -- everything -------------------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""One count of everything: hosts reconciled across the sources of a rank, one op vocabulary
+in every table, and the group size of every collective instance whose group any source knows."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+
+import pipeline
+from pipeline.link.runner import link
+from tests.conftest import REPO_ROOT, edit_parts
+
+
+def _hosts(dataset: Path) -> int:
+    from pipeline.report.context import open_context
+
+    ctx = open_context(dataset)
+    try:
+        return ctx.row("glance_ranks")["hosts"]
+    finally:
+        ctx.con.close()
+
+
+def _respell(dataset: Path, names: dict[tuple[str, int], str | None]) -> None:
+    """Give the ranks rows of (source, rank) the host ``names`` names (others keep theirs)."""
+
+    def change(frame: pl.DataFrame) -> pl.DataFrame:
+        hosts = [
+            names.get((source, rank), host)
+            for source, rank, host in frame.select("source", "rank", "host").iter_rows()
+        ]
+        return frame.with_columns(pl.Series("host", hosts, dtype=pl.String))
+
+    edit_parts(dataset, "ranks", change)
+
+
+def test_the_sample_names_one_host_in_every_source(linked_sample: Path) -> None:
+    ds = pipeline.open(linked_sample)
+    named = ds.sql("SELECT DISTINCT source, host FROM ranks WHERE host IS NOT NULL ORDER BY 1")
+    assert named["host"].unique().to_list() == ["node0"], named
+    assert _hosts(linked_sample) == 1
+
+
+def test_two_spellings_of_a_host_count_once(linked_sample: Path, tmp_path: Path) -> None:
+    """An NCCL log's ``node0`` and an Nsight export's ``node-0`` for ranks 0-3 are one host,
+    also for ranks 4-7 that only one of them names; a second machine stays a second host."""
+    dataset = tmp_path / "ds"
+    shutil.copytree(linked_sample, dataset)
+    names: dict[tuple[str, int], str | None] = {}
+    for rank in range(8):
+        names["nccl_log", rank] = "node0" if rank < 6 else "node1"
+        names["nsys", rank] = "node-0" if rank < 4 else None
+        names["kineto", rank] = None
+    _respell(dataset, names)
+    link(dataset, config=REPO_ROOT / "sample_traces" / "job.yaml")
+    ds = pipeline.open(dataset)
+    hosts = ds.sql("SELECT rank, host FROM rank_hosts ORDER BY rank")["host"].to_list()
+    assert hosts == ["node-0"] * 6 + ["node1"] * 2
+    assert _hosts(dataset) == 2
+    wire = ds.sql("SELECT DISTINCT src_host FROM wire ORDER BY 1")["src_host"].to_list()
+    assert wire == ["node-0", "node1"]
