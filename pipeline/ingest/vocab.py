@@ -87,6 +87,16 @@ OP_NAMES: dict[str, str] = {
     "recvAnySource": "unknown",
 }
 
+#: Every op name the dataset's tables hold, the one list (``collectives``,
+#: ``collective_instances``, ``wire``, ``token_wire``, ``ledger``, ``predictions`` alike; the
+#: instance of a send and its recv is the transfer, ``send``): the names above map into it.
+#: ``send_recv`` is NCCL's grouped send/recv where nothing says the direction, ``hypercube``
+#: an nccl-tests test.
+OPS: tuple[str, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "send", "recv", "send_recv", "barrier", "gather", "scatter", "hypercube", "unknown",
+)  # fmt: skip
+
 #: Bytes per element of every dtype name the dataset holds: the one table of element sizes
 #: (the parsers map their spellings to these names; sizes are looked up here).
 DTYPE_SIZES: dict[str, int] = {

@@ -57,9 +57,10 @@ WITH g AS (
     FROM _instance_aligned
     GROUP BY job, source, instance_comm, instance_seq
 ),
--- Where ranks disagree on the op (rare; a send and its recv always do, and are send_recv): the
--- op most of them report, the first by name of equals, so that the table is the same on
--- every run.
+-- Where ranks disagree on the op (rare; a send and its recv always do: their instance is the
+-- transfer, op `send`, whichever side recorded it, so that `op` means the same in every
+-- table): the op most of them report, the first by name of equals, so that the table is the
+-- same on every run.
 usual AS (
     SELECT job, source, comm, seq, first(op ORDER BY n DESC, op) AS usual_op
     FROM (SELECT r.job, r.source, r.instance_comm AS comm, r.instance_seq AS seq, r.op,
@@ -72,9 +73,8 @@ usual AS (
     GROUP BY ALL
 ),
 i AS (
-    SELECT g.*, 
-           CASE WHEN p2p AND min_op <> max_op THEN 'send_recv'
-                WHEN min_op = max_op THEN min_op ELSE u.usual_op END AS op,
+    SELECT g.*,
+           CASE WHEN p2p THEN 'send' WHEN min_op = max_op THEN min_op ELSE u.usual_op END AS op,
            same_bytes AND (min_op = max_op OR p2p) AS consistent
     FROM g LEFT JOIN usual u
       ON u.job = g.job AND u.source = g.source AND u.comm IS NOT DISTINCT FROM g.comm

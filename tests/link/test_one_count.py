@@ -61,3 +61,43 @@ def test_two_spellings_of_a_host_count_once(linked_sample: Path, tmp_path: Path)
     assert _hosts(dataset) == 2
     wire = ds.sql("SELECT DISTINCT src_host FROM wire ORDER BY 1")["src_host"].to_list()
     assert wire == ["node-0", "node1"]
+
+
+#: Every table of a linked dataset with an op column.
+_OP_TABLES = (
+    "collectives",
+    "collective_links",
+    "collective_instances",
+    "collective_waits",
+    "wire",
+    "token_wire",
+    "ledger",
+    "predictions",
+)
+
+
+def test_every_table_speaks_one_op_vocabulary(linked_sample: Path) -> None:
+    """The tables name ops as vocab.OPS does, and a send/recv pair's instance is a ``send``
+    as its calls are (not a name of its own only collective_instances has)."""
+    from pipeline.ingest.vocab import OPS
+
+    ds = pipeline.open(linked_sample)
+    for table in _OP_TABLES:
+        if "op" not in ds.sql(f"SELECT * FROM {table} LIMIT 0").columns:
+            continue
+        ops = set(ds.sql(f"SELECT DISTINCT op FROM {table}")["op"].to_list())
+        assert ops <= set(OPS), table
+    calls = set(ds.sql("SELECT DISTINCT op FROM collectives")["op"].to_list())
+    instances = ds.sql("SELECT op, count(*) AS n FROM collective_instances GROUP BY ALL")
+    assert set(instances["op"].to_list()) <= calls
+    p2p = ds.sql("SELECT DISTINCT op FROM collective_instances WHERE comm LIKE '%p2p %->%'")[
+        "op"
+    ].to_list()
+    assert p2p == ["send"]
+    # the wire's send rows are the same transfers the calls' sends are
+    sent = ds.sql(
+        "SELECT sum(bytes) FROM collectives JOIN primary_sources USING (job, rank, source) "
+        "WHERE op = 'send'"
+    ).item()
+    on_wire = ds.sql("SELECT sum(bytes) FROM wire WHERE op = 'send'").item()
+    assert on_wire == sent
