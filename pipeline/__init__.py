@@ -9,7 +9,7 @@ From a notebook::
 
     import pipeline
     ds = pipeline.open("run42.tw")
-    ds.sql("SELECT parallel_dim, sum(bytes) FROM collectives_linked GROUP BY ALL")
+    ds.sql("SELECT parallel_dim, sum(bytes) AS bytes FROM collective_calls GROUP BY ALL")
 """
 
 from __future__ import annotations

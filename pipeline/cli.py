@@ -270,11 +270,13 @@ def sql(
     Example:
       tokenwire sql run42.tw "SELECT op, sum(bytes) FROM collectives GROUP BY op"
 
-    Without QUERY, statements are read from stdin. The dataset is opened read-only: DuckDB
-    may read only its parts, and statements that write (COPY, INSERT, DELETE, CREATE,
-    ATTACH, EXPORT, INSTALL/LOAD) are refused unless --allow-writes is given.
+    Without QUERY, statements are read from stdin. Every statement that returns rows
+    prints them, in order (tables and CSV blocks apart by a blank line, one JSON array per
+    line); -o FILE holds the last one's. The dataset is opened read-only: DuckDB may read
+    only its parts, and statements that write (COPY, INSERT, DELETE, CREATE, ATTACH,
+    EXPORT, INSTALL/LOAD) are refused unless --allow-writes is given.
     """
-    from pipeline.dataset.query import run_query, write_result
+    from pipeline.dataset.query import run_queries, write_result
     from pipeline.output import refuse_inside
 
     if fmt == "parquet" and output is None:
@@ -283,17 +285,27 @@ def sql(
     try:
         if output is not None and not allow_writes:
             refuse_inside(dataset, output)
-        frame = run_query(dataset, text, allow_writes=allow_writes)
+        results = run_queries(dataset, text, allow_writes=allow_writes)
+        frames = [f for f in results if f is not None]
         if output is not None:
-            write_result(frame, output, fmt)
+            write_result(frames[-1] if frames else _empty_frame(), output, fmt)
         else:
-            click.echo(format_frame(frame, fmt), nl=False)
+            gap = "" if fmt == "json" else "\n"
+            shown = frames or [_empty_frame()]
+            click.echo(gap.join(format_frame(f, fmt) for f in shown), nl=False)
     except TokenwireError as exc:
         _fail(str(exc))
 
 
+def _empty_frame():
+    import polars as pl
+
+    return pl.DataFrame()
+
+
 def format_frame(frame, fmt: str) -> str:
-    """Render a Polars frame as text for stdout."""
+    """Render a Polars frame as text for stdout: whole numbers as integers, every other
+    number in full (71696416.5, not 7.1696416e7), and numbers as JSON numbers."""
     import polars as pl
 
     from pipeline.dataset.query import flatten_nested
@@ -301,8 +313,12 @@ def format_frame(frame, fmt: str) -> str:
     if fmt == "csv":
         return flatten_nested(frame).write_csv()
     if fmt == "json":
-        return frame.write_json() + "\n"
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
+        # (Polars writes a decimal as a JSON string)
+        decimals = [c for c, t in frame.schema.items() if isinstance(t, pl.Decimal)]
+        return frame.with_columns(pl.col(decimals).cast(pl.Float64)).write_json() + "\n"
+    with pl.Config(
+        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200, fmt_float="full"
+    ):
         return str(frame) + "\n"
 
 

@@ -101,3 +101,23 @@ def test_every_table_speaks_one_op_vocabulary(linked_sample: Path) -> None:
     ).item()
     on_wire = ds.sql("SELECT sum(bytes) FROM wire WHERE op = 'send'").item()
     assert on_wire == sent
+
+
+def test_group_size_is_known_wherever_a_source_knows_the_group(tmp_path: Path) -> None:
+    """A gloo TP x DP run with flight-recorder dumps: its calls carry no group size, the
+    profiler's pg_config does (tp and dp groups of 2, the world of 4)."""
+    from pipeline.ingest.run import ingest
+
+    run = REPO_ROOT / "tests" / "data" / "cpu_gloo" / "tp_dp"
+    dataset = tmp_path / "ds"
+    ingest([run], dataset, job="tp_dp", jobs=1)
+    link(dataset, config=run / "job.yaml")
+    ds = pipeline.open(dataset)
+    sizes = ds.sql(
+        "SELECT i.source, i.comm, i.group_size, d.nranks FROM collective_instances i "
+        "LEFT JOIN communicator_dims d USING (job, comm) ORDER BY ALL"
+    )
+    assert sizes.height > 100 and set(sizes["source"]) == {"kineto", "flight_recorder"}
+    assert sizes["group_size"].null_count() == 0
+    assert sizes["group_size"].to_list() == sizes["nranks"].to_list()
+    assert set(sizes["group_size"]) == {2, 4}

@@ -40,3 +40,49 @@ def test_query_runs(title: str, query: str, linked_sample: Path) -> None:
         assert (frame["bytes"].sum(), frame["calls"].sum()) == wire.row(0)
     else:
         assert frame.height > 0, title
+
+
+def _readme_python_queries() -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.+?)```", text, flags=re.S)
+    return [q for block in blocks for q in re.findall(r'\.sql\("([^"]+)"\)', block)]
+
+
+def _exact_bytes(dataset: Path) -> int:
+    """The sample's collective bytes counted once: the profiler's calls (every rank has a
+    profiler trace), the same total token_wire reports."""
+    import pipeline
+
+    ds = pipeline.open(dataset)
+    kineto = ds.sql("SELECT sum(bytes) FROM collectives WHERE source = 'kineto'").item()
+    assert ds.sql("SELECT sum(bytes) FROM token_wire").item() == kineto
+    return int(kineto)
+
+
+def test_readme_python_query_counts_each_byte_once(linked_sample: Path) -> None:
+    """The README's first query, summed, is the job's bytes, not once per source."""
+    import pipeline
+
+    queries = _readme_python_queries()
+    assert queries
+    for query in queries:
+        frame = pipeline.open(linked_sample).sql(query)
+        assert frame["bytes"].dtype.is_integer(), query
+        assert frame["bytes"].sum() == _exact_bytes(linked_sample), query
+
+
+def test_doc_totals_count_each_byte_once(linked_sample: Path) -> None:
+    import pipeline
+
+    ds = pipeline.open(linked_sample)
+    in_layers = ds.sql(
+        "SELECT sum(bytes) FROM collectives_linked WHERE source = 'kineto' AND layer IS NOT NULL"
+    ).item()
+    exact = {
+        "Top layers by bytes": in_layers,
+        "Bytes per step by parallel dimension and phase": _exact_bytes(linked_sample),
+    }
+    queries = dict(_queries())
+    for title, total in exact.items():
+        frame = ds.sql(queries[title].replace("LIMIT 10", ""))
+        assert frame["bytes"].sum() == total > 0, title
