@@ -638,6 +638,10 @@ def _without_jsonschema_format_checkers() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
+#: Columns a diff table takes in a terminal by default.
+DIFF_WIDTH = 120
+
+
 @cli.command("diff")
 @DATASET
 @click.argument("job_a")
@@ -661,6 +665,11 @@ def _without_jsonschema_format_checkers() -> None:
     "diff_predicted, diff_layers, diff_ops) and each job's tables (a_<name>, b_<name>) "
     "instead, and print its result.",
 )  # fmt: skip
+@click.option(
+    "--width", type=click.IntRange(min=0), default=DIFF_WIDTH, show_default=True,
+    help="Columns a table may take: wider views print in blocks of columns, each with "
+    "the rows' keys (0: one block, as wide as it is).",
+)  # fmt: skip
 def diff(
     dataset: Path,
     job_a: str,
@@ -670,6 +679,7 @@ def diff(
     view: str | None,
     html_path: Path | None,
     query: str | None,
+    width: int,
 ) -> None:
     """Compare two linked jobs: what changed on the wire and in time (B - A).
 
@@ -717,8 +727,8 @@ def diff(
         return
     for n in names:
         if fmt == "table" and len(names) > 1:
-            click.echo(f"{n}: {view_descriptions()[n]}")
-        click.echo(_diff_text(result.views[n], fmt), nl=False)
+            click.echo(_wrapped(f"{n}: {view_descriptions()[n]}", width))
+        click.echo(_diff_text(result.views[n], fmt, width), nl=False)
 
 
 def _diff_query(
@@ -735,19 +745,82 @@ def _diff_query(
     click.echo(format_frame(frame, fmt), nl=False)
 
 
-def _diff_text(frame, fmt: str) -> str:
-    """A diff view as text; a table is as wide as its columns (pipe it to ``less -S``), with
-    numbers in full (bytes, not 2.158592e6) to 3 decimals."""
+def _wrapped(text: str, width: int) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width) if width else text
+
+
+def _diff_text(frame, fmt: str, width: int = DIFF_WIDTH) -> str:
+    """A diff view as text. A table has numbers in full (bytes, not 2.158592e6), times in
+    whole ns (the unit in the column's name), other fractions to 3 decimals, and fits
+    ``width`` columns: its leading text columns (the rows' keys) and as many of the others
+    as fit, then the keys again with the next ones (``width`` 0: one block)."""
     if fmt != "table":
         return format_frame(frame, fmt)
     import polars as pl
     import polars.selectors as cs
 
+    times = cs.ends_with("_ns", "_ns_a", "_ns_b")
+    frame = frame.with_columns(cs.float().round(3)).with_columns(times.round(0))
+    if "metric" in frame.columns:  # (diff_steps: a row per metric, its unit in its name)
+        whole = pl.col("metric").str.ends_with("_ns")
+        floats = [n for n in ("a", "b", "change") if n in frame.columns]
+        frame = frame.with_columns(
+            pl.when(whole).then(pl.col(n).round(0)).otherwise(pl.col(n)).alias(n) for n in floats
+        )
+    keys = []
+    for name, dtype in frame.schema.items():
+        if dtype != pl.String:
+            break
+        keys.append(name)
+    values = frame.columns[len(keys) :]
+    # (long keys, such as layer paths and op names, lose their middle until they leave a
+    # third of the width to values: their heads and tails tell them apart)
+    text_chars = 80
+    while (
+        text_chars > 16
+        and width
+        and _table_width(_cut(frame.select(keys), keys, text_chars)) > width * 2 // 3
+    ):
+        text_chars -= 4
+    frame = _cut(frame, keys, text_chars)
+    blocks: list[list[str]] = []
+    for name in values:
+        trial = [*keys, *(blocks[-1] if blocks else []), name]
+        if blocks and (not width or _table_width(frame.select(trial)) <= width):
+            blocks[-1].append(name)
+        else:
+            blocks.append([name])
+    return "\n".join(_table_text(frame.select([*keys, *block])) for block in blocks or [[]])
+
+
+def _cut(frame, columns: list[str], chars: int):
+    """``frame`` with the text of ``columns`` longer than ``chars`` cut in the middle."""
+    import polars as pl
+
+    head, tail = chars // 2, chars - chars // 2 - 1
+    return frame.with_columns(
+        pl.when(pl.col(c).str.len_chars() > chars)
+        .then(pl.col(c).str.head(head) + "…" + pl.col(c).str.tail(tail))
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c in columns
+    )
+
+
+def _table_text(frame) -> str:
+    import polars as pl
+
     with pl.Config(
-        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=10_000, fmt_float="full",
-        tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
+        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=1000, tbl_width_chars=10_000,
+        fmt_float="full", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
     ):  # fmt: skip
-        return str(frame.with_columns(cs.float().round(3))) + "\n"
+        return str(frame) + "\n"
+
+
+def _table_width(frame) -> int:
+    return max(len(line) for line in _table_text(frame).splitlines())
 
 
 @cli.command("export")
