@@ -184,13 +184,16 @@ def ingest(
 
 
 class _Progress:
-    """A progress bar over files on stderr; click shows it only on a terminal."""
+    """A progress bar over files on stderr when stderr is a terminal; nothing otherwise
+    (click's bar would still print its label line into a log or a pipe)."""
 
     def __init__(self) -> None:
         self._bar = None
         self._stack = contextlib.ExitStack()
 
     def start(self, total: int) -> None:
+        if not _is_terminal(sys.stderr):
+            return
         bar = click.progressbar(length=total, label="ingest", file=sys.stderr, show_pos=True)
         self._bar = self._stack.enter_context(bar)
 
@@ -203,6 +206,13 @@ class _Progress:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # (no isatty, or closed)
+        return False
 
 
 def _print_summary(summary) -> None:

@@ -19,7 +19,12 @@ import duckdb
 
 from pipeline.dataset import rank_sets
 from pipeline.dataset.schema import TableSchema, load_schemas
-from pipeline.dataset.store import MANIFEST, Manifest, read_parts_by_table, require_parts
+from pipeline.dataset.store import (
+    Manifest,
+    read_parts_by_table,
+    require_dataset,
+    require_parts,
+)
 from pipeline.errors import DatasetError
 
 _DUCKDB_TYPES = {
@@ -59,8 +64,7 @@ def connect(
         When ``dataset`` is not a tokenwire dataset.
     """
     dataset = Path(dataset)
-    if not (dataset / MANIFEST).is_file():
-        raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
+    require_dataset(dataset)
     schemas = [
         s
         for s in load_schemas().values()

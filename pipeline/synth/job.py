@@ -41,6 +41,7 @@ def host_name(rank: int) -> str:
     """The host rank ``rank`` runs on, as every source of the job names it."""
     return f"node{rank // GPUS_PER_HOST}"
 
+
 TRACE_START_US = 2_315_420_000_000  # first ``ts``: Kineto ts are large µs offsets
 
 DTYPE = {  # torch dtype -> (record_param_comms dtype, Input type, bytes, NCCL kernel type)

@@ -112,7 +112,7 @@ def test_unknown_job(runs: dict[str, Path]) -> None:
 
 def test_not_a_dataset(runs: dict[str, Path], tmp_path: Path) -> None:
     _one_error(_run(tmp_path, "a", "b"), "not a tokenwire dataset")
-    _one_error(_run(runs["ddp"], "ddp", "x", "--other", tmp_path / "none"), "not a tokenwire")
+    _one_error(_run(runs["ddp"], "ddp", "x", "--other", tmp_path / "none"), "does not exist")
 
 
 def test_job_not_linked(tmp_path: Path) -> None:

@@ -245,7 +245,15 @@ def test_link_command(linked_sample: Path, tmp_path: Path) -> None:
     assert tree_digest(copy) == before
     result = CliRunner().invoke(cli, ["link", str(tmp_path / "nothing")])
     assert result.exit_code == 1
-    assert "not a tokenwire dataset" in result.stderr
+    assert result.stderr == f"Error: {tmp_path / 'nothing'}: does not exist\n"
+    # a folder of other files is not a dataset, and link gives no ingest's advice
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.txt").write_text("x")
+    result = CliRunner().invoke(cli, ["link", str(tmp_path / "folder")])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: {tmp_path / 'folder'}: not a tokenwire dataset (no manifest.json)\n"
+    )
 
 
 @pytest.mark.parametrize("query", ["SELECT * FROM collectives_linked LIMIT 1"])
