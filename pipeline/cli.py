@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
-from pipeline import __version__
-from pipeline.cli_options import DATASET, JOB_NAME, job_choice, job_config, output_format
-from pipeline.errors import TokenwireError, one_line
+from . import __version__
+from .cli_options import DATASET, JOB_NAME, job_choice, job_config, output_format
+from .errors import TokenwireError, one_line
 
 
 class _Group(click.Group):
@@ -148,7 +148,7 @@ def ingest(
     A file already in the dataset (same sha256) is skipped. Bad files are reported one line
     each on stderr and the exit code is 1; the good files of the run are kept.
     """
-    from pipeline.ingest.run import ingest as run_ingest
+    from .ingest.run import ingest as run_ingest
 
     try:
         with _Progress() as bar:
@@ -244,7 +244,7 @@ def _print_summary(summary) -> None:
 @DATASET
 def tables(dataset: Path) -> None:
     """List the dataset's tables: columns with types and units, and row counts."""
-    from pipeline.dataset.catalog import describe
+    from .dataset.catalog import describe
 
     try:
         for table in describe(dataset):
@@ -286,8 +286,8 @@ def sql(
     only its parts, and statements that write (COPY, INSERT, DELETE, CREATE, ATTACH,
     EXPORT, INSTALL/LOAD) are refused unless --allow-writes is given.
     """
-    from pipeline.dataset.query import run_queries, write_result
-    from pipeline.output import refuse_inside
+    from .dataset.query import run_queries, write_result
+    from .output import refuse_inside
 
     if fmt == "parquet" and output is None:
         raise click.UsageError("--format parquet needs -o FILE")
@@ -318,7 +318,7 @@ def format_frame(frame, fmt: str) -> str:
     number in full (71696416.5, not 7.1696416e7), and numbers as JSON numbers."""
     import polars as pl
 
-    from pipeline.dataset.query import flatten_nested
+    from .dataset.query import flatten_nested
 
     if fmt == "csv":
         return flatten_nested(frame).write_csv()
@@ -350,7 +350,7 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     Exit codes: 0 no hang or mismatch found; 4 a hang or mismatch was found; 1 unreadable
     input; 2 wrong invocation.
     """
-    from pipeline.analysis import hang as hang_analysis
+    from .analysis import hang as hang_analysis
 
     try:
         if len(paths) == 1 and (paths[0] / "manifest.json").is_file():
@@ -447,12 +447,12 @@ def predict(  # noqa: ANN201
     """
     import json
 
-    from pipeline.model import network as net
-    from pipeline.model import timing
-    from pipeline.model.compute import compute_summary, format_compute
-    from pipeline.model.config import build_job
-    from pipeline.model.predict import format_table
-    from pipeline.model.predict import predict as predict_rank
+    from .model import network as net
+    from .model import timing
+    from .model.compute import compute_summary, format_compute
+    from .model.config import build_job
+    from .model.predict import format_table
+    from .model.predict import predict as predict_rank
 
     if config is None and preset is None:
         raise click.UsageError("give --config job.yaml or --model PRESET")
@@ -508,9 +508,9 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
     import dataclasses
     import json
 
-    from pipeline.model import timing, whatif
-    from pipeline.model.compute import mfu
-    from pipeline.model.config import build_job
+    from .model import timing, whatif
+    from .model.compute import mfu
+    from .model.config import build_job
 
     if config is None:
         raise click.UsageError("--from needs --config: the job.yaml of the observed run")
@@ -563,8 +563,8 @@ def tokens(text_file, tokenizer, train_vocab, config, fmt) -> None:  # noqa: ANN
     """
     import json
 
-    from pipeline.model import tokens as tk
-    from pipeline.model.config import load_job
+    from .model import tokens as tk
+    from .model.config import load_job
 
     try:
         job = load_job(config) if config else None
@@ -587,7 +587,7 @@ def link(dataset: Path, config: Path | None) -> None:
     Example:
       tokenwire link run42.tw --config job.yaml
     """
-    from pipeline.link.runner import link as run_link
+    from .link.runner import link as run_link
 
     try:
         summary = run_link(dataset, config=config)
@@ -620,8 +620,8 @@ def report(
       tokenwire report run42.tw --config job.yaml -o report.html
     """
     _without_jsonschema_format_checkers()
-    from pipeline.output import refuse_inside
-    from pipeline.report import build_report
+    from .output import refuse_inside
+    from .report import build_report
 
     try:
         refuse_inside(dataset, output)
@@ -706,8 +706,8 @@ def diff(
     predicted change next to the observed one. Both datasets are opened read-only.
     docs/diff.md describes every column.
     """
-    from pipeline.diff import VIEWS, diff_jobs, view_descriptions
-    from pipeline.output import refuse_inside
+    from .diff import VIEWS, diff_jobs, view_descriptions
+    from .output import refuse_inside
 
     if query is not None:
         if view is not None or html_path is not None:
@@ -723,7 +723,7 @@ def diff(
         result = diff_jobs(dataset, job_a, job_b, other=other)
         if html_path is not None:
             _without_jsonschema_format_checkers()
-            from pipeline.diff.page import write_page
+            from .diff.page import write_page
 
             size = write_page(result, html_path)
             click.echo(f"wrote {html_path} ({size / 1e6:.1f} MB, {job_a} -> {job_b})", err=True)
@@ -745,7 +745,7 @@ def _diff_query(
     dataset: Path, job_a: str, job_b: str, other: Path | None, query: str, fmt: str
 ) -> None:
     """``tokenwire diff --sql``: the query's result on stdout."""
-    from pipeline.diff import query_diff
+    from .diff import query_diff
 
     text = sys.stdin.read() if query == "-" else query
     try:
@@ -886,8 +886,8 @@ def export(
     size opens comfortably). --flows writes the bytes on each rank-to-rank link of every
     collective instead (docs/wire.md).
     """
-    from pipeline import export as ex
-    from pipeline.output import refuse_inside
+    from . import export as ex
+    from .output import refuse_inside
 
     if flows:
         if kernels or ops:
@@ -935,9 +935,9 @@ def _export_flows(
     allow_writes: bool,
 ) -> None:
     """``tokenwire export --flows``: the wire table of a linked job as a flow list."""
-    from pipeline import export as ex
-    from pipeline.export.flows import export_flows
-    from pipeline.output import refuse_inside
+    from . import export as ex
+    from .export.flows import export_flows
+    from .output import refuse_inside
 
     try:
         scope = ex.Scope(

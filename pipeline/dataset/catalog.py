@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipeline.dataset.schema import Column, load_schemas
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.store import read_parts_by_table, require_dataset, require_parts
+from ..dataset.schema import Column, load_schemas
+from ..dataset.snapshot import read_snapshot
+from ..dataset.store import read_parts_by_table, require_dataset, require_parts
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pyarrow as pa
 
-from pipeline.dataset.store import (
+from ..dataset.store import (
     LOCK,
     MANIFEST,
     PART_NAME,
@@ -52,8 +52,8 @@ from pipeline.dataset.store import (
     require_current,
     require_inside,
 )
-from pipeline.errors import DatasetError
-from pipeline.gcpause import gc_paused
+from ..errors import DatasetError
+from ..gcpause import gc_paused
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq

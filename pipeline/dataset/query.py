@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.views import connect
-from pipeline.errors import TokenwireError
+from ..dataset.snapshot import read_snapshot
+from ..dataset.views import connect
+from ..errors import TokenwireError
 
 
 class QueryError(TokenwireError):
@@ -236,7 +236,7 @@ def flatten_nested(frame: pl.DataFrame) -> pl.DataFrame:
 def write_result(frame: pl.DataFrame, output: Path, fmt: str) -> None:
     """Write a query result to ``output`` in ``fmt`` (table is written as CSV), whole or not
     at all (:func:`pipeline.output.atomic_output`)."""
-    from pipeline.output import atomic_output
+    from ..output import atomic_output
 
     with atomic_output(output) as tmp:
         if fmt == "parquet":

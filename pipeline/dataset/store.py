@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from pipeline.dataset import rank_sets
-from pipeline.dataset.schema import table_schema
-from pipeline.errors import DatasetError, shown
-from pipeline.gcpause import gc_paused
+from ..dataset import rank_sets
+from ..dataset.schema import table_schema
+from ..errors import DatasetError, shown
+from ..gcpause import gc_paused
 
 if TYPE_CHECKING:
     pass

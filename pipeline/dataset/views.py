@@ -17,15 +17,15 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline.dataset import rank_sets
-from pipeline.dataset.schema import TableSchema, load_schemas
-from pipeline.dataset.store import (
+from ..dataset import rank_sets
+from ..dataset.schema import TableSchema, load_schemas
+from ..dataset.store import (
     Manifest,
     read_parts_by_table,
     require_dataset,
     require_parts,
 )
-from pipeline.errors import DatasetError
+from ..errors import DatasetError
 
 _DUCKDB_TYPES = {
     "string": "VARCHAR",
@@ -85,9 +85,9 @@ def connect(
         con.close()
         require_readable(dataset, parts)  # a damaged part is named; anything else is a bug
         raise
-    con.execute(resources.files("pipeline.dataset").joinpath("sources.sql").read_text())
+    con.execute(resources.files(__package__).joinpath("sources.sql").read_text())
     if derived:
-        con.execute(resources.files("pipeline.dataset").joinpath("views.sql").read_text())
+        con.execute(resources.files(__package__).joinpath("views.sql").read_text())
     if read_only:
         # DuckDB may always reach its temporary folder, by default ``.tmp`` of the current
         # folder: one of its own, unguessable and not there yet, which it removes on close

@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from pipeline.diff.sides import DiffError, Side, read_side
+from ..diff.sides import DiffError, Side, read_side
 
 __all__ = ["VIEWS", "DiffError", "RunDiff", "diff_jobs", "query_diff", "view_descriptions"]
 
@@ -34,7 +34,7 @@ _VIEW_COMMENT = re.compile(r"((?:^-- .*\n)+)CREATE VIEW (\w+)", re.MULTILINE)
 @functools.cache
 def diff_sql() -> str:
     """The text of ``diff.sql``."""
-    return resources.files("pipeline.diff").joinpath("diff.sql").read_text()
+    return resources.files(__package__).joinpath("diff.sql").read_text()
 
 
 @functools.cache
@@ -102,7 +102,7 @@ def query_diff(
     QueryError
         SQL that DuckDB or the read-only check refused.
     """
-    from pipeline.dataset.query import QueryError, run_statements
+    from ..dataset.query import QueryError, run_statements
 
     if not text.strip():
         raise QueryError("no SQL given")

@@ -16,9 +16,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.views import connect
-from pipeline.errors import TokenwireError
+from ..dataset.snapshot import read_snapshot
+from ..dataset.views import connect
+from ..errors import TokenwireError
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 #: side.sql's statements that make a table for the queries after them (not a side's rows)
@@ -32,7 +32,7 @@ class DiffError(TokenwireError):
 @functools.cache
 def side_queries() -> dict[str, str]:
     """The named statements of ``side.sql``, in order."""
-    text = resources.files("pipeline.diff").joinpath("side.sql").read_text()
+    text = resources.files(__package__).joinpath("side.sql").read_text()
     parts = _NAME.split(text)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 

@@ -18,9 +18,9 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.views import connect
-from pipeline.export.scope import ExportError, Scope
+from ..dataset.snapshot import read_snapshot
+from ..dataset.views import connect
+from ..export.scope import ExportError, Scope
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PARAM = re.compile(r"\$(\w+)")
@@ -29,7 +29,7 @@ _PARAM = re.compile(r"\$(\w+)")
 @functools.cache
 def queries() -> dict[str, str]:
     """The named queries of ``timeline.sql``."""
-    text = resources.files("pipeline.export").joinpath("timeline.sql").read_text()
+    text = resources.files(__package__).joinpath("timeline.sql").read_text()
     parts = _NAME.split(text)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 

@@ -10,20 +10,21 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.gz import gunzip
+from ..errors import TraceFormatError
+from ..ingest.gz import gunzip
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 
-#: Format name -> module under ``pipeline.ingest``, in the order they are tried.
+#: Format name -> module under this package (``.kineto.parse``: relative, so that the
+#: package works under the name it was imported as), in the order they are tried.
 FORMATS: dict[str, str] = {
-    "flight_recorder": "pipeline.ingest.flight_recorder.parse",
-    "kineto": "pipeline.ingest.kineto.parse",
-    "nsys": "pipeline.ingest.nsys.parse",
+    "flight_recorder": ".flight_recorder.parse",
+    "kineto": ".kineto.parse",
+    "nsys": ".nsys.parse",
     # nccl-tests output often carries NCCL INFO lines too: its table is what makes it special.
-    "nccl_tests": "pipeline.ingest.nccl.nccl_tests",
-    "nccl_log": "pipeline.ingest.nccl.log",
+    "nccl_tests": ".nccl.nccl_tests",
+    "nccl_log": ".nccl.log",
 }
 
 
@@ -53,7 +54,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
 
 def module_for(name: str) -> ModuleType:
     """The parser module of format ``name``."""
-    return importlib.import_module(FORMATS[name])
+    return importlib.import_module(FORMATS[name], __package__)
 
 
 def detect(path: Path) -> str | None:

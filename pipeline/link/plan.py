@@ -91,7 +91,7 @@ def parse(name: str, text: str) -> SqlFile:
 
 def sql_files() -> list[SqlFile]:
     """Every link SQL file of the package, parsed, in name order."""
-    folder = resources.files("pipeline.link")
+    folder = resources.files(__package__)
     names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
     return [parse(n, folder.joinpath(n).read_text()) for n in names]
 

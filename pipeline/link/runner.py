@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from pipeline.dataset.commit import SPILL, Transaction, write_part
-from pipeline.dataset.rank_sets import STORED_VIEW
-from pipeline.dataset.schema import conform, load_schemas, table_schema
-from pipeline.dataset.store import part_columns, part_path
-from pipeline.dataset.views import connect, empty_select, require_readable, typed_columns
-from pipeline.errors import ConfigError, DatasetError
-from pipeline.link.plan import Plan, SqlFile, plan
+from ..dataset.commit import SPILL, Transaction, write_part
+from ..dataset.rank_sets import STORED_VIEW
+from ..dataset.schema import conform, load_schemas, table_schema
+from ..dataset.store import part_columns, part_path
+from ..dataset.views import connect, empty_select, require_readable, typed_columns
+from ..errors import ConfigError, DatasetError
+from ..link.plan import Plan, SqlFile, plan
 
 if TYPE_CHECKING:  # (the model's module is imported only by a link with a job.yaml)
-    from pipeline.model.config import Job
+    from ..model.config import Job
 
 
 @dataclass
@@ -52,11 +52,11 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
     """
     dataset = Path(dataset)
     if isinstance(config, (str, Path)):
-        from pipeline.model.config import load_job
+        from ..model.config import load_job
 
         config = load_job(config)
     if config is not None:
-        from pipeline.model.predict import predict
+        from ..model.predict import predict
 
         # (a bad job.yaml, or one whose bytes pass 64 bits, is refused before the dataset is
         # locked and DuckDB started: rank 0's rows meet the model's checks)
@@ -178,7 +178,7 @@ def _register_job_inputs(
     facts = {"job": [], "tokens_per_step": []}
     predictions = []
     if config is not None:
-        from pipeline.model.predict import predictions_table
+        from ..model.predict import predictions_table
 
         job_spec = config
         world = job_spec.parallel.world_size
@@ -235,7 +235,7 @@ def _comm_dims_from_layout(
     set that is the group of several dimensions (with dp = ep, one group is both the data-
     and the expert-parallel group) gets them all, ``|``-separated: its collectives then
     choose by their own evidence (communicator_dims.sql)."""
-    from pipeline.model.predict import group, span
+    from ..model.predict import group, span
 
     candidates = (
         ("tp", ("tp",), False),

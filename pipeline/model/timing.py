@@ -40,9 +40,9 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.ingest.vocab import bus_factor_expr
-from pipeline.model.config import AUTO_ALGORITHMS, Job, Network
-from pipeline.model.traffic import hierarchical_split, node_split, wire_bytes
+from ..ingest.vocab import bus_factor_expr
+from ..model.config import AUTO_ALGORITHMS, Job, Network
+from ..model.traffic import hierarchical_split, node_split, wire_bytes
 
 #: nccl-tests' ops the fit can use, in the model's op names.
 FIT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -249,7 +249,7 @@ def with_fits(job: Job, paths: Iterable[str | Path]) -> Job:
     TraceFormatError
         A file that is not nccl-tests output.
     """
-    from pipeline.ingest.nccl.nccl_tests import parse
+    from ..ingest.nccl.nccl_tests import parse
 
     fits: list[Fitted] = []
     for path in paths:
@@ -381,7 +381,7 @@ def _query(con: Any, sql: Path, job: str) -> pl.DataFrame:
 def step_summary(job: Job, rows: Iterable[Any], peak_flops: float | None) -> dict[str, Any]:
     """The rank's communication per step and, with a peak, how much of it compute at that
     peak leaves exposed (the compute an ideal lower bound: the exposure an upper one)."""
-    from pipeline.model.compute import phase_split, step_flops
+    from ..model.compute import phase_split, step_flops
 
     rows = list(rows)
     out: dict[str, Any] = {"comm_s": sum(r.est_time_s for r in rows)}

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError, DatasetError
-from pipeline.ingest.vocab import WORLD_DIMS
-from pipeline.model import params as P
-from pipeline.model.compute import phase_split, step_flops
-from pipeline.model.config import Job, build_job
-from pipeline.model.predict import _peer, predict_ranks
-from pipeline.model.timing import Fitted, dataset_fits, exposed
+from ..errors import ConfigError, DatasetError
+from ..ingest.vocab import WORLD_DIMS
+from ..model import params as P
+from ..model.compute import phase_split, step_flops
+from ..model.config import Job, build_job
+from ..model.predict import _peer, predict_ranks
+from ..model.timing import Fitted, dataset_fits, exposed
 
 #: The SQL that reads the observed step and compute time (what it answers is in the file).
 _SQL = Path(__file__).with_name("whatif.sql")
@@ -84,7 +84,7 @@ def observed(dataset: str | Path, job: str | None = None) -> Observed:
     DatasetError
         No job of that name, several jobs and none named, or no profiled step timings.
     """
-    from pipeline.dataset.views import connect
+    from ..dataset.views import connect
 
     con = connect(dataset, read_only=True)
     try:

@@ -8,14 +8,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from pipeline.errors import DatasetError
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Facts, Note, Section, Table
+from ..errors import DatasetError
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Facts, Note, Section, Table
 
 if TYPE_CHECKING:
-    from pipeline.model.config import Job
-    from pipeline.model.whatif import Observed
+    from ..model.config import Job
+    from ..model.whatif import Observed
 
 #: Layouts projected in the report at most: each costs a prediction of every pipeline stage,
 #: and a world with more tp x pp x dp factorings than this is left to ``predict --from``.
@@ -31,8 +31,8 @@ def section(ctx: Context) -> Section:
             Note("No compute model: it needs the job's job.yaml (report --config).", "missing")
         )
     # (the model is imported only for a report with a job.yaml)
-    from pipeline.model.compute import compute_summary
-    from pipeline.model.whatif import observed_in
+    from ..model.compute import compute_summary
+    from ..model.whatif import observed_in
 
     summary = compute_summary(job, 0)
     mem = summary["memory_bytes"]
@@ -101,7 +101,7 @@ def _what_if(ctx: Context, obs: Observed) -> Table | Note:
     """Every tp x pp x dp of the run's world, projected from the measured step."""
     if ctx.config_path is None:
         return Note("No what-if table: it needs the job.yaml's path (report --config).", "missing")
-    from pipeline.model import whatif
+    from ..model import whatif
 
     job = ctx.config
     assert job is not None  # (section() returned before without one)

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from pipeline.dataset.views import connect
-from pipeline.errors import DatasetError
+from ..dataset.views import connect
+from ..errors import DatasetError
 
 if TYPE_CHECKING:
-    from pipeline.model.config import Job
+    from ..model.config import Job
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PARAM = re.compile(r"\$(\w+)")
@@ -30,7 +30,7 @@ _PARAM = re.compile(r"\$(\w+)")
 @functools.cache
 def queries() -> dict[str, str]:
     """The named queries of ``queries.sql``."""
-    text = resources.files("pipeline.report").joinpath("queries.sql").read_text()
+    text = resources.files(__package__).joinpath("queries.sql").read_text()
     parts = _NAME.split(text)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 

@@ -26,9 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.gcpause import gc_paused
-from pipeline.ingest.vocab import DTYPE_SIZES, bus_factor
-from pipeline.synth.kineto import Event, KinetoTrace, render_trace
+from ..gcpause import gc_paused
+from ..ingest.vocab import DTYPE_SIZES, bus_factor
+from ..synth.kineto import Event, KinetoTrace, render_trace
 
 COMPUTE_STREAM = 7
 NCCL_VERSION = "2.26.2"
@@ -765,7 +765,7 @@ def simulate_job(spec: JobSpec) -> tuple[list[Group], dict[int, Rank], dict[int,
     """Run every rank's program on one clock: (groups, rank states, first CPU time per rank)."""
     groups = process_groups(spec)
     ranks = {r: new_rank(spec, r, groups) for r in range(spec.world)}
-    from pipeline.synth.program import rank_program  # the schedule lives next door
+    from ..synth.program import rank_program  # the schedule lives next door
 
     starts = {r: ranks[r].cpu_ns for r in ranks}
     simulate({r: rank_program(ranks[r]) for r in ranks})
@@ -837,6 +837,6 @@ def trace_top(spec: JobSpec, state: Rank, groups: list[Group]) -> dict[str, Any]
 
 
 def _props() -> dict[str, Any]:
-    from pipeline.synth.kineto import H100_PROPERTIES
+    from ..synth.kineto import H100_PROPERTIES
 
     return dict(H100_PROPERTIES)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.nsys.raw import NsysRaw, ProcessInfo
-from pipeline.ingest.result import Warnings
+from ...ingest.nsys.raw import NsysRaw, ProcessInfo
+from ...ingest.result import Warnings
 
 _RANK_VARS = (
     "RANK",
