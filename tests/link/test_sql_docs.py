@@ -34,6 +34,8 @@ def test_query_runs(title: str, query: str, linked_sample: Path) -> None:
         # Only the loss-report all-reduce after the step, which the model also puts in 'other',
         # in the profiler traces and (matched to them) in the NCCL logs.
         assert sorted(frame.rows()) == [("kineto", "all_reduce", 8), ("nccl_log", "all_reduce", 8)]
+    elif title == "Hosts, ranks and devices, each counted once across sources":
+        assert frame.rows() == [(1, 8, 8, "NVIDIA H100 80GB HBM3")]
     elif title == "Bytes per step by parallel dimension and phase":
         # three sources of every call, counted once: the totals token_wire reports
         wire = pipeline.open(linked_sample).sql("SELECT sum(bytes), sum(calls) FROM token_wire")
