@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_DIR := demo_out
 
-.PHONY: venv demo test bench lint clean samples browser
+.PHONY: venv demo test test-quick bench lint clean samples browser
 
 venv: $(STAMP)
 
@@ -39,6 +39,12 @@ demo: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# The fast tests: every test but the real-trace ones (../shared/real_traces), the browser's,
+# the wheel's and the benchmarks'; needs no Chromium and no traces beyond the repository's.
+test-quick: $(STAMP)
+	TOKENWIRE_REAL_TRACES= $(BIN)/python -m pytest -q -m "not slow" \
+	  --ignore=tests/bench --ignore=tests/report/test_browser.py
 
 # Headless Chromium for the report's browser tests (tests/report): installed from Debian's
 # packages where missing and we are root; elsewhere those tests skip and say why.

@@ -7,9 +7,9 @@ timeline). Nothing heavy is imported at module load.
 
 From a notebook::
 
-    import pipeline
-    ds = pipeline.open("run42.tw")
-    ds.sql("SELECT parallel_dim, sum(bytes) FROM collectives_linked GROUP BY ALL")
+    import tokenwire
+    ds = tokenwire.open("run42.tw")
+    ds.sql("SELECT parallel_dim, sum(bytes) AS bytes FROM collective_calls GROUP BY ALL")
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipeline.dataset.handle import Dataset
+    from .dataset.handle import Dataset
 
 __version__ = "0.1.0"
 __all__ = ["open", "__version__"]
 
 
-def open(path: Path | str) -> Dataset:  # noqa: A001 - the verb users expect: pipeline.open(...)
+def open(path: Path | str) -> Dataset:  # noqa: A001 - the verb users expect: tokenwire.open(...)
     """Open a dataset folder made by ``tokenwire ingest`` (and ``tokenwire link``)."""
-    from pipeline.dataset.handle import Dataset
+    from .dataset.handle import Dataset
 
     return Dataset(path)

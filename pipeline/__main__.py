@@ -1,5 +1,5 @@
 """Allow ``python -m pipeline``."""
 
-from pipeline.cli import cli
+from .cli import cli
 
 cli()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
-from pipeline import __version__
-from pipeline.cli_options import DATASET, JOB_NAME, job_choice, job_config, output_format
-from pipeline.errors import TokenwireError, one_line
+from . import __version__
+from .cli_options import DATASET, JOB_NAME, job_choice, job_config, output_format
+from .errors import TokenwireError, one_line
 
 
 class _Group(click.Group):
@@ -148,8 +148,8 @@ def ingest(
     A file already in the dataset (same sha256) is skipped. Bad files are reported one line
     each on stderr and the exit code is 1; the good files of the run are kept.
     """
-    from pipeline.ingest.run import ingest as run_ingest
-    from pipeline.ingest.run import passed
+    from .ingest.run import ingest as run_ingest
+    from .ingest.run import passed
 
     try:
         with _Progress() as bar:
@@ -191,13 +191,16 @@ def ingest(
 
 
 class _Progress:
-    """A progress bar over files on stderr; click shows it only on a terminal."""
+    """A progress bar over files on stderr when stderr is a terminal; nothing otherwise
+    (click's bar would still print its label line into a log or a pipe)."""
 
     def __init__(self) -> None:
         self._bar = None
         self._stack = contextlib.ExitStack()
 
     def start(self, total: int) -> None:
+        if not _is_terminal(sys.stderr):
+            return
         bar = click.progressbar(length=total, label="ingest", file=sys.stderr, show_pos=True)
         self._bar = self._stack.enter_context(bar)
 
@@ -210,6 +213,13 @@ class _Progress:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # (no isatty, or closed)
+        return False
 
 
 def _print_summary(summary) -> None:
@@ -246,7 +256,7 @@ def _print_summary(summary) -> None:
 @DATASET
 def tables(dataset: Path) -> None:
     """List the dataset's tables: columns with types and units, and row counts."""
-    from pipeline.dataset.catalog import describe
+    from .dataset.catalog import describe
 
     try:
         for table in describe(dataset):
@@ -282,12 +292,14 @@ def sql(
     Example:
       tokenwire sql run42.tw "SELECT op, sum(bytes) FROM collectives GROUP BY op"
 
-    Without QUERY, statements are read from stdin. The dataset is opened read-only: DuckDB
-    may read only its parts, and statements that write (COPY, INSERT, DELETE, CREATE,
-    ATTACH, EXPORT, INSTALL/LOAD) are refused unless --allow-writes is given.
+    Without QUERY, statements are read from stdin. Every statement that returns rows
+    prints them, in order (tables and CSV blocks apart by a blank line, one JSON array per
+    line); -o FILE holds the last one's. The dataset is opened read-only: DuckDB may read
+    only its parts, and statements that write (COPY, INSERT, DELETE, CREATE, ATTACH,
+    EXPORT, INSTALL/LOAD) are refused unless --allow-writes is given.
     """
-    from pipeline.dataset.query import run_query, write_result
-    from pipeline.output import refuse_inside
+    from .dataset.query import run_queries, write_result
+    from .output import refuse_inside
 
     if fmt == "parquet" and output is None:
         raise click.UsageError("--format parquet needs -o FILE")
@@ -295,26 +307,40 @@ def sql(
     try:
         if output is not None and not allow_writes:
             refuse_inside(dataset, output)
-        frame = run_query(dataset, text, allow_writes=allow_writes)
+        results = run_queries(dataset, text, allow_writes=allow_writes)
+        frames = [f for f in results if f is not None]
         if output is not None:
-            write_result(frame, output, fmt)
+            write_result(frames[-1] if frames else _empty_frame(), output, fmt)
         else:
-            click.echo(format_frame(frame, fmt), nl=False)
+            gap = "" if fmt == "json" else "\n"
+            shown = frames or [_empty_frame()]
+            click.echo(gap.join(format_frame(f, fmt) for f in shown), nl=False)
     except TokenwireError as exc:
         _fail(str(exc))
 
 
-def format_frame(frame, fmt: str) -> str:
-    """Render a Polars frame as text for stdout."""
+def _empty_frame():
     import polars as pl
 
-    from pipeline.dataset.query import flatten_nested
+    return pl.DataFrame()
+
+
+def format_frame(frame, fmt: str) -> str:
+    """Render a Polars frame as text for stdout: whole numbers as integers, every other
+    number in full (71696416.5, not 7.1696416e7), and numbers as JSON numbers."""
+    import polars as pl
+
+    from .dataset.query import flatten_nested
 
     if fmt == "csv":
         return flatten_nested(frame).write_csv()
     if fmt == "json":
-        return frame.write_json() + "\n"
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
+        # (Polars writes a decimal as a JSON string)
+        decimals = [c for c, t in frame.schema.items() if isinstance(t, pl.Decimal)]
+        return frame.with_columns(pl.col(decimals).cast(pl.Float64)).write_json() + "\n"
+    with pl.Config(
+        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200, fmt_float="full"
+    ):
         return str(frame) + "\n"
 
 
@@ -336,7 +362,7 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     Exit codes: 0 no hang or mismatch found; 4 a hang or mismatch was found; 1 unreadable
     input; 2 wrong invocation.
     """
-    from pipeline.analysis import hang as hang_analysis
+    from .analysis import hang as hang_analysis
 
     try:
         if len(paths) == 1 and (paths[0] / "manifest.json").is_file():
@@ -433,12 +459,12 @@ def predict(  # noqa: ANN201
     """
     import json
 
-    from pipeline.model import network as net
-    from pipeline.model import timing
-    from pipeline.model.compute import compute_summary, format_compute
-    from pipeline.model.config import build_job
-    from pipeline.model.predict import format_table
-    from pipeline.model.predict import predict as predict_rank
+    from .model import network as net
+    from .model import timing
+    from .model.compute import compute_summary, format_compute
+    from .model.config import build_job
+    from .model.predict import format_table
+    from .model.predict import predict as predict_rank
 
     if config is None and preset is None:
         raise click.UsageError("give --config job.yaml or --model PRESET")
@@ -494,9 +520,9 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
     import dataclasses
     import json
 
-    from pipeline.model import timing, whatif
-    from pipeline.model.compute import mfu
-    from pipeline.model.config import build_job
+    from .model import timing, whatif
+    from .model.compute import mfu
+    from .model.config import build_job
 
     if config is None:
         raise click.UsageError("--from needs --config: the job.yaml of the observed run")
@@ -549,8 +575,8 @@ def tokens(text_file, tokenizer, train_vocab, config, fmt) -> None:  # noqa: ANN
     """
     import json
 
-    from pipeline.model import tokens as tk
-    from pipeline.model.config import load_job
+    from .model import tokens as tk
+    from .model.config import load_job
 
     try:
         job = load_job(config) if config else None
@@ -573,7 +599,7 @@ def link(dataset: Path, config: Path | None) -> None:
     Example:
       tokenwire link run42.tw --config job.yaml
     """
-    from pipeline.link.runner import link as run_link
+    from .link.runner import link as run_link
 
     try:
         summary = run_link(dataset, config=config)
@@ -608,8 +634,8 @@ def report(
       tokenwire report run42.tw --config job.yaml -o report.html
     """
     _without_jsonschema_format_checkers()
-    from pipeline.output import refuse_inside
-    from pipeline.report import build_report
+    from .output import refuse_inside
+    from .report import build_report
 
     try:
         refuse_inside(dataset, output)
@@ -638,6 +664,10 @@ def _without_jsonschema_format_checkers() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
+#: Columns a diff table takes in a terminal by default.
+DIFF_WIDTH = 120
+
+
 @cli.command("diff")
 @DATASET
 @click.argument("job_a")
@@ -661,6 +691,11 @@ def _without_jsonschema_format_checkers() -> None:
     "diff_predicted, diff_layers, diff_ops) and each job's tables (a_<name>, b_<name>) "
     "instead, and print its result.",
 )  # fmt: skip
+@click.option(
+    "--width", type=click.IntRange(min=0), default=DIFF_WIDTH, show_default=True,
+    help="Columns a table may take: wider views print in blocks of columns, each with "
+    "the rows' keys (0: one block, as wide as it is).",
+)  # fmt: skip
 def diff(
     dataset: Path,
     job_a: str,
@@ -670,6 +705,7 @@ def diff(
     view: str | None,
     html_path: Path | None,
     query: str | None,
+    width: int,
 ) -> None:
     """Compare two linked jobs: what changed on the wire and in time (B - A).
 
@@ -686,8 +722,8 @@ def diff(
     predicted change next to the observed one. Both datasets are opened read-only.
     docs/diff.md describes every column.
     """
-    from pipeline.diff import VIEWS, diff_jobs, view_descriptions
-    from pipeline.output import refuse_inside
+    from .diff import VIEWS, diff_jobs, view_descriptions
+    from .output import refuse_inside
 
     if query is not None:
         if view is not None or html_path is not None:
@@ -703,7 +739,7 @@ def diff(
         result = diff_jobs(dataset, job_a, job_b, other=other)
         if html_path is not None:
             _without_jsonschema_format_checkers()
-            from pipeline.diff.page import write_page
+            from .diff.page import write_page
 
             size = write_page(result, html_path)
             click.echo(f"wrote {html_path} ({size / 1e6:.1f} MB, {job_a} -> {job_b})", err=True)
@@ -717,15 +753,15 @@ def diff(
         return
     for n in names:
         if fmt == "table" and len(names) > 1:
-            click.echo(f"{n}: {view_descriptions()[n]}")
-        click.echo(_diff_text(result.views[n], fmt), nl=False)
+            click.echo(_wrapped(f"{n}: {view_descriptions()[n]}", width))
+        click.echo(_diff_text(result.views[n], fmt, width), nl=False)
 
 
 def _diff_query(
     dataset: Path, job_a: str, job_b: str, other: Path | None, query: str, fmt: str
 ) -> None:
     """``tokenwire diff --sql``: the query's result on stdout."""
-    from pipeline.diff import query_diff
+    from .diff import query_diff
 
     text = sys.stdin.read() if query == "-" else query
     try:
@@ -735,19 +771,82 @@ def _diff_query(
     click.echo(format_frame(frame, fmt), nl=False)
 
 
-def _diff_text(frame, fmt: str) -> str:
-    """A diff view as text; a table is as wide as its columns (pipe it to ``less -S``), with
-    numbers in full (bytes, not 2.158592e6) to 3 decimals."""
+def _wrapped(text: str, width: int) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width) if width else text
+
+
+def _diff_text(frame, fmt: str, width: int = DIFF_WIDTH) -> str:
+    """A diff view as text. A table has numbers in full (bytes, not 2.158592e6), times in
+    whole ns (the unit in the column's name), other fractions to 3 decimals, and fits
+    ``width`` columns: its leading text columns (the rows' keys) and as many of the others
+    as fit, then the keys again with the next ones (``width`` 0: one block)."""
     if fmt != "table":
         return format_frame(frame, fmt)
     import polars as pl
     import polars.selectors as cs
 
+    times = cs.ends_with("_ns", "_ns_a", "_ns_b")
+    frame = frame.with_columns(cs.float().round(3)).with_columns(times.round(0))
+    if "metric" in frame.columns:  # (diff_steps: a row per metric, its unit in its name)
+        whole = pl.col("metric").str.ends_with("_ns")
+        floats = [n for n in ("a", "b", "change") if n in frame.columns]
+        frame = frame.with_columns(
+            pl.when(whole).then(pl.col(n).round(0)).otherwise(pl.col(n)).alias(n) for n in floats
+        )
+    keys = []
+    for name, dtype in frame.schema.items():
+        if dtype != pl.String:
+            break
+        keys.append(name)
+    values = frame.columns[len(keys) :]
+    # (long keys, such as layer paths and op names, lose their middle until they leave a
+    # third of the width to values: their heads and tails tell them apart)
+    text_chars = 80
+    while (
+        text_chars > 16
+        and width
+        and _table_width(_cut(frame.select(keys), keys, text_chars)) > width * 2 // 3
+    ):
+        text_chars -= 4
+    frame = _cut(frame, keys, text_chars)
+    blocks: list[list[str]] = []
+    for name in values:
+        trial = [*keys, *(blocks[-1] if blocks else []), name]
+        if blocks and (not width or _table_width(frame.select(trial)) <= width):
+            blocks[-1].append(name)
+        else:
+            blocks.append([name])
+    return "\n".join(_table_text(frame.select([*keys, *block])) for block in blocks or [[]])
+
+
+def _cut(frame, columns: list[str], chars: int):
+    """``frame`` with the text of ``columns`` longer than ``chars`` cut in the middle."""
+    import polars as pl
+
+    head, tail = chars // 2, chars - chars // 2 - 1
+    return frame.with_columns(
+        pl.when(pl.col(c).str.len_chars() > chars)
+        .then(pl.col(c).str.head(head) + "…" + pl.col(c).str.tail(tail))
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c in columns
+    )
+
+
+def _table_text(frame) -> str:
+    import polars as pl
+
     with pl.Config(
-        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=10_000, fmt_float="full",
-        tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
+        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=1000, tbl_width_chars=10_000,
+        fmt_float="full", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
     ):  # fmt: skip
-        return str(frame.with_columns(cs.float().round(3))) + "\n"
+        return str(frame) + "\n"
+
+
+def _table_width(frame) -> int:
+    return max(len(line) for line in _table_text(frame).splitlines())
 
 
 @cli.command("export")
@@ -803,8 +902,8 @@ def export(
     size opens comfortably). --flows writes the bytes on each rank-to-rank link of every
     collective instead (docs/wire.md).
     """
-    from pipeline import export as ex
-    from pipeline.output import refuse_inside
+    from . import export as ex
+    from .output import refuse_inside
 
     if flows:
         if kernels or ops:
@@ -852,9 +951,9 @@ def _export_flows(
     allow_writes: bool,
 ) -> None:
     """``tokenwire export --flows``: the wire table of a linked job as a flow list."""
-    from pipeline import export as ex
-    from pipeline.export.flows import export_flows
-    from pipeline.output import refuse_inside
+    from . import export as ex
+    from .export.flows import export_flows
+    from .output import refuse_inside
 
     try:
         scope = ex.Scope(

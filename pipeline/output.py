@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.errors import TokenwireError
+from .errors import TokenwireError
 
 
 class OutputError(TokenwireError):

@@ -12,8 +12,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def real_traces_dir() -> Path | None:
-    """``$TOKENWIRE_REAL_TRACES``, else ``../shared/real_traces`` beside the checkout."""
+    """``$TOKENWIRE_REAL_TRACES``, else ``../shared/real_traces`` beside the checkout; None
+    where it is absent, or ``$TOKENWIRE_REAL_TRACES`` is set empty (``make test-quick``)."""
     env = os.environ.get("TOKENWIRE_REAL_TRACES")
+    if env == "":
+        return None
     path = Path(env) if env else REPO_ROOT.parent / "shared" / "real_traces"
     return path if path.is_dir() else None
 
@@ -60,6 +63,8 @@ def real_traces() -> Path:
     """The real traces folder; the test is skipped where it is absent (a user's own clone)."""
     path = real_traces_dir()
     if path is None:
+        if os.environ.get("TOKENWIRE_REAL_TRACES") == "":
+            pytest.skip("real-trace tests left out (TOKENWIRE_REAL_TRACES is set empty)")
         pytest.skip("../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)")
     return path
 

@@ -52,3 +52,24 @@ def test_shared_options_mean_one_thing() -> None:
                 assert named == (name == "ingest"), name
                 seen.add("job")
     assert seen == {"config", "format", "job"}
+
+
+def test_readme_says_what_make_test_needs_and_the_quick_target_exists() -> None:
+    import re
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert re.search(r"^test-quick:", makefile, flags=re.M)
+    assert "make test-quick" in readme
+    # what make test installs, and where the real-trace tests' files come from
+    assert "Chromium" in readme and "apt-get" in readme and "as root" in readme
+    assert "../shared/real_traces/" in readme and "$TOKENWIRE_REAL_TRACES" in readme
+    quick = re.search(r"^test-quick:.*?\n((?:\t.*\n)+)", makefile, flags=re.M)
+    assert quick and "TOKENWIRE_REAL_TRACES= " in quick[1] and "not slow" in quick[1]
+
+
+def test_empty_real_traces_variable_leaves_the_real_traces_out(monkeypatch) -> None:
+    from tests.conftest import real_traces_dir
+
+    monkeypatch.setenv("TOKENWIRE_REAL_TRACES", "")
+    assert real_traces_dir() is None

@@ -91,29 +91,33 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-def test_wheel_holds_every_package_file_and_schema(wheel):
+@pytest.mark.parametrize("name", ["tokenwire", "pipeline"])
+def test_wheel_holds_every_package_file_and_schema(wheel, name):
+    """The package installs as ``tokenwire`` and as ``pipeline``, the folder's name."""
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     expected = {
-        str(p.relative_to(REPO))
+        f"{name}/{p.relative_to(REPO / 'pipeline')}"
         for p in (REPO / "pipeline").rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
-    expected |= {f"pipeline/schemas/{p.name}" for p in (REPO / "schemas").glob("*.yaml")}
-    assert any(n.startswith("pipeline/schemas/") for n in expected)
+    expected |= {f"{name}/schemas/{p.name}" for p in (REPO / "schemas").glob("*.yaml")}
+    assert any(n.startswith(f"{name}/schemas/") for n in expected)
     assert sorted(expected - names) == []
-    outside = {n for n in names if not n.startswith(("pipeline/", "tokenwire-0"))}
+    outside = {n for n in names if not n.startswith(("tokenwire/", "pipeline/", "tokenwire-0"))}
     assert sorted(outside) == []
 
 
-def test_installed_package_is_the_wheel_not_the_checkout(venv, tmp_path):
+@pytest.mark.parametrize("name", ["tokenwire", "pipeline"])
+def test_installed_package_is_the_wheel_not_the_checkout(venv, tmp_path, name):
     code = (
-        "import pipeline; from pipeline.dataset.schema import load_schemas, schemas_dir; "
-        "print(pipeline.__file__); print(schemas_dir()); print(len(load_schemas()))"
+        f"import {name} as package; from {name}.dataset.schema import load_schemas, "
+        "schemas_dir; print(package.__file__); print(schemas_dir()); print(len(load_schemas()))"
     )
     out = _run([venv / "bin" / "python", "-c", code], cwd=tmp_path, env=_clean_env())
     package, schemas, count = out.stdout.split("\n")[:3]
-    assert Path(package).resolve().is_relative_to(venv.resolve())
+    assert Path(package).resolve().is_relative_to(venv.resolve() / "lib")
+    assert Path(package).parent.name == name
     assert Path(schemas).resolve().is_relative_to(venv.resolve())
     assert int(count) == len(list((REPO / "schemas").glob("*.yaml")))
 

@@ -36,10 +36,10 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.dataset.schema import conform
-from pipeline.errors import DatasetError, TraceFormatError
-from pipeline.ingest.detect import read_head
-from pipeline.ingest.flight_recorder import parse as flight_recorder
+from ..dataset.schema import conform
+from ..errors import DatasetError, TraceFormatError
+from ..ingest.detect import read_head
+from ..ingest.flight_recorder import parse as flight_recorder
 
 #: Exit code of ``tokenwire hang`` when a hang or a mismatch was found.
 EXIT_PROBLEM = 4
@@ -731,7 +731,7 @@ def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
     DatasetError
         No flight recorder dumps in the dataset, or several jobs and no ``job`` to pick one.
     """
-    from pipeline.dataset.snapshot import read_snapshot
+    from ..dataset.snapshot import read_snapshot
 
     # (read again if an ingest commits while this reads)
     read = functools.partial(_dump_rows, Path(dataset), job)
@@ -741,8 +741,8 @@ def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
 
 def _dump_rows(dataset: Path, job: str | None) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
     """The flight recorder's collectives and communicators of ``job``, and its dumped ranks."""
-    from pipeline.dataset.rank_sets import STORED_VIEW
-    from pipeline.dataset.views import connect
+    from ..dataset.rank_sets import STORED_VIEW
+    from ..dataset.views import connect
 
     con = connect(dataset, read_only=True)
     jobs = [

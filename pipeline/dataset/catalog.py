@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipeline.dataset.schema import Column, load_schemas
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.store import MANIFEST, read_parts_by_table, require_parts
-from pipeline.errors import DatasetError
+from ..dataset.schema import Column, load_schemas
+from ..dataset.snapshot import read_snapshot
+from ..dataset.store import read_parts_by_table, require_dataset, require_parts
 
 
 @dataclass(frozen=True)
@@ -26,8 +25,7 @@ class TableInfo:
 
 def describe(dataset: Path) -> list[TableInfo]:
     """Every table of ``dataset`` (empty ones too), rows counted from Parquet metadata."""
-    if not (Path(dataset) / MANIFEST).is_file():
-        raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
+    require_dataset(Path(dataset))
     return read_snapshot(Path(dataset), functools.partial(_describe, Path(dataset)))
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pyarrow as pa
 
-from pipeline.dataset.store import (
+from ..dataset.store import (
     LOCK,
     MANIFEST,
     PART_NAME,
@@ -47,12 +47,13 @@ from pipeline.dataset.store import (
     check_dataset_folder,
     check_part_path,
     manifest_doc,
+    not_a_dataset,
     read_manifest,
     require_current,
     require_inside,
 )
-from pipeline.errors import DatasetError
-from pipeline.gcpause import gc_paused
+from ..errors import DatasetError
+from ..gcpause import gc_paused
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -96,6 +97,8 @@ class Transaction:
     def _open(self) -> None:
         """Read and check the manifest; clear what a killed writer left behind."""
         if not (self.dataset / MANIFEST).exists():
+            if not self.create:  # (link: a folder of anything else is not a dataset to write)
+                raise DatasetError(not_a_dataset(self.dataset))
             others = [name for name in os.listdir(self.dataset) if not _own_leftover(name)]
             if others:
                 raise DatasetError(
@@ -103,8 +106,6 @@ class Transaction:
                     f"(holds {others[0]!r}); give a new or empty folder"
                 )
             # an empty folder is the start of a dataset; the manifest makes it one
-            if not self.create:
-                raise DatasetError(f"{self.dataset}: not a tokenwire dataset (no {MANIFEST})")
             self.created = True
             write_manifest(self.dataset, Manifest())
         self.manifest = read_manifest(self.dataset)

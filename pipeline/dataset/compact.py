@@ -20,9 +20,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from pipeline.dataset.commit import PartWriter
-from pipeline.dataset.schema import TableSchema, conform, load_schemas
-from pipeline.dataset.store import (
+from ..dataset.commit import PartWriter
+from ..dataset.schema import TableSchema, conform, load_schemas
+from ..dataset.store import (
     ROW_GROUP_ROWS,
     Manifest,
     part_columns,
@@ -31,7 +31,7 @@ from pipeline.dataset.store import (
     require_parts,
     row_groups,
 )
-from pipeline.dataset.views import parts_select, require_readable
+from ..dataset.views import parts_select, require_readable
 
 #: A part with fewer rows is merged with the other small parts of its table and job.
 #: Measured with DuckDB on this project's tables: opening a part costs about 0.1 to 0.35 ms,

@@ -7,9 +7,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipeline.dataset.catalog import TableInfo, describe
-from pipeline.dataset.query import run_query
-from pipeline.dataset.views import connect
+from ..dataset.catalog import TableInfo, describe
+from ..dataset.query import run_query
+from ..dataset.views import connect
 
 
 class Dataset:
@@ -17,8 +17,8 @@ class Dataset:
 
     Examples
     --------
-    >>> import pipeline
-    >>> ds = pipeline.open("run42.tw")                                  # doctest: +SKIP
+    >>> import tokenwire
+    >>> ds = tokenwire.open("run42.tw")                                  # doctest: +SKIP
     >>> ds.sql("SELECT op, sum(bytes) FROM collectives GROUP BY op")    # doctest: +SKIP
     """
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.views import connect
-from pipeline.errors import TokenwireError
+from ..dataset.snapshot import read_snapshot
+from ..dataset.views import connect
+from ..errors import TokenwireError
 
 
 class QueryError(TokenwireError):
@@ -34,7 +34,18 @@ _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?", re.IGNORECASE)
 
 
 def run_query(dataset: Path, text: str, *, allow_writes: bool = False) -> pl.DataFrame:
-    """Run the statements in ``text`` in order; the result of the last one is returned.
+    """Run the statements in ``text`` in order; the result of the last one is returned
+    (:func:`run_queries` returns every one's)."""
+    results = run_queries(dataset, text, allow_writes=allow_writes)
+    last = results[-1] if results else None
+    return last if last is not None else pl.DataFrame()
+
+
+def run_queries(
+    dataset: Path, text: str, *, allow_writes: bool = False
+) -> list[pl.DataFrame | None]:
+    """Run the statements in ``text`` in order; each one's result, None for a statement
+    that returns none (``SET``, ``CREATE``).
 
     Unless ``allow_writes``, the dataset is opened read-only (see
     :func:`pipeline.dataset.views.connect`) and a statement that could write (``COPY``,
@@ -58,10 +69,10 @@ def run_query(dataset: Path, text: str, *, allow_writes: bool = False) -> pl.Dat
         raise QueryError(str(exc).splitlines()[0]) from exc
 
 
-def _run(dataset: Path, text: str, *, allow_writes: bool) -> pl.DataFrame:
+def _run(dataset: Path, text: str, *, allow_writes: bool) -> list[pl.DataFrame | None]:
     con = connect(dataset, read_only=not allow_writes)
     try:
-        return run_statements(con, text, allow_writes=allow_writes)
+        return statement_results(con, text, allow_writes=allow_writes)
     finally:
         con.close()
 
@@ -80,9 +91,23 @@ def run_statements(
     refusal: str = SQL_READ_ONLY,
 ) -> pl.DataFrame:
     """Run the statements in ``text`` on ``con`` in order and return the last one's result
-    as a Polars frame (types Polars or CSV cannot hold as text). Unless ``allow_writes``,
-    every statement is checked to only read before any runs (``refusal``: why one that
-    may write is refused).
+    (:func:`statement_results`), an empty frame when it returns none."""
+    last = statement_results(con, text, allow_writes=allow_writes, refusal=refusal)[-1]
+    return last if last is not None else pl.DataFrame()
+
+
+def statement_results(
+    con: duckdb.DuckDBPyConnection,
+    text: str,
+    *,
+    allow_writes: bool = False,
+    refusal: str = SQL_READ_ONLY,
+) -> list[pl.DataFrame | None]:
+    """Run the statements in ``text`` on ``con`` in order; each one's result as a Polars
+    frame (types Polars or CSV cannot hold as text, whole numbers as integers:
+    :func:`_frame`), None for a statement that returns none. Unless ``allow_writes``, every
+    statement is checked to only read before any runs (``refusal``: why one that may write
+    is refused).
 
     Raises
     ------
@@ -97,12 +122,34 @@ def run_statements(
     if not allow_writes:
         for statement in statements:
             _check_read_only(con, statement, refusal)
-    for statement in statements[:-1]:
-        con.execute(statement).fetchall()
-    relation = con.sql(statements[-1].query)
-    if relation is None:
-        return pl.DataFrame()
-    return _frame(_with_text_columns(relation))
+    results: list[pl.DataFrame | None] = []
+    for i, statement in enumerate(statements):
+        # (each result is read before the next statement runs: a relation is lazy, and a
+        # later SET or CREATE would change what it reads)
+        relation = con.sql(statement.query)
+        shown = relation is not None and (i == len(statements) - 1 or _returns_rows(statement))
+        results.append(_frame(_with_text_columns(relation)) if shown else None)
+    return results
+
+
+#: Statement types whose result is rows the user asked for (a SET's or a CREATE's is
+#: DuckDB's "Success" or row count).
+_ROW_TYPES = frozenset(
+    {
+        duckdb.StatementType.SELECT,
+        duckdb.StatementType.EXPLAIN,
+        duckdb.StatementType.PRAGMA,
+        duckdb.StatementType.CALL,
+        duckdb.StatementType.MULTI,
+    }
+)
+
+
+def _returns_rows(statement) -> bool:
+    try:
+        return statement.type in _ROW_TYPES
+    except ValueError:  # a statement type newer than this duckdb module's enum knows
+        return False
 
 
 #: DuckDB types that Polars cannot hold, or that CSV and JSON cannot write (binary, maps
@@ -129,13 +176,27 @@ def _with_text_columns(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRela
 
 def _frame(relation: duckdb.DuckDBPyRelation) -> pl.DataFrame:
     try:
-        return pl.from_arrow(relation.to_arrow_table())
+        return whole_numbers_as_integers(pl.from_arrow(relation.to_arrow_table()))
     except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
         # (a type Polars has no place for that _AS_TEXT does not know yet)
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise QueryError(
             f"the result cannot be shown: {first}; cast the column to VARCHAR"
         ) from exc
+
+
+def whole_numbers_as_integers(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its columns of whole numbers in a wider type (DuckDB's ``sum`` of a
+    BIGINT is a HUGEINT or DECIMAL(38,0)) as Int64 where every value fits, so that they
+    print as integers and are numbers in JSON."""
+    wide = [
+        c
+        for c, t in frame.schema.items()
+        if isinstance(t, pl.Decimal) and t.scale == 0 or t in (pl.Int128, pl.UInt64)
+    ]
+    narrowed = frame.select(pl.col(c).cast(pl.Int64, strict=False) for c in wide)
+    fits = [c for c in wide if narrowed[c].null_count() == frame[c].null_count()]
+    return frame.with_columns(narrowed.select(fits)) if fits else frame
 
 
 def _check_read_only(con: duckdb.DuckDBPyConnection, statement, refusal: str) -> None:
@@ -175,7 +236,7 @@ def flatten_nested(frame: pl.DataFrame) -> pl.DataFrame:
 def write_result(frame: pl.DataFrame, output: Path, fmt: str) -> None:
     """Write a query result to ``output`` in ``fmt`` (table is written as CSV), whole or not
     at all (:func:`pipeline.output.atomic_output`)."""
-    from pipeline.output import atomic_output
+    from ..output import atomic_output
 
     with atomic_output(output) as tmp:
         if fmt == "parquet":

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dataset.arrow_convert import from_numpy, ints_from_floats, to_floats, to_numpy
+from ..dataset.arrow_convert import from_numpy, ints_from_floats, to_floats, to_numpy
 
 #: The table whose ``ranks`` are stored this way.
 TABLE = "communicators"

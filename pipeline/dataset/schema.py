@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import yaml
 
-from pipeline.dataset.arrow_convert import string_scalar
+from ..dataset.arrow_convert import string_scalar
 
 #: libyaml's loader where PyYAML was built with it: the pure-Python one takes 0.19 s to read
 #: the schemas, in every process that touches the dataset (each ingest worker too).

@@ -20,7 +20,7 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
-from pipeline.dataset.store import MANIFEST, MissingPartError, read_parts_by_table, require_parts
+from ..dataset.store import MANIFEST, MissingPartError, read_parts_by_table, require_parts
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ def read_snapshot(dataset: Path, read: Callable[[], T], *, attempts: int = ATTEM
 def _require_whole(dataset: Path) -> None:
     """Name a listed part that is missing, a link, or not whole Parquet (see
     :func:`pipeline.dataset.views.require_readable`)."""
-    from pipeline.dataset.views import require_readable
+    from ..dataset.views import require_readable
 
     parts = [p for ps in read_parts_by_table(dataset).values() for p in ps]
     require_parts(dataset, parts)

@@ -18,6 +18,39 @@ SELECT job, rank, arg_min(source, source_preference(source)) AS source
 FROM (SELECT DISTINCT job, rank, source FROM collectives)
 GROUP BY ALL;
 
+-- rank_hosts: per job and rank, the one host, device and accelerator it ran on, however its
+-- sources spell them. Sources name a host their own way (an NCCL log's `node0`, Nsight's
+-- `node-0`, a profiler trace none): the names the sources of one rank give are one host. A
+-- rank's own name is its most trusted source's (source_preference); every name is then
+-- replaced by the own name of the lowest rank that any source gives it, so two spellings of
+-- a host count once, on every rank of it. device and gpu_name: the most trusted source's
+-- that gives one. A rank no source names a host of has a NULL host.
+CREATE VIEW rank_hosts AS
+WITH named AS (
+    SELECT DISTINCT job, rank, source, host FROM ranks WHERE host IS NOT NULL
+),
+own AS (
+    SELECT job, rank, arg_min(host, (source_preference(source), host)) AS host
+    FROM named GROUP BY ALL
+),
+alias AS (
+    SELECT n.job, n.host AS name, arg_min(o.host, (n.rank, o.host)) AS host
+    FROM named n JOIN own o USING (job, rank)
+    GROUP BY ALL
+),
+facts AS (
+    SELECT job, rank,
+           arg_min(device, (source_preference(source), device))
+               FILTER (device IS NOT NULL) AS device,
+           arg_min(gpu_name, (source_preference(source), gpu_name))
+               FILTER (gpu_name IS NOT NULL) AS gpu_name
+    FROM ranks GROUP BY ALL
+)
+SELECT f.job, f.rank, a.host, f.device, f.gpu_name
+FROM facts f
+LEFT JOIN own o USING (job, rank)
+LEFT JOIN alias a ON a.job = o.job AND a.name = o.host;
+
 -- member_ranks: an aggregate over a communicator's rows (of _communicators_stored, the rows
 -- as the parts hold them): its members, sorted. A row lists its group (ranks), or stores it
 -- as the sequence ranks_first + i x ranks_stride, i < nranks (pipeline/dataset/rank_sets.py),

@@ -18,7 +18,9 @@ NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 @functools.cache
 def sql_text(package: str, file: str) -> str:
-    """The text of ``file``, a SQL file of ``package`` (``pipeline.report``, ...)."""
+    """The text of ``file``, a SQL file of ``package``: the caller's ``__package__``, so that
+    the package's files are found under whatever name it was imported as (``tokenwire``,
+    ``pipeline``)."""
     return resources.files(package).joinpath(file).read_text(encoding="utf-8")
 
 

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from pipeline.dataset import rank_sets
-from pipeline.dataset.schema import table_schema
-from pipeline.errors import DatasetError, shown
-from pipeline.gcpause import gc_paused
+from ..dataset import rank_sets
+from ..dataset.schema import table_schema
+from ..errors import DatasetError, shown
+from ..gcpause import gc_paused
 
 if TYPE_CHECKING:
     pass
@@ -475,12 +475,25 @@ def check_dataset_folder(dataset: Path, *, must_exist: bool) -> None:
         mode = os.stat(dataset).st_mode
     except FileNotFoundError:
         if must_exist:
-            raise DatasetError(f"{dataset}: not a tokenwire dataset (no such folder)") from None
+            raise DatasetError(f"{dataset}: does not exist") from None
         return
     except OSError as exc:
         raise DatasetError(f"{dataset}: cannot open the dataset folder: {exc.strerror}") from None
     if not stat.S_ISDIR(mode):
         raise DatasetError(f"{dataset}: not a folder, so not a tokenwire dataset")
+
+
+def require_dataset(dataset: Path) -> None:
+    """Refuse ``dataset`` unless it is a tokenwire dataset, saying why: it does not exist,
+    is not a folder, or is a folder without a manifest."""
+    check_dataset_folder(dataset, must_exist=True)
+    if not (dataset / MANIFEST).is_file():
+        raise DatasetError(not_a_dataset(dataset))
+
+
+def not_a_dataset(dataset: Path) -> str:
+    """What to say of an existing folder that holds no manifest."""
+    return f"{dataset}: not a tokenwire dataset (no {MANIFEST})"
 
 
 def part_id(names: Iterable[str]) -> str:

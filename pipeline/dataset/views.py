@@ -16,11 +16,16 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline.dataset import rank_sets
-from pipeline.dataset.schema import TableSchema, load_schemas
-from pipeline.dataset.sql_files import sql_text
-from pipeline.dataset.store import MANIFEST, Manifest, read_parts_by_table, require_parts
-from pipeline.errors import DatasetError
+from ..dataset import rank_sets
+from ..dataset.schema import TableSchema, load_schemas
+from ..dataset.sql_files import sql_text
+from ..dataset.store import (
+    Manifest,
+    read_parts_by_table,
+    require_dataset,
+    require_parts,
+)
+from ..errors import DatasetError
 
 _DUCKDB_TYPES = {
     "string": "VARCHAR",
@@ -59,8 +64,7 @@ def connect(
         When ``dataset`` is not a tokenwire dataset.
     """
     dataset = Path(dataset)
-    if not (dataset / MANIFEST).is_file():
-        raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
+    require_dataset(dataset)
     schemas = [
         s
         for s in load_schemas().values()
@@ -81,9 +85,9 @@ def connect(
         con.close()
         require_readable(dataset, parts)  # a damaged part is named; anything else is a bug
         raise
-    con.execute(sql_text("pipeline.dataset", "sources.sql"))
+    con.execute(sql_text(__package__, "sources.sql"))
     if derived:
-        con.execute(sql_text("pipeline.dataset", "views.sql"))
+        con.execute(sql_text(__package__, "views.sql"))
     if read_only:
         # DuckDB may always reach its temporary folder, by default ``.tmp`` of the current
         # folder: one of its own, unguessable and not there yet, which it removes on close

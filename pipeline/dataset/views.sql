@@ -10,6 +10,14 @@ SELECT c.* EXCLUDE (step, phase, layer, attributed_by, bytes, dtype, size_source
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id);
 
+-- collective_calls: each rank's call of each collective once, as its most trusted source
+-- recorded it (primary_sources, sources.sql: the profiler's, else Nsight's, else the NCCL
+-- log's, else the flight recorder's), with collectives_linked's columns. A job traced
+-- several ways holds each call once per source in collectives_linked; sums over this view
+-- count each byte once, as token_wire does.
+CREATE VIEW collective_calls AS
+SELECT l.* FROM collectives_linked l JOIN primary_sources USING (job, rank, source);
+
 -- primary_kernel_sources: per job and rank, the source whose kernels count, in the order of
 -- source_preference (sources.sql): the profiler's, else Nsight's (the only sources of kernels).
 CREATE VIEW primary_kernel_sources AS

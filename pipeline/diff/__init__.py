@@ -20,8 +20,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from pipeline.dataset.sql_files import sql_text
-from pipeline.diff.sides import DiffError, Side, read_side
+from ..dataset.sql_files import sql_text
+from ..diff.sides import DiffError, Side, read_side
 
 __all__ = ["VIEWS", "DiffError", "RunDiff", "diff_jobs", "query_diff", "view_descriptions"]
 
@@ -34,7 +34,7 @@ _VIEW_COMMENT = re.compile(r"((?:^-- .*\n)+)CREATE VIEW (\w+)", re.MULTILINE)
 @functools.cache
 def diff_sql() -> str:
     """The text of ``diff.sql``."""
-    return sql_text("pipeline.diff", "diff.sql")
+    return sql_text(__package__, "diff.sql")
 
 
 @functools.cache
@@ -102,7 +102,7 @@ def query_diff(
     QueryError
         SQL that DuckDB or the read-only check refused.
     """
-    from pipeline.dataset.query import QueryError, run_statements
+    from ..dataset.query import QueryError, run_statements
 
     if not text.strip():
         raise QueryError("no SQL given")

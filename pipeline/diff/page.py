@@ -12,9 +12,9 @@ import altair as alt
 import polars as pl
 from altair.utils.schemapi import debug_mode
 
-from pipeline.diff import RunDiff, view_descriptions
-from pipeline.report import fmt
-from pipeline.report.page import Chart, Facts, Note, Section, Table, atomic_write_text, render
+from ..diff import RunDiff, view_descriptions
+from ..report import fmt
+from ..report.page import Chart, Facts, Note, Section, Table, atomic_write_text, render
 
 #: colours of job A and job B (the report's observed / predicted pair)
 _COLORS = ["#4c78a8", "#f58518"]

@@ -14,10 +14,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.sql_files import named_statements
-from pipeline.dataset.views import connect
-from pipeline.errors import TokenwireError
+from ..dataset.snapshot import read_snapshot
+from ..dataset.sql_files import named_statements
+from ..dataset.views import connect
+from ..errors import TokenwireError
 
 #: side.sql's statements that make a table for the queries after them (not a side's rows)
 _SETUP = ("steps",)
@@ -30,7 +30,7 @@ class DiffError(TokenwireError):
 @functools.cache
 def side_queries() -> dict[str, str]:
     """The named statements of ``side.sql``, in order."""
-    return named_statements("pipeline.diff", "side.sql")
+    return named_statements(__package__, "side.sql")
 
 
 @dataclass

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import __version__
-from pipeline.export.events import build_events
-from pipeline.export.scope import ExportError, Scope, parse_ranks, parse_steps, parse_window
-from pipeline.export.timeline import read_timeline
-from pipeline.export.write import write_trace
+from .. import __version__
+from ..export.events import build_events
+from ..export.scope import ExportError, Scope, parse_ranks, parse_steps, parse_window
+from ..export.timeline import read_timeline
+from ..export.write import write_trace
 
 __all__ = [
     "ExportError",

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.export.scope import ExportError
-from pipeline.export.timeline import TimelineRows
+from ..export.scope import ExportError
+from ..export.timeline import TimelineRows
 
 #: Track kinds, in the order a rank's tracks are shown.
 STEPS, PHASES, STREAM, ANNOTATIONS, THREAD = 0, 1, 2, 3, 4

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.views import connect
-from pipeline.export.scope import ExportError, Scope
-from pipeline.export.timeline import _job, _ranks, _require_linked
-from pipeline.output import atomic_output
+from ..dataset.snapshot import read_snapshot
+from ..dataset.views import connect
+from ..export.scope import ExportError, Scope
+from ..export.timeline import _job, _ranks, _require_linked
+from ..output import atomic_output
 
 #: The flow list's columns, in order (their meaning: schemas/wire.yaml).
 COLUMNS = (

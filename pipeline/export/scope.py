@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pipeline.errors import TokenwireError
+from ..errors import TokenwireError
 
 __all__ = ["ExportError", "Scope", "parse_ranks", "parse_steps", "parse_window"]
 

@@ -17,10 +17,10 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.dataset.sql_files import named_statements
-from pipeline.dataset.views import connect
-from pipeline.export.scope import ExportError, Scope
+from ..dataset.snapshot import read_snapshot
+from ..dataset.sql_files import named_statements
+from ..dataset.views import connect
+from ..export.scope import ExportError, Scope
 
 _PARAM = re.compile(r"\$(\w+)")
 
@@ -28,7 +28,7 @@ _PARAM = re.compile(r"\$(\w+)")
 @functools.cache
 def queries() -> dict[str, str]:
     """The named queries of ``timeline.sql``."""
-    return named_statements("pipeline.export", "timeline.sql")
+    return named_statements(__package__, "timeline.sql")
 
 
 @dataclass
@@ -73,7 +73,7 @@ def _read(dataset: Path, scope: Scope) -> TimelineRows:
         _run(con, "calls")
         if scope.steps is not None:
             _require_steps(con, job, scope.steps)
-        return TimelineRows(
+        rows = TimelineRows(
             job=job,
             ranks=ranks,
             collectives=_frame(con, "collectives"),
@@ -83,8 +83,29 @@ def _read(dataset: Path, scope: Scope) -> TimelineRows:
             ops=_frame(con, "ops") if scope.ops else pl.DataFrame(),
             untimed_ranks=_frame(con, "untimed_ranks")["rank"].to_list(),
         )
+        if scope.window is not None:
+            _require_window(con, job, scope.window, rows)
+        return rows
     finally:
         con.close()
+
+
+def _require_window(
+    con: duckdb.DuckDBPyConnection, job: str, window: tuple[int | None, int | None],
+    rows: TimelineRows,
+) -> None:  # fmt: skip
+    """Refuse a window that holds no event, naming where the job's events lie."""
+    frames = (rows.collectives, rows.steps, rows.phases, rows.kernels, rows.ops)
+    if any(f.height for f in frames):
+        return
+    start, end = _frame(con, "extent").row(0)
+    asked = f"{'' if window[0] is None else window[0]}:{'' if window[1] is None else window[1]}"
+    if start is None:
+        return  # (no timed collective in scope at all: build_events says nothing is there)
+    raise ExportError(
+        f"--window {asked}: job {job!r} has no event there; its collectives in scope lie in "
+        f"{start}:{end} (ns on the aligned clock)"
+    )
 
 
 def _params(sql: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,11 @@ CROSS JOIN _export_scope s
 WHERE c.job = s.job AND c.start_ns IS NOT NULL
   AND (s.step_lo IS NULL OR c.step BETWEEN s.step_lo AND s.step_hi);
 
+-- name: extent
+-- Where the job's collectives in scope (ranks and steps, the window aside) lie on the aligned
+-- clock: the window an export can take events from.
+SELECT min(start_ns) AS start_ns, max(start_ns + dur_ns) AS end_ns FROM _export_calls;
+
 -- name: untimed_ranks
 -- Ranks in scope whose collectives have no times in any source (an NCCL log or a flight
 -- recorder dump alone): they get no collective events.

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from pipeline.output import atomic_output
+from ..output import atomic_output
 
 #: Events joined per write.
 BATCH = 200_000

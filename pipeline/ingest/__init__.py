@@ -14,6 +14,6 @@ Read top to bottom:
   :mod:`.vocab` (op and dtype names), :mod:`.distributed` (parsing on a Dask cluster).
 """
 
-from pipeline.ingest.result import ParseResult, Warnings
+from ..ingest.result import ParseResult, Warnings
 
 __all__ = ["ParseResult", "Warnings"]

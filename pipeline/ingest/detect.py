@@ -10,24 +10,25 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.gz import gunzip
+from ..errors import TraceFormatError
+from ..ingest.gz import gunzip
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 
-#: Format name -> module under ``pipeline.ingest``, in the order they are tried.
+#: Format name -> module under this package (``.kineto.parse``: relative, so that the
+#: package works under the name it was imported as), in the order they are tried.
 FORMATS: dict[str, str] = {
-    "flight_recorder": "pipeline.ingest.flight_recorder.parse",
+    "flight_recorder": ".flight_recorder.parse",
     # (a JAX profiler trace is trace-event JSON too: its own sniff is the stricter)
-    "jax_trace": "pipeline.ingest.jax_trace.parse",
-    "kineto": "pipeline.ingest.kineto.parse",
-    "rocprof": "pipeline.ingest.rocprof.parse",
-    "nsys": "pipeline.ingest.nsys.parse",
-    "nsys_jax": "pipeline.ingest.nsys_jax.parse",
+    "jax_trace": ".jax_trace.parse",
+    "kineto": ".kineto.parse",
+    "rocprof": ".rocprof.parse",
+    "nsys": ".nsys.parse",
+    "nsys_jax": ".nsys_jax.parse",
     # nccl-tests output often carries NCCL INFO lines too: its table is what makes it special.
-    "nccl_tests": "pipeline.ingest.nccl.nccl_tests",
-    "nccl_log": "pipeline.ingest.nccl.log",
+    "nccl_tests": ".nccl.nccl_tests",
+    "nccl_log": ".nccl.log",
 }
 
 
@@ -57,7 +58,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
 
 def module_for(name: str) -> ModuleType:
     """The parser module of format ``name``."""
-    return importlib.import_module(FORMATS[name])
+    return importlib.import_module(FORMATS[name], __package__)
 
 
 def detect(path: Path) -> str | None:

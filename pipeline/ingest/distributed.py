@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError
+from ..errors import ConfigError
 
 EXTRA_HINT = "pip install 'tokenwire[dask]'"
 

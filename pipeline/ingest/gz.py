@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 from typing import IO
 
-from pipeline.errors import TraceFormatError
+from ..errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 #: Compressed bytes fed to zlib at a time: errors are placed within this, then to the byte.

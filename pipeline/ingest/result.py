@@ -15,8 +15,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.dataset.arrow_convert import empty_table, from_numpy
-from pipeline.dataset.schema import WRITER_COLUMNS, table_schema
+from ..dataset.arrow_convert import empty_table, from_numpy
+from ..dataset.schema import WRITER_COLUMNS, table_schema
 
 #: The engine the parsers' lazy plans are collected on. Polars 2 collects a LazyFrame on its
 #: streaming engine by default, whose start-up costs more than a file's small frames take to

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dataset.arrow_convert import array_from_list, table_from_lists
-from pipeline.dataset.commit import PartWriter, Transaction, discard_parts, write_part
-from pipeline.dataset.schema import conform, table_schema
-from pipeline.dataset.store import (
+from ..dataset.arrow_convert import array_from_list, table_from_lists
+from ..dataset.commit import PartWriter, Transaction, discard_parts, write_part
+from ..dataset.schema import conform, table_schema
+from ..dataset.store import (
     ROW_GROUP_ROWS,
     DatasetWriteError,
     FileEntry,
@@ -46,14 +46,14 @@ from pipeline.dataset.store import (
     part_path,
     row_groups,
 )
-from pipeline.errors import TokenwireError, TraceFormatError
-from pipeline.ingest.derive.attribution import attribute_collectives
-from pipeline.ingest.derive.time_breakdown import add_time_breakdown
-from pipeline.ingest.detect import detect, module_for
-from pipeline.ingest.result import ParseResult
+from ..errors import TokenwireError, TraceFormatError
+from ..ingest.derive.attribution import attribute_collectives
+from ..ingest.derive.time_breakdown import add_time_breakdown
+from ..ingest.detect import detect, module_for
+from ..ingest.result import ParseResult
 
 if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
-    from pipeline.ingest.distributed import Cluster
+    from ..ingest.distributed import Cluster
 
 #: Files whose total size is below this are parsed in-process: a pool costs seconds to start.
 POOL_MIN_BYTES = 64 * 1024 * 1024
@@ -275,7 +275,7 @@ def ingest(
     with _cluster(scheduler) as cluster, Transaction(Path(dataset)) as txn:
         sizes = [_size(inp.path) for inp in inputs]
         # (the parsing workers import this module and never need DuckDB, which compact does)
-        from pipeline.dataset.compact import SMALL_PART_ROWS
+        from ..dataset.compact import SMALL_PART_ROWS
 
         finished = functools.partial(_finished, _SmallTables(txn.dataset), on_file)
         planned = _plan(inputs, sizes, txn, finished, outcomes, SMALL_PART_ROWS, cluster)
@@ -717,7 +717,7 @@ def _commit(txn: Transaction, accepted: list[FileOutcome]) -> None:
                 ranks=out.ranks,
                 parts=out.parts,
             )
-    from pipeline.dataset.compact import compact
+    from ..dataset.compact import compact
 
     merged = compact(txn.dataset, manifest, {out.job for out in accepted})
     txn.commit(removed=stale + merged)  # until here the dataset is as it was
@@ -846,7 +846,7 @@ def _cluster(scheduler: str | None) -> Iterator[Cluster | None]:
     if scheduler is None:
         yield None
         return
-    from pipeline.ingest.distributed import Cluster
+    from ..ingest.distributed import Cluster
 
     with Cluster(scheduler) as cluster:
         yield cluster

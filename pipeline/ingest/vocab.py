@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.values import product_fits
+from ..ingest.values import product_fits
 
 #: Substring (of the lower-cased name, underscores removed) -> op; first match wins, so the
 #: compound names come before the words they contain.
@@ -140,6 +140,16 @@ XLA_COLLECTIVES: dict[str, str] = {
     "collective-permute-start": "send_recv",
     "collective-broadcast": "broadcast",
 }
+
+#: Every op name the dataset's tables hold, the one list (``collectives``,
+#: ``collective_instances``, ``wire``, ``token_wire``, ``ledger``, ``predictions`` alike; the
+#: instance of a send and its recv is the transfer, ``send``): the names above map into it.
+#: ``send_recv`` is NCCL's grouped send/recv where nothing says the direction, ``hypercube``
+#: an nccl-tests test.
+OPS: tuple[str, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "send", "recv", "send_recv", "barrier", "gather", "scatter", "hypercube", "unknown",
+)  # fmt: skip
 
 #: Bytes per element of every dtype name the dataset holds: the one table of element sizes
 #: (the parsers map their spellings to these names; sizes are looked up here).

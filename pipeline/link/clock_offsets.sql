@@ -5,7 +5,7 @@
 -- lowest rank) over the collectives they share. A job on one host (or with no hosts
 -- recorded) has every offset 0; the residual is reported either way.
 --
--- reads: _links_sized, ranks
+-- reads: _links_sized, rank_hosts
 -- creates: _instance_rows, _links_keyed, _rank_hosts, clock_offsets
 -- takes: _links_sized
 
@@ -45,12 +45,11 @@ SELECT job, rank, source, file_id, collective_id, instance_comm, instance_seq, o
        size_source
 FROM _links_keyed WHERE instance_seq IS NOT NULL;
 
--- (sources may spell a host differently; the first name in sort order, so every run agrees;
+-- (sources may spell a host differently: rank_hosts, sources.sql, gives each host one name;
 -- a table: the statements below and wire.sql read it eight times, a view would read every
 -- part of the ranks each time)
 CREATE TEMP TABLE _rank_hosts AS
-SELECT job, rank, min(host) AS host
-FROM ranks GROUP BY ALL;
+SELECT job, rank, host FROM rank_hosts;
 
 -- The reference clock of a job: the host of its lowest rank.
 CREATE VIEW _reference_host AS

@@ -16,7 +16,12 @@
 -- every connection in dataset/sources.sql): all_reduce 2(n-1)/n; all_gather,
 -- reduce_scatter, all_to_all (n-1)/n; others 1.
 --
--- reads: _instance_rows, bus_factor, clock_offsets, collective_matches, source_preference
+-- group_size is the calls' own, else the size of the communicator as any source knows it
+-- (communicator_dims: a profiler's pg_config, a flight recorder's, an NCCL log's nranks),
+-- else that of a less trusted source's instance of the same collective.
+--
+-- reads: _instance_rows, bus_factor, clock_offsets, collective_matches, communicator_dims,
+--   source_preference
 -- creates: _source_instances, collective_instances
 
 CREATE VIEW _instance_aligned AS
@@ -60,9 +65,10 @@ WITH g AS (
     FROM _instance_aligned
     GROUP BY job, source, instance_comm, instance_seq
 ),
--- Where ranks disagree on the op (rare; a send and its recv always do, and are send_recv): the
--- op most of them report, the first by name of equals, so that the table is the same on
--- every run.
+-- Where ranks disagree on the op (rare; a send and its recv always do: their instance is the
+-- transfer, op `send`, whichever side recorded it, so that `op` means the same in every
+-- table): the op most of them report, the first by name of equals, so that the table is the
+-- same on every run.
 usual AS (
     SELECT job, source, comm, seq, first(op ORDER BY n DESC, op) AS usual_op
     FROM (SELECT r.job, r.source, r.instance_comm AS comm, r.instance_seq AS seq, r.op,
@@ -75,13 +81,14 @@ usual AS (
     GROUP BY ALL
 ),
 i AS (
-    SELECT g.*, 
-           CASE WHEN p2p AND min_op <> max_op THEN 'send_recv'
-                WHEN min_op = max_op THEN min_op ELSE u.usual_op END AS op,
+    SELECT g.* REPLACE (coalesce(g.group_size, d.nranks) AS group_size),
+           CASE WHEN p2p THEN 'send' WHEN min_op = max_op THEN min_op ELSE u.usual_op END AS op,
            same_bytes AND (min_op = max_op OR p2p) AS consistent
     FROM g LEFT JOIN usual u
       ON u.job = g.job AND u.source = g.source AND u.comm IS NOT DISTINCT FROM g.comm
      AND u.seq = g.seq
+    -- (a send/recv instance's comm names its pair, no communicator: its calls' size stands)
+    LEFT JOIN communicator_dims d ON d.job = g.job AND d.comm = g.comm
 )
 SELECT job, source, comm, seq, op, bytes, group_size, ranks_seen, consistent,
        first_start_ns, last_start_ns, last_start_ns - first_start_ns AS skew_ns,
@@ -108,12 +115,16 @@ WHERE source_preference(p.source) < source_preference(s.source);
 
 CREATE TEMP TABLE collective_instances AS
 WITH also AS (
-    SELECT job, kept_source AS source, kept_comm AS comm, kept_seq AS seq,
-           list(DISTINCT source) AS others
-    FROM _same_instances
+    SELECT d.job, d.kept_source AS source, d.kept_comm AS comm, d.kept_seq AS seq,
+           list(DISTINCT d.source) AS others, max(o.group_size) AS group_size
+    FROM _same_instances d
+    LEFT JOIN _source_instances o
+      ON o.job = d.job AND o.source = d.source AND o.comm IS NOT DISTINCT FROM d.comm
+     AND o.seq = d.seq
     GROUP BY ALL
 )
-SELECT i.*, list_sort(list_distinct(coalesce(a.others, []) || [i.source])) AS sources
+SELECT i.* REPLACE (coalesce(i.group_size, a.group_size) AS group_size),
+       list_sort(list_distinct(coalesce(a.others, []) || [i.source])) AS sources
 FROM _source_instances i
 LEFT JOIN also a
   ON a.job = i.job AND a.source = i.source AND a.comm IS NOT DISTINCT FROM i.comm

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from pipeline.ingest.vocab import DIMS, GROUP_NAME_DIMS
+from ..ingest.vocab import DIMS, GROUP_NAME_DIMS
 
 if TYPE_CHECKING:
-    from pipeline.model.config import Job
+    from ..model.config import Job
 
 #: Dimensions whose groups carry send/recv (pipeline stages, ring attention, expert exchange).
 P2P_DIMS = ("pp", "cp", "ep", "a2a", "world")
@@ -104,7 +104,7 @@ def _conflicts(
 def _in_layout(spec: Job, members: tuple[int, ...]) -> bool:
     """Whether ``members`` is a group of the layout over some of its dimensions (tp x pp:
     Megatron's model-parallel group), or the first and last stages of a pipeline."""
-    from pipeline.model.predict import group
+    from ..model.predict import group
 
     active = [d for d in ("tp", "cp", "dp", "pp") if getattr(spec.parallel, d) > 1]
     for n in range(2, len(active) + 1):

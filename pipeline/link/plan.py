@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
 from importlib import resources
 
-from pipeline.dataset.sql_files import sql_text
+from ..dataset.sql_files import sql_text
 
 _HEADER = re.compile(r"^--\s*(reads|creates|takes):(.*(?:\n--\s{2,}\S.*)*)", re.M)
 _CREATE = re.compile(
@@ -93,9 +93,9 @@ def parse(name: str, text: str) -> SqlFile:
 
 def sql_files() -> list[SqlFile]:
     """Every link SQL file of the package, parsed, in name order."""
-    folder = resources.files("pipeline.link")
+    folder = resources.files(__package__)
     names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-    return [parse(n, sql_text("pipeline.link", n)) for n in names]
+    return [parse(n, sql_text(__package__, n)) for n in names]
 
 
 def plan(files: list[SqlFile] | None = None) -> Plan:

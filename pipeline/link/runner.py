@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from pipeline.dataset.commit import SPILL, Transaction, write_part
-from pipeline.dataset.rank_sets import STORED_VIEW
-from pipeline.dataset.schema import conform, load_schemas, table_schema
-from pipeline.dataset.store import part_columns, part_path
-from pipeline.dataset.views import connect, empty_select, require_readable, typed_columns
-from pipeline.errors import ConfigError, DatasetError
-from pipeline.link import layout_check
-from pipeline.link.plan import Plan, SqlFile, plan
+from ..dataset.commit import SPILL, Transaction, write_part
+from ..dataset.rank_sets import STORED_VIEW
+from ..dataset.schema import conform, load_schemas, table_schema
+from ..dataset.store import part_columns, part_path
+from ..dataset.views import connect, empty_select, require_readable, typed_columns
+from ..errors import ConfigError, DatasetError
+from ..link import layout_check
+from ..link.plan import Plan, SqlFile, plan
 
 if TYPE_CHECKING:  # (the model's module is imported only by a link with a job.yaml)
-    from pipeline.model.config import Job
+    from ..model.config import Job
 
 
 @dataclass
@@ -61,11 +61,11 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
     """
     dataset = Path(dataset)
     if isinstance(config, (str, Path)):
-        from pipeline.model.config import load_job
+        from ..model.config import load_job
 
         config = load_job(config)
     if config is not None:
-        from pipeline.model.predict import predict
+        from ..model.predict import predict
 
         # (a bad job.yaml, or one whose bytes pass 64 bits, is refused before the dataset is
         # locked and DuckDB started: rank 0's rows meet the model's checks)
@@ -194,7 +194,7 @@ def _register_job_inputs(
     ep_members: dict[str, list] = {"job": [], "comm": [], "ranks": []}
     predictions = []
     if config is not None:
-        from pipeline.model.predict import predictions_table
+        from ..model.predict import predictions_table
 
         job_spec = config
         world = job_spec.parallel.world_size
@@ -297,7 +297,7 @@ def _ep_groups(
     kernels (DeepEP's buffer is made over the EP process group), which no trace names."""
     if job_spec.parallel.ep < 2:
         return [], {}
-    from pipeline.model.predict import group, span
+    from ..model.predict import group, span
 
     by_rank = [(r, f"job.yaml:ep:{span(job_spec, r, ('ep',), expert=True).lo}") for r in ranks]
     members: dict[str, list[int]] = {}
@@ -312,7 +312,7 @@ def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | 
     exchange kernels (vocab.MOE_EXCHANGE_KERNELS); ``_moe_library`` (pattern): its kernels
     (vocab.MOE_LIBRARY_KERNEL); ``_ep_directions`` (purpose, direction): the model's
     expert-parallel items (predict.EP_DIRECTIONS), empty without a job.yaml."""
-    from pipeline.ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
+    from ..ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
 
     con.execute(
         "CREATE TEMP TABLE _moe_library AS SELECT ?::VARCHAR AS pattern", [MOE_LIBRARY_KERNEL]
@@ -320,7 +320,7 @@ def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | 
 
     directions: dict[str, str] = {}
     if config is not None:
-        from pipeline.model.predict import EP_DIRECTIONS
+        from ..model.predict import EP_DIRECTIONS
 
         directions = EP_DIRECTIONS
     for name, pairs, key in (
@@ -342,7 +342,7 @@ def _comm_dims_from_layout(
     set that is the group of several dimensions (with dp = ep, one group is both the data-
     and the expert-parallel group) gets them all, ``|``-separated: its collectives then
     choose by their own evidence (communicator_dims.sql)."""
-    from pipeline.model.predict import group, span
+    from ..model.predict import group, span
 
     candidates = (
         ("tp", ("tp",), False),

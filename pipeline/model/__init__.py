@@ -6,8 +6,8 @@
 into bandwidth requirements and ``tokens`` goes from words to tokens to bytes.
 """
 
-from pipeline.model.config import Job, build_job, job_from_dict, load_job
-from pipeline.model.predict import Prediction, Row, predict, predictions_table
+from ..model.config import Job, build_job, job_from_dict, load_job
+from ..model.predict import Prediction, Row, predict, predictions_table
 
 __all__ = [
     "Job",

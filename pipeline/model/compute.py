@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipeline.errors import ConfigError
-from pipeline.model import params as P
-from pipeline.model.config import DTYPE_BYTES, Job
+from ..errors import ConfigError
+from ..model import params as P
+from ..model.config import DTYPE_BYTES, Job
 
 #: Adam state per parameter: fp32 master weights, momentum and variance (ZeRO's ``K = 12``);
 #: with fp32 parameters there is no separate master copy (``K = 8``).

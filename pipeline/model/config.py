@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import ConfigError, one_line, shown
-from pipeline.ingest.vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
-from pipeline.model.presets import PRESETS, preset
+from ..errors import ConfigError, one_line, shown
+from ..ingest.vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
+from ..model.presets import PRESETS, preset
 
 #: job.yaml's dtype names -> the dataset's (fp8: E4M3, as Transformer Engine's forward pass).
 JOB_DTYPES: dict[str, str] = {
@@ -338,7 +338,7 @@ class Job:
             return hw.peak_tflops * 1e12
         if hw.accelerator is None:
             return None
-        from pipeline.model.presets import ACCELERATORS
+        from ..model.presets import ACCELERATORS
 
         return ACCELERATORS[hw.accelerator][self.dtypes.activations] * 1e12
 
@@ -870,7 +870,7 @@ def _network(raw: Any) -> Network:
 
 
 def _hardware(raw: Any, activations: str) -> Hardware:
-    from pipeline.model.presets import ACCELERATORS
+    from ..model.presets import ACCELERATORS
 
     if not isinstance(raw, Mapping):
         raise ConfigError(

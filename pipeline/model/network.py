@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.errors import ConfigError
-from pipeline.model.predict import DIMS, Prediction
+from ..errors import ConfigError
+from ..model.predict import DIMS, Prediction
 
 
 @dataclass(frozen=True)

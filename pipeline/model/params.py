@@ -13,7 +13,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from pipeline.model.config import Job, Model
+from ..model.config import Job, Model
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.dataset.arrow_convert import table_from_lists
-from pipeline.errors import ConfigError
-from pipeline.gcpause import gc_paused
-from pipeline.ingest.vocab import DIMS
-from pipeline.model import params as P
-from pipeline.model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
-from pipeline.model.timing import call_time, choose
-from pipeline.model.traffic import ep_a2a_message
+from ..dataset.arrow_convert import table_from_lists
+from ..errors import ConfigError
+from ..gcpause import gc_paused
+from ..ingest.vocab import DIMS
+from ..model import params as P
+from ..model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
+from ..model.timing import call_time, choose
+from ..model.traffic import ep_a2a_message
 
 #: Display and sort order of phases (of dimensions: vocab.DIMS).
 PHASES = ("forward", "backward", "optimizer", "other")

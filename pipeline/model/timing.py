@@ -40,10 +40,10 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.dataset.sql_files import sql_text
-from pipeline.ingest.vocab import bus_factor_expr
-from pipeline.model.config import AUTO_ALGORITHMS, Job, Network
-from pipeline.model.traffic import hierarchical_split, node_split, wire_bytes
+from ..dataset.sql_files import sql_text
+from ..ingest.vocab import bus_factor_expr
+from ..model.config import AUTO_ALGORITHMS, Job, Network
+from ..model.traffic import hierarchical_split, node_split, wire_bytes
 
 #: nccl-tests' ops the fit can use, in the model's op names.
 FIT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -250,7 +250,7 @@ def with_fits(job: Job, paths: Iterable[str | Path]) -> Job:
     TraceFormatError
         A file that is not nccl-tests output.
     """
-    from pipeline.ingest.nccl.nccl_tests import parse
+    from ..ingest.nccl.nccl_tests import parse
 
     fits: list[Fitted] = []
     for path in paths:
@@ -373,7 +373,7 @@ def dataset_fits(con: Any, job: str) -> list[Fitted]:
 
 
 def _query(con: Any, file: str, job: str) -> pl.DataFrame:
-    sql = sql_text("pipeline.model", file)
+    sql = sql_text(__package__, file)
     out = pl.from_arrow(con.sql(sql, params={"job": job}).to_arrow_table())
     assert isinstance(out, pl.DataFrame)
     return out
@@ -382,7 +382,7 @@ def _query(con: Any, file: str, job: str) -> pl.DataFrame:
 def step_summary(job: Job, rows: Iterable[Any], peak_flops: float | None) -> dict[str, Any]:
     """The rank's communication per step and, with a peak, how much of it compute at that
     peak leaves exposed (the compute an ideal lower bound: the exposure an upper one)."""
-    from pipeline.model.compute import phase_split, step_flops
+    from ..model.compute import phase_split, step_flops
 
     rows = list(rows)
     out: dict[str, Any] = {"comm_s": sum(r.est_time_s for r in rows)}

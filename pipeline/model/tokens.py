@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError, TraceFormatError
-from pipeline.model.config import Job
-from pipeline.model.predict import predict
+from ..errors import ConfigError, TraceFormatError
+from ..model.config import Job
+from ..model.predict import predict
 
 #: Characters per encode call: big enough to be fast, cut at a line end.
 _CHUNK_CHARS = 1 << 20

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.dataset.sql_files import sql_text
-from pipeline.errors import ConfigError, DatasetError
-from pipeline.ingest.vocab import WORLD_DIMS
-from pipeline.model import params as P
-from pipeline.model.compute import phase_split, step_flops
-from pipeline.model.config import Job, build_job
-from pipeline.model.predict import _peer, predict_ranks
-from pipeline.model.timing import Fitted, dataset_fits, exposed
+from ..dataset.sql_files import sql_text
+from ..errors import ConfigError, DatasetError
+from ..ingest.vocab import WORLD_DIMS
+from ..model import params as P
+from ..model.compute import phase_split, step_flops
+from ..model.config import Job, build_job
+from ..model.predict import _peer, predict_ranks
+from ..model.timing import Fitted, dataset_fits, exposed
 
 #: Classes of layers whose work :func:`class_work` measures.
 CLASSES = ("transformer", "embedding", "lm_head", "other")
@@ -81,7 +81,7 @@ def observed(dataset: str | Path, job: str | None = None) -> Observed:
     DatasetError
         No job of that name, several jobs and none named, or no profiled step timings.
     """
-    from pipeline.dataset.views import connect
+    from ..dataset.views import connect
 
     con = connect(dataset, read_only=True)
     try:
@@ -94,7 +94,7 @@ def observed_in(con: Any, job: str | None, where: str) -> Observed:
     """:func:`observed` over an open DuckDB connection to the dataset (``where`` names it in
     errors)."""
     dataset = where
-    rows = con.execute(sql_text("pipeline.model", "whatif.sql")).fetchall()
+    rows = con.execute(sql_text(__package__, "whatif.sql")).fetchall()
     jobs = {r[0]: r for r in rows}
     if job is None and len(jobs) > 1:
         raise DatasetError(f"{dataset}: {len(jobs)} jobs with step timings; name one with --job")
@@ -124,7 +124,7 @@ def _shares(con: Any, job: str) -> tuple[tuple[str, float], ...]:
     import duckdb
 
     try:
-        rows = con.execute(sql_text("pipeline.model", "whatif_layers.sql")).fetchall()
+        rows = con.execute(sql_text(__package__, "whatif_layers.sql")).fetchall()
     except duckdb.CatalogException:  # (a dataset of NCCL logs only has no ops table)
         rows = []
     ns = {c: float(t) for j, c, t in rows if j == job and t}

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from altair.utils.schemapi import debug_mode
 
-from pipeline.dataset.snapshot import read_snapshot
-from pipeline.errors import ConfigError
-from pipeline.report import (
+from ..dataset.snapshot import read_snapshot
+from ..errors import ConfigError
+from ..report import (
     compute,
     glance,
     ledger,
@@ -36,11 +36,11 @@ from pipeline.report import (
     waits,
     wire,
 )
-from pipeline.report.context import Context, open_context
-from pipeline.report.page import Section, atomic_write_text, render, write_images
+from ..report.context import Context, open_context
+from ..report.page import Section, atomic_write_text, render, write_images
 
 if TYPE_CHECKING:
-    from pipeline.model.config import Job
+    from ..model.config import Job
 
 __all__ = ["ReportResult", "build_report"]
 
@@ -94,7 +94,7 @@ def build_report(
     config_path = None
     if config is not None:
         # (the model is imported only for a report with a job.yaml)
-        from pipeline.model.config import Job, load_job
+        from ..model.config import Job, load_job
 
         if not isinstance(config, Job):
             config_path = Path(config)
@@ -134,7 +134,7 @@ def _link_for_predictions(
         ctx.con.close()
     if predicted:
         return None, []
-    from pipeline.link.runner import link
+    from ..link.runner import link
 
     try:
         summary = link(dataset, config=config)

@@ -9,14 +9,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pipeline.errors import DatasetError
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Facts, Note, Section, Table
+from ..errors import DatasetError
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Facts, Note, Section, Table
 
 if TYPE_CHECKING:
-    from pipeline.model.config import Job
-    from pipeline.model.whatif import Observed, Projection
+    from ..model.config import Job
+    from ..model.whatif import Observed, Projection
 
 #: Layouts projected in the report at most: each costs a prediction of every pipeline stage,
 #: and a world with more tp x pp x dp factorings than this is left to ``predict --from``.
@@ -40,7 +40,7 @@ def what_if(ctx: Context) -> WhatIf:
     job = ctx.config
     if job is None:
         return WhatIf(missing="No compute model: it needs the job's job.yaml (report --config).")
-    from pipeline.model.whatif import observed_in
+    from ..model.whatif import observed_in
 
     try:
         obs = observed_in(ctx.con, ctx.job, str(ctx.dataset))
@@ -50,7 +50,7 @@ def what_if(ctx: Context) -> WhatIf:
         return WhatIf(
             obs, missing="No what-if table: it needs the job.yaml's path (report --config)."
         )
-    from pipeline.model import whatif
+    from ..model import whatif
 
     targets = whatif.layouts(ctx.config_path, job.parallel.world_size, {})
     if len(targets) > MAX_WHATIF_LAYOUTS:
@@ -72,7 +72,7 @@ def section(ctx: Context, projected: WhatIf) -> Section:
     if job is None:
         return sec.add(Note(projected.missing or "", "missing"))
     # (the model is imported only for a report with a job.yaml)
-    from pipeline.model.compute import compute_summary
+    from ..model.compute import compute_summary
 
     summary = compute_summary(job, 0)
     mem = summary["memory_bytes"]

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from pipeline.dataset.sql_files import named_statements
-from pipeline.dataset.views import connect
-from pipeline.errors import DatasetError
+from ..dataset.sql_files import named_statements
+from ..dataset.views import connect
+from ..errors import DatasetError
 
 if TYPE_CHECKING:
-    from pipeline.model.config import Job
+    from ..model.config import Job
 
 _PARAM = re.compile(r"\$(\w+)")
 
@@ -29,7 +29,7 @@ _PARAM = re.compile(r"\$(\w+)")
 @functools.cache
 def queries() -> dict[str, str]:
     """The named queries of ``queries.sql``."""
-    return named_statements("pipeline.report", "queries.sql")
+    return named_statements(__package__, "queries.sql")
 
 
 @dataclass

@@ -5,9 +5,9 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Chart, Facts, Note, Section, Table
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Chart, Facts, Note, Section, Table
 
 
 def section(ctx: Context) -> Section:
@@ -54,8 +54,8 @@ def _trace_facts(ctx: Context) -> list[tuple[str, object]]:
 
 def _job_facts(ctx: Context) -> list[tuple[str, object]]:
     """What the job.yaml says: model, layout, batch, dtypes."""
-    from pipeline.ingest.vocab import DIMS
-    from pipeline.model.predict import layout_summary, model_summary
+    from ..ingest.vocab import DIMS
+    from ..model.predict import layout_summary, model_summary
 
     job = ctx.config
     m, lay = model_summary(job), layout_summary(job)

@@ -4,9 +4,9 @@ item that was missing, unpredicted, resized or seen another number of times, by 
 
 from __future__ import annotations
 
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Note, Section, Table
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Note, Section, Table
 
 
 def section(ctx: Context, limit: int = 40) -> Section:

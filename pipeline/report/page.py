@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.report import fmt
+from ..report import fmt
 
 #: Vega-Lite version of the bundled JavaScript; Altair's specs must match it.
 VL_VERSION = "6.4"
@@ -292,7 +292,7 @@ def _cell(value: Any) -> str:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write the page so that a reader sees the old file or the whole new one."""
-    from pipeline.output import atomic_write_bytes, make_folder
+    from ..output import atomic_write_bytes, make_folder
 
     make_folder(path.parent)
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -302,7 +302,7 @@ def write_images(sections: list[Section], folder: Path) -> list[Path]:
     """Each chart as ``<name>.svg`` and ``<name>.png`` in ``folder``; the paths written."""
     import vl_convert
 
-    from pipeline.output import atomic_write_bytes, make_folder
+    from ..output import atomic_write_bytes, make_folder
 
     make_folder(folder)
     out = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.report.context import Context
-from pipeline.report.page import Facts, Note, Section, Table
+from ..report.context import Context
+from ..report.page import Facts, Note, Section, Table
 
 _MAX_FILES = 200
 _MAX_WARNINGS = 50
@@ -15,7 +15,7 @@ def hang_section(ctx: Context) -> Section | None:
     """Where the ranks stopped agreeing, from flight recorder dumps; None without dumps."""
     if not ctx.row("flight_recorder_rows").get("files"):
         return None
-    from pipeline.analysis import hang  # (only for a job with dumps)
+    from ..analysis import hang  # (only for a job with dumps)
 
     sec = Section("hang", "Flight recorder: hang and mismatch check")
     coll = _frame(ctx, "collectives")

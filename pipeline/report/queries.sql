@@ -22,7 +22,7 @@ SELECT
     (SELECT count(DISTINCT r) FROM (SELECT unnest(ranks) AS r FROM files WHERE job = $job)
         WHERE r >= 0) AS ranks_seen,
     max(world_size) AS world_size,
-    count(DISTINCT host) AS hosts,
+    (SELECT count(DISTINCT host) FROM rank_hosts WHERE job = $job) AS hosts,
     array_to_string(list_sort(list(DISTINCT gpu_name)), ', ') AS gpus,
     array_to_string(list_sort(list(DISTINCT backend)), ', ') AS backends,
     array_to_string(list_sort(list(DISTINCT comm_lib_version)), ', ') AS comm_lib_versions

@@ -9,9 +9,9 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Chart, Note, Section, Table
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Chart, Note, Section, Table
 
 _PARTS = ["compute", "overlapped comm", "exposed comm", "idle"]
 _PART_COLORS = ["#54a24b", "#72b7b2", "#e45756", "#bab0ac"]

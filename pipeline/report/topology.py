@@ -5,9 +5,9 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Chart, Note, Section, Table
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Chart, Note, Section, Table
 
 #: Above this many ranks the rank x channel grid is left out (the per-channel bars stay).
 MAX_GRID_RANKS = 128

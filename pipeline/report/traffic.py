@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import altair as alt
 import polars as pl
 
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Chart, Note, Section, Table
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Chart, Note, Section, Table
 
 #: A ratio this close to 1 counts as a match.
 MATCH_TOLERANCE = 0.05
@@ -255,7 +255,7 @@ def _embedding(ctx: Context, tokens: int) -> tuple[Note, list[dict]]:
             "the prediction.",
             "text",
         ), []
-    from pipeline.model.config import DTYPE_BYTES
+    from ..model.config import DTYPE_BYTES
 
     e_a = DTYPE_BYTES[job.dtypes.activations]
     emb = job.model.hidden * e_a

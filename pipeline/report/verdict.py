@@ -14,10 +14,10 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.report import fmt, traffic
-from pipeline.report.compute import WhatIf
-from pipeline.report.context import Context
-from pipeline.report.page import Chart, Note, Section
+from ..report import fmt, traffic
+from ..report.compute import WhatIf
+from ..report.context import Context
+from ..report.page import Chart, Note, Section
 
 #: Contradictions of job.yaml stated in full; the others are counted.
 MAX_CONFLICTS = 3
@@ -174,7 +174,7 @@ def _short(layout: str) -> str:
 
 
 def _layout(ctx: Context) -> str:
-    from pipeline.link.layout_check import layout_text
+    from ..link.layout_check import layout_text
 
     assert ctx.config is not None
     return f"job.yaml's {layout_text(ctx.config)}"

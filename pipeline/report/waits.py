@@ -8,9 +8,9 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Chart, Note, Section, Table
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Chart, Note, Section, Table
 
 #: Above this many ranks the per-rank table lists the WAIT_TOP ranks that waited longest.
 MAX_RANK_ROWS = 64

@@ -7,9 +7,9 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.report import fmt
-from pipeline.report.context import Context
-from pipeline.report.page import Chart, Facts, Note, Section, Table
+from ..report import fmt
+from ..report.context import Context
+from ..report.page import Chart, Facts, Note, Section, Table
 
 #: Above this many hosts the demand chart draws the TOP_HOSTS busiest and the others' mean
 #: (a line and a legend entry per host of thousands take a browser seconds to draw).
@@ -185,7 +185,7 @@ def _predicted_split(ctx: Context) -> dict[tuple[str, str], float] | None:
     over two nodes of two ranks each crosses on two of its four links)."""
     if ctx.config is None or ctx.config.parallel.world_size > MAX_PREDICTED_RANKS:
         return None
-    from pipeline.model.predict import predict_ranks
+    from ..model.predict import predict_ranks
 
     out: dict[tuple[str, str], float] = {}
     for pred in predict_ranks(ctx.config, range(ctx.config.parallel.world_size)):

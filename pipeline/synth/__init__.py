@@ -12,7 +12,7 @@ and NCCL kernels carrying the collective metadata, ``ac2g`` flows, ``ProfilerSte
 See ``docs/sample-job.md`` for the knobs and the collectives each rank issues per step.
 """
 
-from pipeline.synth.job import JobSpec, job_traces, process_groups
-from pipeline.synth.writer import write_job
+from ..synth.job import JobSpec, job_traces, process_groups
+from ..synth.writer import write_job
 
 __all__ = ["JobSpec", "job_traces", "process_groups", "write_job"]

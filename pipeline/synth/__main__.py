@@ -9,9 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.synth.job import JobSpec
-from pipeline.synth.scale import write_scaled_job
-from pipeline.synth.writer import write_job
+from ..synth.job import JobSpec
+from ..synth.scale import write_scaled_job
+from ..synth.writer import write_job
 
 
 def _parser() -> argparse.ArgumentParser:

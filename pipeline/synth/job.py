@@ -26,13 +26,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.gcpause import gc_paused
-from pipeline.ingest.vocab import DTYPE_SIZES, bus_factor
-from pipeline.synth.kineto import Event, KinetoTrace, render_trace
+from ..gcpause import gc_paused
+from ..ingest.vocab import DTYPE_SIZES, bus_factor
+from ..synth.kineto import Event, KinetoTrace, render_trace
 
 COMPUTE_STREAM = 7
 NCCL_VERSION = "2.26.2"
 BASE_TIME_NS = 1764547200000000000  # 2025-12-01T00:00:00Z, Kineto rounds it to a second
+#: GPUs per host: rank r runs on host ``r // GPUS_PER_HOST``, device ``r % GPUS_PER_HOST``.
+GPUS_PER_HOST = 8
+
+
+def host_name(rank: int) -> str:
+    """The host rank ``rank`` runs on, as every source of the job names it."""
+    return f"node{rank // GPUS_PER_HOST}"
+
+
 TRACE_START_US = 2_315_420_000_000  # first ``ts``: Kineto ts are large µs offsets
 
 DTYPE = {  # torch dtype -> (record_param_comms dtype, Input type, bytes, NCCL kernel type)
@@ -756,7 +765,7 @@ def simulate_job(spec: JobSpec) -> tuple[list[Group], dict[int, Rank], dict[int,
     """Run every rank's program on one clock: (groups, rank states, first CPU time per rank)."""
     groups = process_groups(spec)
     ranks = {r: new_rank(spec, r, groups) for r in range(spec.world)}
-    from pipeline.synth.program import rank_program  # the schedule lives next door
+    from ..synth.program import rank_program  # the schedule lives next door
 
     starts = {r: ranks[r].cpu_ns for r in ranks}
     simulate({r: rank_program(ranks[r]) for r in ranks})
@@ -828,6 +837,6 @@ def trace_top(spec: JobSpec, state: Rank, groups: list[Group]) -> dict[str, Any]
 
 
 def _props() -> dict[str, Any]:
-    from pipeline.synth.kineto import H100_PROPERTIES
+    from ..synth.kineto import H100_PROPERTIES
 
     return dict(H100_PROPERTIES)

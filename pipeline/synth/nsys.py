@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pipeline.synth.nsys_schema import CREATE_TABLES, SCHEMA_VERSION
+from ..synth.nsys_schema import CREATE_TABLES, SCHEMA_VERSION
 
 VM = 1 << 48
 NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from pipeline.synth import job as J
+from ..synth import job as J
 
 Gen = Generator[J.CommRequest, int, None]
 BF16 = "c10::BFloat16"

@@ -39,9 +39,9 @@ from typing import IO
 
 import numpy as np
 
-from pipeline.ingest.vocab import OP_NAMES
-from pipeline.synth import job as J
-from pipeline.synth.kineto import Event, Slot, _Micro, render_trace
+from ..ingest.vocab import OP_NAMES
+from ..synth import job as J
+from ..synth.kineto import Event, Slot, _Micro, render_trace
 
 FORMATS = ("kineto", "nccl", "nsys")
 _MARK = re.compile(r"@@(\d+)@@")
@@ -91,7 +91,7 @@ class Schedule:
 
 def schedule_job(spec: J.JobSpec) -> Schedule:
     """Simulate ``spec`` on one clock, keeping the collectives' end times, not the events."""
-    from pipeline.synth.program import rank_program
+    from ..synth.program import rank_program
 
     groups = J.process_groups(spec)
     ranks = {r: J.new_rank(spec, r, groups) for r in range(spec.world)}
@@ -108,7 +108,7 @@ def schedule_job(spec: J.JobSpec) -> Schedule:
 def rank_state(spec: J.JobSpec, sched: Schedule, r: int) -> J.Rank:
     """Rank ``r`` after its program ran alone, each collective ending when it did in the
     whole job: the same events and calls as :func:`simulated_job` gives it."""
-    from pipeline.synth.program import rank_program
+    from ..synth.program import rank_program
 
     state = J.new_rank(spec, r, sched.groups)
     J.replay(rank_program(state), sched.done)
@@ -239,7 +239,7 @@ def _comm_id(group: J.Group) -> str:
 
 
 def _nccl_prefix(rank: int, pid: int, tid: int) -> str:
-    return f"node{rank // 8}:{pid}:{tid} [{rank % 8}] NCCL INFO "
+    return f"{J.host_name(rank)}:{pid}:{tid} [{rank % J.GPUS_PER_HOST}] NCCL INFO "
 
 
 def _nccl_header(state: J.Rank) -> str:
@@ -325,7 +325,7 @@ def rank_kernels(state: J.Rank, period: int, repeats: int) -> list:
 
 
 def _rank_kernels(state: J.Rank) -> list:
-    from pipeline.synth.nsys import JobKernel
+    from ..synth.nsys import JobKernel
 
     events = state.trace.events
     launches = {
@@ -378,7 +378,7 @@ def job_comms(sim: tuple[list[J.Group], dict[int, J.Rank], dict[int, int]]) -> d
 
 def rank_comms(groups: list[J.Group], r: int) -> list:
     """Rank ``r``'s communicators: every group it belongs to, in creation order."""
-    from pipeline.synth.nsys import JobComm
+    from ..synth.nsys import JobComm
 
     return [JobComm(_comm_hash(g), len(g.ranks), g.ranks.index(r)) for g in groups if r in g.ranks]
 
@@ -386,20 +386,29 @@ def rank_comms(groups: list[J.Group], r: int) -> list:
 def write_nsys(
     spec: J.JobSpec, kernels: dict[int, list], comms: dict[int, list], out_dir: Path
 ) -> list[Path]:
-    """One SQLite export of the whole job (every rank a process)."""
-    from pipeline.synth.nsys import write_export
+    """One SQLite export per host (every rank of it a process), as ``nsys profile`` writes
+    one per node: ``job.nsys.sqlite`` for a job on one host, else ``job.<host>.nsys.sqlite``."""
+    from ..synth.nsys import write_export
 
-    path = out_dir / "job.nsys.sqlite"
-    write_export(
-        path,
-        ranks=sorted(kernels),
-        world_size=spec.world,
-        kernels=kernels,
-        comms=comms,
-        session_start_ns=J.BASE_TIME_NS,
-        payloads=True,
-    )
-    return [path]
+    by_host: dict[str, list[int]] = {}
+    for r in sorted(kernels):
+        by_host.setdefault(J.host_name(r), []).append(r)
+    paths = []
+    for host, ranks in by_host.items():
+        name = "job.nsys.sqlite" if len(by_host) == 1 else f"job.{host}.nsys.sqlite"
+        paths.append(
+            write_export(
+                out_dir / name,
+                ranks=ranks,
+                world_size=spec.world,
+                kernels={r: kernels[r] for r in ranks},
+                comms={r: comms[r] for r in ranks},
+                session_start_ns=J.BASE_TIME_NS,
+                payloads=True,
+                hostname=host,
+            )
+        )
+    return paths
 
 
 # -- everything -------------------------------------------------------------------------------

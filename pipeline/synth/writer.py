@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from pipeline.synth.job import JobSpec, job_traces
+from ..synth.job import JobSpec, job_traces
 
 TRACE_GLOB = "rank*.pt.trace.json*"
 

@@ -39,6 +39,27 @@ def test_table_of_every_view(runs: dict[str, Path]) -> None:
     assert (_state(runs["ddp"]), _state(runs["fsdp"])) == before  # read-only
 
 
+def test_table_fits_a_terminal(runs: dict[str, Path]) -> None:
+    """Every line within 120 columns by default (wide views in blocks of columns, each with
+    the rows' keys), times in whole ns; --width 0 keeps each view one block."""
+    import re
+
+    result = _run(runs["ddp"], "ddp", "fsdp", "--other", runs["fsdp"])
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 120
+    header = [line for line in lines if "time_ns_a" in line]
+    assert header and all("parallel_dim" in line or "name" in line for line in header)
+    ns_cells = [
+        cell.strip()
+        for line in lines
+        if re.match(r"│ \w+_ns ", line)
+        for cell in line.split("┆")[2:5]
+    ]
+    assert ns_cells and all(re.fullmatch(r"-?\d+|null", c) for c in ns_cells), ns_cells
+    wide = _run(runs["ddp"], "ddp", "fsdp", "--other", runs["fsdp"], "--width", "0")
+    assert max(map(len, wide.stdout.splitlines())) > 120
+
+
 def test_json_and_csv(runs: dict[str, Path]) -> None:
     result = _run(runs["ddp"], "ddp", "ddp_mb8", "--other", runs["ddp_mb8"], "--format", "json")
     assert result.exit_code == 0, result.stderr
@@ -91,7 +112,7 @@ def test_unknown_job(runs: dict[str, Path]) -> None:
 
 def test_not_a_dataset(runs: dict[str, Path], tmp_path: Path) -> None:
     _one_error(_run(tmp_path, "a", "b"), "not a tokenwire dataset")
-    _one_error(_run(runs["ddp"], "ddp", "x", "--other", tmp_path / "none"), "not a tokenwire")
+    _one_error(_run(runs["ddp"], "ddp", "x", "--other", tmp_path / "none"), "does not exist")
 
 
 def test_job_not_linked(tmp_path: Path) -> None:

@@ -44,7 +44,6 @@ def test_writes_a_gzipped_trace_and_says_what(linked: Path, tmp_path: Path) -> N
          "(its ranks: 0-7)\n"),
         (["--window", "12"], "Error: --window: '12' is not START_NS:END_NS (ns on the aligned "
          "clock; either end may be left out)\n"),
-        (["--window", "5:10"], "Error: job 'sample': nothing to export in this scope\n"),
         (["--job", "other"], "Error: {ds}: no job 'other' in the dataset (jobs: sample)\n"),
     ],
 )  # fmt: skip
@@ -53,6 +52,22 @@ def test_bad_scope_is_one_line(linked: Path, tmp_path: Path, args: list, message
     result = _run(linked, "-o", out, *args)
     assert (result.exit_code, result.stderr) == (1, message.format(ds=linked))
     assert not out.exists()
+
+
+def test_window_outside_the_data_names_the_job_s_window(linked: Path, tmp_path: Path) -> None:
+    import re
+
+    out = tmp_path / "t.json"
+    result = _run(linked, "-o", out, "--window", "5:10")
+    assert result.exit_code == 1 and not out.exists()
+    found = re.fullmatch(
+        r"Error: --window 5:10: job 'sample' has no event there; its collectives in scope lie "
+        r"in (\d+):(\d+) \(ns on the aligned clock\)\n",
+        result.stderr,
+    )
+    assert found, result.stderr
+    result = _run(linked, "-o", out, "--window", f"{found[1]}:{found[2]}")
+    assert result.exit_code == 0, result.stderr
 
 
 def test_unlinked_dataset_is_refused(tmp_path: Path) -> None:

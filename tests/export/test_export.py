@@ -173,7 +173,7 @@ def test_steps_and_phases_are_ranges_on_their_own_tracks(whole: dict, linked: Pa
 def test_processes_and_tracks_are_named(whole: dict) -> None:
     meta = [e for e in whole["traceEvents"] if e["ph"] == "M"]
     procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
-    assert procs == {r: f"rank {r} (node-0)" for r in range(8)}
+    assert procs == {r: f"rank {r} (node0)" for r in range(8)}
     threads = {e["args"]["name"] for e in meta if e["name"] == "thread_name"}
     assert threads == {"steps", "phases", "stream 20", "stream 28", "stream 32"}
 

@@ -331,7 +331,7 @@ def test_tables_and_sql_commands(dataset: Path) -> None:
     assert result.stderr.startswith("Error: Catalog Error")
     result = runner.invoke(cli, ["sql", str(dataset / "missing"), "SELECT 1"])
     assert result.exit_code == 1
-    assert "not a tokenwire dataset" in result.stderr
+    assert result.stderr == f"Error: {dataset / 'missing'}: does not exist\n"
 
 
 def test_bundled_sample_job(tmp_path: Path) -> None:

@@ -221,3 +221,10 @@ def test_every_dtype_a_parser_names_has_a_size():
 
     for names in (RECORDER.values(), NCCL_LOG.values(), (c for c, _ in DTYPES.values())):
         assert set(names) <= set(DTYPE_SIZES)
+
+
+def test_ops_is_every_op_the_names_map_to():
+    from pipeline.ingest.vocab import _OP_PATTERNS, OPS
+
+    named = {*OP_NAMES.values(), *(op for _, op in _OP_PATTERNS), "unknown"}
+    assert set(OPS) == named and len(OPS) == len(named)

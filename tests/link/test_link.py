@@ -62,7 +62,7 @@ def test_pipeline_sends_pair_with_recvs(real_traces: Path, tmp_path: Path) -> No
     ds = _linked(real_traces / "kineto_cpu_gloo/pp/ws2", tmp_path, "pp")
     sends = ds.sql("SELECT count(*) FROM collectives WHERE source='kineto' AND op='send'").item()
     pairs = ds.sql(
-        "SELECT count(*) FROM collective_instances WHERE source = 'kineto' AND op = 'send_recv' "
+        "SELECT count(*) FROM collective_instances WHERE source = 'kineto' AND op = 'send' "
         "AND ranks_seen = 2 AND consistent"
     ).item()
     assert sends == pairs == 8
@@ -246,7 +246,15 @@ def test_link_command(linked_sample: Path, tmp_path: Path) -> None:
     assert tree_digest(copy) == before
     result = CliRunner().invoke(cli, ["link", str(tmp_path / "nothing")])
     assert result.exit_code == 1
-    assert "not a tokenwire dataset" in result.stderr
+    assert result.stderr == f"Error: {tmp_path / 'nothing'}: does not exist\n"
+    # a folder of other files is not a dataset, and link gives no ingest's advice
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.txt").write_text("x")
+    result = CliRunner().invoke(cli, ["link", str(tmp_path / "folder")])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: {tmp_path / 'folder'}: not a tokenwire dataset (no manifest.json)\n"
+    )
 
 
 @pytest.mark.parametrize("query", ["SELECT * FROM collectives_linked LIMIT 1"])
@@ -538,7 +546,7 @@ def test_every_per_rank_call_carries_its_instance_key(real_traces: Path, tmp_pat
         # one data-parallel group's all-reduces: 4 instances of the two ranks
         ({"dp": 2}, [(None, "all_reduce", 4, 8)]),
         # a pipeline's sends and recvs: a key per direction, without a communicator
-        ({"pp": 2}, [("p2p 0->1", "send_recv", 4, 8), ("p2p 1->0", "send_recv", 4, 8)]),
+        ({"pp": 2}, [("p2p 0->1", "send", 4, 8), ("p2p 1->0", "send", 4, 8)]),
     ],
 )
 def test_calls_without_a_communicator_match_by_a_null_key(

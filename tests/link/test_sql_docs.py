@@ -227,6 +227,11 @@ def _unattributed(frame: pl.DataFrame, ds) -> None:
     assert sorted(frame.rows()) == [("kineto", "all_reduce", 8), ("nccl_log", "all_reduce", 8)]
 
 
+def _hosts(frame: pl.DataFrame, ds) -> None:
+    # one node of 8 H100s, named the same in every source (node0)
+    assert frame.rows() == [(1, 8, 8, "NVIDIA H100 80GB HBM3")]
+
+
 def _tokens(frame: pl.DataFrame, ds) -> None:
     # stage 0 embeds 4 micro-batches of 2 x 128 tokens a step: 1,024 a rank; stage 1 sees none
     expected = pl.DataFrame(
@@ -355,6 +360,7 @@ CHECKS: dict[str, Callable[[pl.DataFrame, object], None]] = {
     "What faster transfers of one dimension could save at most": _faster_transfers,
     "Achieved bus bandwidth by message size": _busbw,
     "Exposed communication per step": _exposed,
+    "Hosts, ranks and devices, each counted once across sources": _hosts,
     "Which parallel dimension each communicator serves": _comm_dims,
     "Collectives that could not be attributed to a layer or phase": _unattributed,
     "Tokens and step time per rank": _tokens,
@@ -378,3 +384,49 @@ def test_query_gives_the_hand_derived_rows(title: str, query: str, linked_sample
 
     ds = pipeline.open(linked_sample)
     CHECKS[title](ds.sql(query), ds)
+
+
+def _readme_python_queries() -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.+?)```", text, flags=re.S)
+    return [q for block in blocks for q in re.findall(r'\.sql\("([^"]+)"\)', block)]
+
+
+def _exact_bytes(dataset: Path) -> int:
+    """The sample's collective bytes counted once: the profiler's calls (every rank has a
+    profiler trace), the same total token_wire reports."""
+    import pipeline
+
+    ds = pipeline.open(dataset)
+    kineto = ds.sql("SELECT sum(bytes) FROM collectives WHERE source = 'kineto'").item()
+    assert ds.sql("SELECT sum(bytes) FROM token_wire").item() == kineto
+    return int(kineto)
+
+
+def test_readme_python_query_counts_each_byte_once(linked_sample: Path) -> None:
+    """The README's first query, summed, is the job's bytes, not once per source."""
+    import pipeline
+
+    queries = _readme_python_queries()
+    assert queries
+    for query in queries:
+        frame = pipeline.open(linked_sample).sql(query)
+        assert frame["bytes"].dtype.is_integer(), query
+        assert frame["bytes"].sum() == _exact_bytes(linked_sample), query
+
+
+def test_doc_totals_count_each_byte_once(linked_sample: Path) -> None:
+    import pipeline
+
+    ds = pipeline.open(linked_sample)
+    in_layers = ds.sql(
+        "SELECT sum(bytes) FROM collectives_linked WHERE source = 'kineto' AND layer IS NOT NULL"
+    ).item()
+    exact = {
+        "Top layers by bytes": in_layers,
+        "Bytes per step by parallel dimension and phase": _exact_bytes(linked_sample),
+    }
+    queries = dict(_queries())
+    for title, total in exact.items():
+        frame = ds.sql(queries[title].replace("LIMIT 10", ""))
+        assert frame["bytes"].sum() == total > 0, title

@@ -204,7 +204,7 @@ def test_send_recv_moves_m_over_one_connection(hand_job) -> None:
         "SELECT op, src_rank, dst_rank, bytes, transport, src_nic, dst_nic, inter_host, "
         "algorithm, estimated FROM wire WHERE op IN ('send', 'recv', 'send_recv')"
     ).rows()
-    assert rows == [("send_recv", 0, 2, SEND_COUNT * F32, "NET/IB", "0", "0", True, "p2p", False)]
+    assert rows == [("send", 0, 2, SEND_COUNT * F32, "NET/IB", "0", "0", True, "p2p", False)]
 
 
 def test_a_call_no_log_names_the_algorithm_of_is_an_estimated_ring(hand_job) -> None:
@@ -255,7 +255,7 @@ FORMULA = """
 CASE WHEN op = 'all_reduce' THEN 2.0 * (n - 1) * bytes
      WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all', 'broadcast', 'reduce')
          THEN (n - 1.0) * bytes
-     WHEN op IN ('send_recv', 'send', 'recv') THEN bytes END
+     WHEN op IN ('send', 'recv') THEN bytes END
 """
 
 
@@ -280,7 +280,7 @@ def test_every_sample_instance_moves_what_the_formula_says(linked_sample: Path) 
     assert ds.sql("SELECT DISTINCT source FROM wire").rows() == [("kineto",)]
     # the logs give rings but no TUNING lines: ring assumed (estimated), along the log's rings
     rows = ds.sql("SELECT DISTINCT op, path, estimated FROM wire ORDER BY ALL").rows()
-    assert rows == [("all_reduce", "topology", True), ("send_recv", "peers", False)]
+    assert rows == [("all_reduce", "topology", True), ("send", "peers", False)]
     # one host: nothing crosses hosts
     assert ds.sql("SELECT sum(inter_host_bytes) FROM wire_split").item() == 0
 
@@ -467,7 +467,7 @@ def test_a_kineto_only_job_gets_an_estimated_ring_in_rank_order(
     rows = ds.sql("SELECT DISTINCT op, algorithm, path, estimated FROM wire ORDER BY ALL")
     assert rows.rows() == [
         ("all_reduce", "ring", "rank_order", True),
-        ("send_recv", "p2p", "peers", False),
+        ("send", "p2p", "peers", False),
     ]
     assert ds.sql("SELECT count(*) FROM wire WHERE transport IS NOT NULL").item() == 0
     totals = "SELECT step, parallel_dim, sum(bytes) FROM wire GROUP BY ALL ORDER BY ALL"

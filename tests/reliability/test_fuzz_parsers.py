@@ -81,7 +81,7 @@ def seeds(work: Path) -> list[tuple[str, bytes, bool]]:
 def check_parse(fmt: str, path: Path, data: bytes) -> None:
     """Parse ``path`` with ``fmt``'s parser; only conforming tables or TraceFormatError."""
     path.write_bytes(data)
-    module = importlib.import_module(FORMATS[fmt])
+    module = importlib.import_module(FORMATS[fmt], "pipeline.ingest")
     try:
         result = module.parse(path)
     except TraceFormatError as exc:

@@ -237,7 +237,7 @@ def test_cli_report(sample_raw, tmp_path):
     assert out.read_text().startswith("<!DOCTYPE html>")
     bad = CliRunner().invoke(cli, ["report", str(tmp_path / "none"), "-o", str(out)])
     assert bad.exit_code == 1
-    assert "not a tokenwire dataset" in bad.output
+    assert f"{tmp_path / 'none'}: does not exist" in bad.output
 
 
 def test_several_jobs_need_job_option(tmp_path):

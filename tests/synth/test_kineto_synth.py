@@ -381,3 +381,29 @@ def test_cli_scale_knobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     )
     assert got == {"send": 2 * m, "recv": 2 * m, "allreduce": 1}
     assert main([str(tmp_path), "--layers", "3"]) == 2
+
+
+def test_a_job_on_two_hosts_names_each_host_one_way_in_every_source(tmp_path: Path) -> None:
+    """16 ranks, 8 a host: one Nsight export per host, named as the NCCL logs name it, and
+    the dataset counts two hosts."""
+    import pipeline
+    from pipeline.ingest.run import ingest
+
+    spec = JobSpec(dp=4, steps=1, layers=2, global_batch=16, straggler_rank=None)
+    written = write_scaled_job(spec, tmp_path / "job", formats=["nccl", "nsys"])
+    assert sorted(p.name for p in written["nsys"]) == [
+        "job.node0.nsys.sqlite",
+        "job.node1.nsys.sqlite",
+    ]
+    summary = ingest([tmp_path / "job"], tmp_path / "ds", job="j", jobs=1)
+    assert not summary.errors
+    ds = pipeline.open(tmp_path / "ds")
+    named = ds.sql("SELECT DISTINCT source, host FROM ranks ORDER BY ALL").rows()
+    assert named == [
+        ("nccl_log", "node0"),
+        ("nccl_log", "node1"),
+        ("nsys", "node0"),
+        ("nsys", "node1"),
+    ]
+    hosts = ds.sql("SELECT host, count(*) AS n FROM rank_hosts GROUP BY ALL ORDER BY ALL").rows()
+    assert hosts == [("node0", 8), ("node1", 8)]

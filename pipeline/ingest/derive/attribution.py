@@ -31,9 +31,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.derive.nesting import rows_of
-from pipeline.ingest.result import ENGINE, columns, values_at
-from pipeline.ingest.vocab import (
+from ...ingest.derive.nesting import rows_of
+from ...ingest.result import ENGINE, columns, values_at
+from ...ingest.vocab import (
     EMBEDDING_EXCHANGE_RANGE,
     PHASE_HINTS,
     chunk_annotation_expr,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.ingest.result import ENGINE
+from ...ingest.result import ENGINE
 
 #: Bits of a boundary's position in the packed (thread, depth, position) sort key.
 _POS_BITS = 34

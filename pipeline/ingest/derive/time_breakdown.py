@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.result import ENGINE, columns, values_at
+from ...ingest.result import ENGINE, columns, values_at
 
 _KEYS = ["rank", "step", "timeline"]
 _ZERO, _ONE = pl.lit(0, pl.Int64), pl.lit(1, pl.Int64)

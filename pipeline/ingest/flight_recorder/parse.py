@@ -46,11 +46,11 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from pipeline.dataset.arrow_convert import table_from_lists
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.gz import gunzip
-from pipeline.ingest.result import ParseResult, Warnings
-from pipeline.ingest.values import (
+from ...dataset.arrow_convert import table_from_lists
+from ...errors import TraceFormatError
+from ...ingest.gz import gunzip
+from ...ingest.result import ParseResult, Warnings
+from ...ingest.values import (
     INT64_MAX,
     OutOfRange,
     check_bytes,
@@ -58,7 +58,7 @@ from pipeline.ingest.values import (
     describe,
     rank_from_file_name,
 )
-from pipeline.ingest.vocab import DTYPE_SIZES, op_of
+from ...ingest.vocab import DTYPE_SIZES, op_of
 
 FORMAT = "flight_recorder"
 

@@ -27,12 +27,12 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.derive.nesting import add_nesting
-from pipeline.ingest.gz import GZIP_MAGIC, gunzip
-from pipeline.ingest.result import ParseResult, parsed_table
-from pipeline.ingest.values import rank_from_file_name
-from pipeline.ingest.vocab import XLA_COLLECTIVES
+from ...errors import TraceFormatError
+from ...ingest.derive.nesting import add_nesting
+from ...ingest.gz import GZIP_MAGIC, gunzip
+from ...ingest.result import ParseResult, parsed_table
+from ...ingest.values import rank_from_file_name
+from ...ingest.vocab import XLA_COLLECTIVES
 
 FORMAT = "jax_trace"
 #: The names TSL's trace viewer gives its processes: the planes of an XSpace.

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import polars as pl
 
-from pipeline.ingest.result import ENGINE
-from pipeline.ingest.values import fits_int64, int64_or_none, str_or_none
-from pipeline.ingest.vocab import (
+from ...ingest.result import ENGINE
+from ...ingest.values import fits_int64, int64_or_none, str_or_none
+from ...ingest.vocab import (
     COLLECTIVE_LAUNCH_OP,
     METADATA_OPS,
     dtype_expr,
@@ -32,8 +32,8 @@ from pipeline.ingest.vocab import (
 )
 
 if TYPE_CHECKING:
-    from pipeline.ingest.kineto.parse import Trace
-    from pipeline.ingest.result import Warnings
+    from ...ingest.kineto.parse import Trace
+    from ...ingest.result import Warnings
 
 #: Collective metadata args (Kineto names in kineto.Args) carried on kernels and host ops.
 COLLECTIVE_ARGS = [

@@ -27,22 +27,22 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.dataset.schema import conform
-from pipeline.errors import TokenwireError, TraceFormatError
-from pipeline.ingest.derive.attribution import attribute_collectives
-from pipeline.ingest.derive.nesting import add_nesting, add_scope_path
-from pipeline.ingest.derive.time_breakdown import add_time_breakdown
-from pipeline.ingest.kineto.comms import (
+from ...dataset.schema import conform
+from ...errors import TokenwireError, TraceFormatError
+from ...ingest.derive.attribution import attribute_collectives
+from ...ingest.derive.nesting import add_nesting, add_scope_path
+from ...ingest.derive.time_breakdown import add_time_breakdown
+from ...ingest.kineto.comms import (
     collectives_table,
     comm_by_launch,
     communicators_table,
     json_value,
     process_groups,
 )
-from pipeline.ingest.kineto.stream import BATCH_BYTES, EventStream
-from pipeline.ingest.result import ENGINE, ParseResult, Warnings
-from pipeline.ingest.values import fits_int64, int64_or_none, rank_from_file_name, str_or_none
-from pipeline.ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
+from ...ingest.kineto.stream import BATCH_BYTES, EventStream
+from ...ingest.result import ENGINE, ParseResult, Warnings
+from ...ingest.values import fits_int64, int64_or_none, rank_from_file_name, str_or_none
+from ...ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
     "cpu_op",

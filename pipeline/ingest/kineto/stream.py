@@ -25,8 +25,8 @@ from typing import IO, Any
 
 import msgspec
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.gz import GZIP_MAGIC, GzipStream
+from ...errors import TraceFormatError
+from ...ingest.gz import GZIP_MAGIC, GzipStream
 
 #: Bytes of JSON per decoded batch of events. Measured on a 33 MB trace: 4 MB parses as fast
 #: as 16 MB (fewer cache misses make up for more batches) with 110 MB less peak RSS; 2 MB is

@@ -34,12 +34,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.nccl import lines as L
-from pipeline.ingest.nccl.version import infer_versions
-from pipeline.ingest.result import ParseResult, Warnings, parsed_table
-from pipeline.ingest.values import LineOutOfRange, check_line_numbers, product_fits
-from pipeline.ingest.vocab import DTYPE_SIZES, op_name_expr
+from ...errors import TraceFormatError
+from ...ingest.nccl import lines as L
+from ...ingest.nccl.version import infer_versions
+from ...ingest.result import ParseResult, Warnings, parsed_table
+from ...ingest.values import LineOutOfRange, check_line_numbers, product_fits
+from ...ingest.vocab import DTYPE_SIZES, op_name_expr
 
 FORMAT = "nccl_log"
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.nccl.lines import iter_batches
-from pipeline.ingest.result import ParseResult, Warnings, parsed_table
-from pipeline.ingest.values import LineOutOfRange, check_line_numbers
-from pipeline.ingest.vocab import OP_NAMES, op_name_expr
+from ...errors import TraceFormatError
+from ...ingest.nccl.lines import iter_batches
+from ...ingest.result import ParseResult, Warnings, parsed_table
+from ...ingest.values import LineOutOfRange, check_line_numbers
+from ...ingest.vocab import OP_NAMES, op_name_expr
 
 FORMAT = "nccl_tests"
 

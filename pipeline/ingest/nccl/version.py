@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.result import Warnings
+from ...ingest.result import Warnings
 
 _NEWEST = 30
 

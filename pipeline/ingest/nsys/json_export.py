@@ -26,8 +26,8 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.nsys.raw import (
+from ...errors import TraceFormatError
+from ...ingest.nsys.raw import (
     KERNEL_SCHEMA,
     NVTX_SCHEMA,
     RUNTIME_SCHEMA,
@@ -36,7 +36,7 @@ from pipeline.ingest.nsys.raw import (
     check_time,
     frame,
 )
-from pipeline.ingest.values import OutOfRange, check_int64, describe
+from ...ingest.values import OutOfRange, check_int64, describe
 
 _RUNTIME_CLASSES = {0, 1}  # ENUM_NSYS_EVENT_CLASS: CUDA runtime, CUDA driver
 

@@ -21,12 +21,12 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.gz import GZIP_MAGIC, GzipStream
-from pipeline.ingest.nsys import json_export, sqlite_export
-from pipeline.ingest.nsys.raw import BadValue
-from pipeline.ingest.nsys.tables import build as build_tables
-from pipeline.ingest.result import ParseResult
+from ...errors import TraceFormatError
+from ...ingest.gz import GZIP_MAGIC, GzipStream
+from ...ingest.nsys import json_export, sqlite_export
+from ...ingest.nsys.raw import BadValue
+from ...ingest.nsys.tables import build as build_tables
+from ...ingest.result import ParseResult
 
 FORMAT = "nsys"
 SQLITE_MAGIC = b"SQLite format 3\x00"

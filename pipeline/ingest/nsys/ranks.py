@@ -28,9 +28,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.nsys.raw import NsysRaw, ProcessInfo
-from pipeline.ingest.result import Warnings
-from pipeline.ingest.values import rank_from_file_name
+from ...ingest.nsys.raw import NsysRaw, ProcessInfo
+from ...ingest.result import Warnings
+from ...ingest.values import rank_from_file_name
 
 _RANK_VARS = (
     "RANK",

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import polars as pl
 
-from pipeline.ingest.nsys.raw import (
+from ...ingest.nsys.raw import (
     KERNEL_SCHEMA,
     NVTX_SCHEMA,
     RUNTIME_SCHEMA,

@@ -22,16 +22,16 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.nsys import collectives, ranks
-from pipeline.ingest.nsys.raw import (
+from ...ingest.nsys import collectives, ranks
+from ...ingest.nsys.raw import (
     NVTX_DOMAIN_CREATE,
     NVTX_MARK,
     NVTX_PUSH_POP,
     NVTX_START_END,
     NsysRaw,
 )
-from pipeline.ingest.result import Warnings
-from pipeline.ingest.vocab import kernel_kind_expr, per_distinct
+from ...ingest.result import Warnings
+from ...ingest.vocab import kernel_kind_expr, per_distinct
 
 _COPY_KINDS = {
     0: "Unknown",

@@ -14,7 +14,7 @@ import stat
 import zipfile
 from pathlib import Path
 
-from pipeline.errors import TraceFormatError
+from ...errors import TraceFormatError
 
 #: Most entries an archive may list (the real ones hold about 180).
 MAX_ENTRIES = 100_000

@@ -19,8 +19,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipeline.ingest.values import fits_int64
-from pipeline.ingest.vocab import DTYPE_SIZES
+from ...ingest.values import fits_int64
+from ...ingest.vocab import DTYPE_SIZES
 
 #: xla.PrimitiveType -> the dataset's dtype name (its size: vocab.DTYPE_SIZES); TUPLE (13)
 #: and TOKEN (17) are no arrays.

@@ -23,11 +23,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.nsys_jax import tables
-from pipeline.ingest.nsys_jax.archive import Archive, Folder
-from pipeline.ingest.nsys_jax.hlo import HloError, instructions
-from pipeline.ingest.result import ParseResult
+from ...errors import TraceFormatError
+from ...ingest.nsys_jax import tables
+from ...ingest.nsys_jax.archive import Archive, Folder
+from ...ingest.nsys_jax.hlo import HloError, instructions
+from ...ingest.result import ParseResult
 
 FORMAT = "nsys_jax"
 TRACE = "nvtx_gpu_proj_trace/trace.parquet"

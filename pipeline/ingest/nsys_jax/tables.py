@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.nsys_jax.hlo import Instruction, array_bytes
-from pipeline.ingest.result import Warnings, parsed_table
-from pipeline.ingest.values import fits_int64
-from pipeline.ingest.vocab import XLA_COLLECTIVES
+from ...ingest.nsys_jax.hlo import Instruction, array_bytes
+from ...ingest.result import Warnings, parsed_table
+from ...ingest.values import fits_int64
+from ...ingest.vocab import XLA_COLLECTIVES
 
 STEP_MODULE = r"(?i)step"
 _SIZES = {

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.errors import TraceFormatError
-from pipeline.ingest.gz import GZIP_MAGIC, gunzip
-from pipeline.ingest.result import ParseResult
-from pipeline.ingest.rocprof import records, tables
-from pipeline.ingest.values import rank_from_file_name
+from ...errors import TraceFormatError
+from ...ingest.gz import GZIP_MAGIC, gunzip
+from ...ingest.result import ParseResult
+from ...ingest.rocprof import records, tables
+from ...ingest.values import rank_from_file_name
 
 FORMAT = "rocprof"
 TOOL_KEY = b'"rocprofiler-sdk-tool"'

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.ingest.result import Warnings
-from pipeline.ingest.vocab import op_name_expr
+from ...ingest.result import Warnings
+from ...ingest.vocab import op_name_expr
 
 _KEYS = ["rank", "tid"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.errors import TraceFormatError
+from ...errors import TraceFormatError
 
 _HANDLE = pl.Struct({"handle": pl.Int64})
 _XYZ = pl.Struct({"x": pl.Int64, "y": pl.Int64, "z": pl.Int64})

@@ -21,11 +21,11 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.derive.nesting import add_nesting
-from pipeline.ingest.result import Warnings, parsed_table
-from pipeline.ingest.rocprof.rccl import match_calls
-from pipeline.ingest.rocprof.records import Process
-from pipeline.ingest.vocab import kernel_kind_expr, op_expr, per_distinct
+from ...ingest.derive.nesting import add_nesting
+from ...ingest.result import Warnings, parsed_table
+from ...ingest.rocprof.rccl import match_calls
+from ...ingest.rocprof.records import Process
+from ...ingest.vocab import kernel_kind_expr, op_expr, per_distinct
 
 STEP_RANGE = r"^ProfilerStep#(\d+)$"
 
