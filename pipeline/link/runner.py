@@ -199,20 +199,7 @@ def _register_job_inputs(
         job_spec = config
         world = job_spec.parallel.world_size
         for job in jobs:
-            ranks = [
-                r
-                for (r,) in con.execute(
-                    "SELECT DISTINCT rank FROM ranks WHERE job = ? AND rank >= 0", [job]
-                ).fetchall()
-            ]
-            seen_world = con.execute(
-                "SELECT max(world_size) FROM ranks WHERE job = ?", [job]
-            ).fetchall()[0][0]
-            if seen_world is not None and seen_world != world:
-                raise ConfigError(
-                    f"{_label(config)}: the layout gives {world} ranks but job {job!r} has "
-                    f"world size {seen_world}"
-                )
+            ranks = _traced_ranks(con, job, config)
             predictions.append(
                 conform(
                     "predictions", predictions_table(job_spec, ranks, world_size=world), job=job
@@ -237,27 +224,10 @@ def _register_job_inputs(
                     ep_members[key].append(value)
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
-    con.execute(
-        "CREATE TEMP TABLE _job_layout AS SELECT unnest(?::VARCHAR[]) AS job, "
-        "unnest(?::VARCHAR[]) AS comm, unnest(?::VARCHAR[]) AS parallel_dim, "
-        "unnest(?::VARCHAR[][]) AS conflicts",
-        [layout["job"], layout["comm"], layout["parallel_dim"], layout["conflicts"]],
-    )
-    con.execute(
-        "CREATE TEMP TABLE _job_facts AS SELECT unnest(?::VARCHAR[]) AS job, "
-        "unnest(?::BIGINT[]) AS tokens_per_step",
-        [facts["job"], facts["tokens_per_step"]],
-    )
-    con.execute(
-        "CREATE TEMP TABLE _layout_ep_groups AS SELECT unnest(?::VARCHAR[]) AS job, "
-        "unnest(?::BIGINT[]) AS rank, unnest(?::VARCHAR[]) AS comm",
-        [ep_groups["job"], ep_groups["rank"], ep_groups["comm"]],
-    )
-    con.execute(
-        "CREATE TEMP TABLE _layout_ep_members AS SELECT unnest(?::VARCHAR[]) AS job, "
-        "unnest(?::VARCHAR[]) AS comm, unnest(?::BIGINT[][]) AS ranks",
-        [ep_members["job"], ep_members["comm"], ep_members["ranks"]],
-    )
+    _table_of_lists(con, "_job_layout", layout, ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR[]"))
+    _table_of_lists(con, "_job_facts", facts, ("VARCHAR", "BIGINT"))
+    _table_of_lists(con, "_layout_ep_groups", ep_groups, ("VARCHAR", "BIGINT", "VARCHAR"))
+    _table_of_lists(con, "_layout_ep_members", ep_members, ("VARCHAR", "VARCHAR", "BIGINT[]"))
     _register_exchange_directions(con, config)
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
@@ -265,6 +235,36 @@ def _register_job_inputs(
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
     return warnings
+
+
+def _traced_ranks(con: duckdb.DuckDBPyConnection, job: str, config: Job) -> list[int]:
+    """The ranks ``job`` traced; a job.yaml whose world is not the job's is refused."""
+    world = config.parallel.world_size
+    ranks = [
+        r
+        for (r,) in con.execute(
+            "SELECT DISTINCT rank FROM ranks WHERE job = ? AND rank >= 0", [job]
+        ).fetchall()
+    ]
+    seen_world = con.execute("SELECT max(world_size) FROM ranks WHERE job = ?", [job]).fetchall()[
+        0
+    ][0]
+    if seen_world is not None and seen_world != world:
+        raise ConfigError(
+            f"{_label(config)}: the layout gives {world} ranks but job {job!r} has "
+            f"world size {seen_world}"
+        )
+    return ranks
+
+
+def _table_of_lists(
+    con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, list], types: tuple[str, ...]
+) -> None:
+    """Temp table ``table`` with a column per list of ``columns``, typed as ``types`` says."""
+    select = ", ".join(
+        f"unnest(?::{t}[]) AS {name}" for name, t in zip(columns, types, strict=True)
+    )
+    con.execute(f"CREATE TEMP TABLE {table} AS SELECT {select}", list(columns.values()))
 
 
 def _conflict_warnings(

@@ -131,7 +131,7 @@ def _where_late(frame: pl.DataFrame, ds) -> None:
     # stage 1 has run the micro-batch's forward and backward (1F1B), always waits for; 4 a
     # step on each stage 1 rank: 8
     top = frame.head(4).select("late_rank", "parallel_dim", "op", "phase", "times").rows()
-    assert sorted(top) == [(r, "pp", "send_recv", "backward", 8) for r in range(4, 8)]
+    assert sorted(top) == [(r, "pp", "send", "backward", 8) for r in range(4, 8)]
     assert frame.height == 10
 
 
@@ -192,7 +192,7 @@ def _busbw(frame: pl.DataFrame, ds) -> None:
     # gradient bucket per DP group of each stage (4 and 4); 32 send/recv pairs a step (64)
     expected = pl.DataFrame(
         {
-            "op": ["all_reduce"] * 5 + ["send_recv"],
+            "op": ["all_reduce"] * 5 + ["send"],
             "group_size": [2] * 6,
             "bytes": [8, 1024, ACT, GRAD1, GRAD0, ACT],
             "instances": [4, 48, 288, 4, 4, 64],
@@ -266,8 +266,8 @@ def _between_hosts(frame: pl.DataFrame, ds) -> None:
     expected = pl.DataFrame(
         {
             "step": STEPS,
-            "src_host": ["node-0"] * 2,
-            "dst_host": ["node-0"] * 2,
+            "src_host": ["node0"] * 2,
+            "dst_host": ["node0"] * 2,
             "bytes": [4.0 * (SENT0 + SENT1)] * 2,
             "flows": [380, 380],
             "estimated": [True, True],
@@ -310,8 +310,8 @@ def _intra_inter(frame: pl.DataFrame, ds) -> None:
 def _link_peaks(frame: pl.DataFrame, ds) -> None:
     # one host: whatever leaves a rank of it arrives at a rank of it
     assert frame.select("host", "direction", "scope").sort("direction").rows() == [
-        ("node-0", "in", "intra_host"),
-        ("node-0", "out", "intra_host"),
+        ("node0", "in", "intra_host"),
+        ("node0", "out", "intra_host"),
     ]
     assert frame["peak_gbps"].n_unique() == 1 and frame["p99_gbps"].n_unique() == 1
 
