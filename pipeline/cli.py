@@ -382,6 +382,11 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     help="Gradient reduction dtype (Megatron default fp32).",
 )
 @click.option("--rank", default=0, show_default=True, help="Global rank to predict.")
+@click.option(
+    "--world-size",
+    type=int,
+    help="Ranks of the layout; with --from, another world than the observed one.",
+)
 @output_format(["table", "json"], "table", None)
 @click.option(
     "--step-time", type=float, help="Step time in seconds: adds network requirements and MFU."
@@ -433,8 +438,8 @@ def predict(  # noqa: ANN201
     """
     import json
 
+    from pipeline.model import memory, timing
     from pipeline.model import network as net
-    from pipeline.model import timing
     from pipeline.model.compute import compute_summary, format_compute
     from pipeline.model.config import build_job
     from pipeline.model.predict import format_table
@@ -466,11 +471,16 @@ def predict(  # noqa: ANN201
         peak = job.peak_flops if peak_tflops is None else peak_tflops * 1e12
         compute = compute_summary(job, pred.coords["pp"], step_time, peak)
         step = timing.step_summary(job, pred.rows, peak)
+        acc = memory.job_accelerator(job)
+        warnings = memory.layout_warnings(job, acc)
     except TokenwireError as exc:
         _fail(str(exc))
+    for w in warnings:
+        _say("Warning", w["message"])
     if fmt == "json":
         summary = timing.summary(job) | {"step": step}
         doc = pred.to_dict() | {"compute": compute, "timing": summary}
+        doc |= {"accelerator": memory.accelerator_summary(acc), "warnings": warnings}
         if reqs is not None:
             doc["requirements"] = {
                 "step_time_s": step_time,
@@ -490,39 +500,85 @@ def predict(  # noqa: ANN201
 
 def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak) -> None:  # noqa: ANN001
     """``predict --from``: the observed layout and the targets, ranked by projected step; the
-    measured step's MFU with ``peak`` (FLOP/s per GPU)."""
-    import dataclasses
+    measured step's MFU with ``peak`` (FLOP/s per GPU; else job.yaml's ``hardware``, else the
+    GPU the traces name), and what a person would warn about each layout."""
     import json
 
-    from pipeline.model import timing, whatif
-    from pipeline.model.compute import mfu
-    from pipeline.model.config import build_job
+    from pipeline.model import memory, timing, whatif
 
     if config is None:
         raise click.UsageError("--from needs --config: the job.yaml of the observed run")
     try:
-        obs = whatif.observed(dataset, job_name)
-        base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)
-        given = {k: v for k, v in overrides.items() if v is not None}
-        if given or target is not None:
-            targets = [whatif.target(config, given, target)]
-        else:
-            targets = whatif.layouts(config, base.parallel.world_size, {})
-            targets = [t for t in targets if t.parallel != base.parallel]
-        targets = [dataclasses.replace(t, network=base.network) for t in targets]
+        obs, base, acc = _observed_run(config, dataset, job_name, nccl_tests)
+        targets, notes = _what_if_targets(config, base, target, overrides)
         rows = whatif.project(base, obs, targets)
-        peak = base.peak_flops if peak is None else peak
-        measured_mfu = None if peak is None else mfu(base, obs.step_s, peak)
+        measured_mfu, peak = _measured_mfu(base, obs, acc, peak)
+        warnings = [w for t in [base, *targets] for w in memory.layout_warnings(t, acc)]
     except TokenwireError as exc:
         _fail(str(exc))
+    for line in [f"{n.layout}: {n.action}: {n.reason}" for n in notes]:
+        _say("Note", line)
+    for w in warnings:
+        _say("Warning", w["message"])
     if fmt == "json":
         doc = whatif.as_dict(obs, rows) | {"mfu": measured_mfu, "timing": timing.summary(base)}
+        doc |= {"peak_flops": peak, "accelerator": memory.accelerator_summary(acc),
+                "layouts": [vars(n) for n in notes], "warnings": warnings}  # fmt: skip
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(whatif.format_projections(obs, rows))
     click.echo(timing.format_summary(base))
     if measured_mfu is not None:
-        click.echo(f"MFU of the measured step: {measured_mfu:.1%}")
+        click.echo(f"MFU of the measured step: {measured_mfu:.1%} of {peak / 1e12:g} TFLOP/s a GPU")
+
+
+def _observed_run(config, dataset, job_name, nccl_tests):  # noqa: ANN001, ANN202
+    """The observation, the observed job (timed with the run's fits) and its accelerator:
+    job.yaml's ``hardware``, else the GPU the dataset's ``ranks`` name."""
+    from pipeline.dataset.views import connect
+    from pipeline.model import memory, timing, whatif
+    from pipeline.model.config import build_job
+
+    con = connect(dataset, read_only=True)
+    try:
+        obs = whatif.observed_in(con, job_name, str(dataset))
+        acc = memory.job_accelerator(build_job(config, {}))
+        acc = acc or memory.traced_accelerator(con, obs.job)
+    finally:
+        con.close()
+    base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)
+    return obs, base, acc
+
+
+def _what_if_targets(config, base, target, overrides):  # noqa: ANN001, ANN202
+    """The layouts to project and the notes on those adjusted or dropped: the flags' or
+    ``--target``'s layout, else every layout of the observed world."""
+    import dataclasses
+
+    from pipeline.model import whatif
+    from pipeline.model.memory import describe
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given or target is not None:
+        one = whatif.target(config, given, target)
+        note = whatif.batch_note(base, one)
+        notes = [] if note is None else [whatif.LayoutNote(describe(one), "adjusted", note)]
+        targets = [one]
+    else:
+        targets, notes = whatif.layouts_explained(config, base.parallel.world_size, {})
+        targets = [t for t in targets if t.parallel != base.parallel]
+    return [dataclasses.replace(t, network=base.network) for t in targets], notes
+
+
+def _measured_mfu(base, obs, acc, peak):  # noqa: ANN001, ANN202
+    """The measured step's MFU and the peak it used (None, None without a peak)."""
+    from pipeline.model.compute import mfu
+
+    if peak is None:
+        peak = base.peak_flops
+    if peak is None and acc is not None:
+        peak = acc.peak_flops(base.dtypes.activations)
+    return (None if peak is None else mfu(base, obs.step_s, peak)), peak
 
 
 @cli.command()
