@@ -35,7 +35,8 @@ VOCAB = 1024
 FAMILIES = (
     ("GPT-2-style byte-level BPE", "tokenizers/gpt2-bpe.json",
      "`tokenizers.ByteLevelBPETokenizer` (GPT-2's byte-to-unicode alphabet and split pattern), "
-     "a HuggingFace tokenizer.json"),
+     "as `tokenwire tokens --train-vocab` trains it (`pipeline.model.tokens.train_bpe`), "
+     "saved as a HuggingFace tokenizer.json"),
     ("Llama-3-style BPE", "tokenizers/llama3-bpe.tiktoken",
      "byte-level BPE merges learnt by `tokenizers` on pieces split by Llama 3's pattern "
      "(`pipeline.model.tokens.CL100K_PATTERN`), written as a tiktoken ranks file (256 single "
@@ -73,12 +74,10 @@ def _corpus() -> str:
 
 
 def train_gpt2(text: str, out: Path) -> None:
-    """GPT-2-style: ``tokenizers``' byte-level BPE, saved as a tokenizer.json."""
-    from tokenizers import ByteLevelBPETokenizer
+    """GPT-2-style: the byte-level BPE ``tokens --train-vocab`` trains, as a tokenizer.json."""
+    from pipeline.model.tokens import train_bpe
 
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([text], vocab_size=VOCAB, min_frequency=2, show_progress=False)
-    bpe.save(str(out))
+    train_bpe(text, vocab_size=VOCAB).save(str(out))
 
 
 def _byte_decoder() -> dict[str, int]:

@@ -22,9 +22,10 @@ from pipeline.model.config import Job
 from pipeline.model.presets import ACCELERATOR_MEMORY_BYTES, ACCELERATORS
 
 #: Accelerator names as drivers report them (CUDA's device name, ROCm's marketing name) ->
-#: ``hardware.accelerator``; the first match wins, so the PCIe H100 comes before the SXM.
+#: ``hardware.accelerator``; the first match wins, so the PCIe H100 comes before the SXM. A
+#: Grace Hopper superchip (``GH200 480GB``: CPU and GPU memory together) is none of these.
 _GPU_NAMES = (
-    (re.compile(r"H200", re.I), "h200"),
+    (re.compile(r"(?<!G)H200", re.I), "h200"),
     (re.compile(r"H100.*PCIe", re.I), "h100-pcie"),
     (re.compile(r"H100", re.I), "h100-sxm"),
     (re.compile(r"A100", re.I), "a100"),

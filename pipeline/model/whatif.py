@@ -305,14 +305,19 @@ def target(config: str | Path, overrides: dict[str, Any], second: str | Path | N
 
 
 def batch_note(base: Job, job: Job) -> str | None:
-    """A line when the projected layout's global batch is not the observed one."""
+    """A line when the projected layout's world or global batch is not the observed one."""
+    notes = []
+    if job.parallel.world_size != base.parallel.world_size:
+        notes.append(
+            f"{job.parallel.world_size} ranks, the observed run's {base.parallel.world_size}"
+        )
     a, b = base.batch.global_batch, job.batch.global_batch
-    if a == b:
-        return None
-    return (
-        f"{_describe(job)}: global batch {b} sequences, the observed run's is {a} "
-        f"(give --global-batch {a} to keep it)"
-    )
+    if a != b:
+        notes.append(
+            f"global batch {b} sequences, the observed run's {a} (give --global-batch {a} to "
+            "keep it)"
+        )
+    return "; ".join(notes) or None
 
 
 def format_projections(obs: Observed, rows: list[Projection]) -> str:

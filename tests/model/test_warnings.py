@@ -54,6 +54,7 @@ def test_device_names_map_to_accelerators() -> None:
     assert memory.accelerator_of("NVIDIA H200").memory_bytes == 141 * 2**30
     assert memory.accelerator_of("AMD Instinct MI300X").name == "mi300x"
     assert memory.accelerator_of("Tesla V100-SXM2-32GB") is None
+    assert memory.accelerator_of("NVIDIA GH200 480GB") is None  # (CPU and GPU memory)
 
 
 def test_layout_that_does_not_fit_warns(tmp_path: Path) -> None:
@@ -102,6 +103,7 @@ def test_what_if_keeps_the_observed_world(sample: Path) -> None:
     assert rc == 1 and "--world-size 32" in err
     rc, doc, _ = _predict(*base, "--tp", "4", "--dp", "4", "--world-size", "32")
     assert rc == 0 and {p["world_size"] for p in doc["projections"]} == {8, 32}
+    assert "32 ranks, the observed run's 8" in doc["layouts"][0]["reason"]
 
 
 def test_every_layout_keeps_the_global_batch_and_says_what_it_left_out(
