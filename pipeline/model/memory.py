@@ -108,8 +108,10 @@ def bubble_warning(job: Job) -> dict[str, Any] | None:
 
 
 def peak_memory(job: Job) -> tuple[int, Any]:
-    """The pipeline stage whose ranks hold the most bytes, and their :class:`Memory`."""
-    stages = ((s, rank_memory(job, s)) for s in range(job.parallel.pp))
+    """The pipeline stage whose ranks hold the most bytes, and their :class:`Memory`: the
+    first stage (the embedding, and the most micro-batches in flight under 1F1B) or the last
+    (the LM head); the stages between hold fewer activations and no embedding."""
+    stages = ((s, rank_memory(job, s)) for s in sorted({0, job.parallel.pp - 1}))
     return max(stages, key=lambda sm: sm[1].total)
 
 
