@@ -512,7 +512,7 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
         obs, base, acc = _observed_run(config, dataset, job_name, nccl_tests)
         targets, notes = _what_if_targets(config, base, target, overrides)
         rows = whatif.project(base, obs, targets)
-        measured_mfu, peak = _measured_mfu(base, obs, acc, peak)
+        measured_mfu, peak, source = _measured_mfu(base, obs, acc, peak)
         warnings = [w for t in [base, *targets] for w in memory.layout_warnings(t, acc)]
     except TokenwireError as exc:
         _fail(str(exc))
@@ -529,7 +529,10 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
     click.echo(whatif.format_projections(obs, rows))
     click.echo(timing.format_summary(base))
     if measured_mfu is not None:
-        click.echo(f"MFU of the measured step: {measured_mfu:.1%} of {peak / 1e12:g} TFLOP/s a GPU")
+        click.echo(
+            f"MFU of the measured step: {measured_mfu:.1%} of {peak / 1e12:g} TFLOP/s a GPU "
+            f"({source})"
+        )
 
 
 def _observed_run(config, dataset, job_name, nccl_tests):  # noqa: ANN001, ANN202
@@ -562,7 +565,7 @@ def _what_if_targets(config, base, target, overrides):  # noqa: ANN001, ANN202
     if given or target is not None:
         one = whatif.target(config, given, target)
         note = whatif.batch_note(base, one)
-        notes = [] if note is None else [whatif.LayoutNote(describe(one), "adjusted", note)]
+        notes = [] if note is None else [whatif.LayoutNote(describe(one), "differs", note)]
         targets = [one]
     else:
         targets, notes = whatif.layouts_explained(config, base.parallel.world_size, {})
@@ -571,14 +574,19 @@ def _what_if_targets(config, base, target, overrides):  # noqa: ANN001, ANN202
 
 
 def _measured_mfu(base, obs, acc, peak):  # noqa: ANN001, ANN202
-    """The measured step's MFU and the peak it used (None, None without a peak)."""
+    """The measured step's MFU, the peak it used and where the peak came from (None, None,
+    None without a peak)."""
     from pipeline.model.compute import mfu
 
+    source = "--peak-tflops"
     if peak is None:
-        peak = base.peak_flops
+        peak, source = base.peak_flops, "job.yaml hardware"
     if peak is None and acc is not None:
         peak = acc.peak_flops(base.dtypes.activations)
-    return (None if peak is None else mfu(base, obs.step_s, peak)), peak
+        source = f"{acc.name}, {acc.source}"
+    if peak is None:
+        return None, None, None
+    return mfu(base, obs.step_s, peak), peak, source
 
 
 @cli.command()

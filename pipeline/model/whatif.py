@@ -222,7 +222,8 @@ def project(base: Job, obs: Observed, targets: list[Job]) -> list[Projection]:
 @dataclass(frozen=True)
 class LayoutNote:
     """What a what-if did to one layout of the world: ``adjusted`` (its micro-batch changed
-    to keep the global batch) or ``dropped`` (the model does not admit it), and why."""
+    to keep the global batch) or ``dropped`` (the model does not admit it), and why; or how
+    a requested layout ``differs`` from the observed run (world size, global batch)."""
 
     layout: str
     action: str
