@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	rm -rf $(DEMO_DIR)
-	$(BIN)/tokenwire ingest sample_traces -o $(DEMO_DIR)/dataset --job sample
+	$(BIN)/tokenwire ingest sample_traces/rank* sample_traces/job.nsys.sqlite -o $(DEMO_DIR)/dataset --job sample
 	$(BIN)/tokenwire link $(DEMO_DIR)/dataset --config sample_traces/job.yaml
 	$(BIN)/tokenwire sql $(DEMO_DIR)/dataset \
 	  "SELECT parallel_dim, op, phase, sum(calls) AS calls, sum(bytes) AS observed_bytes, \
@@ -35,6 +35,7 @@ demo: $(STAMP)
 	done
 	$(BIN)/tokenwire diff $(DEMO_DIR)/ddp ddp fsdp --other $(DEMO_DIR)/fsdp --view predicted
 	$(BIN)/tokenwire diff $(DEMO_DIR)/ddp ddp fsdp --other $(DEMO_DIR)/fsdp --html $(DEMO_DIR)/diff.html
+	$(BIN)/python -m pipeline.journey --headline
 	@echo "open $(DEMO_DIR)/report.html and $(DEMO_DIR)/diff.html; load $(DEMO_DIR)/timeline.json.gz in ui.perfetto.dev or chrome://tracing"
 
 test: $(STAMP) browser

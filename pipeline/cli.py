@@ -408,6 +408,11 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     help="Gradient reduction dtype (Megatron default fp32).",
 )
 @click.option("--rank", default=0, show_default=True, help="Global rank to predict.")
+@click.option(
+    "--world-size",
+    type=int,
+    help="Ranks of the layout; with --from, another world than the observed one.",
+)
 @output_format(["table", "json"], "table", None)
 @click.option(
     "--step-time", type=float, help="Step time in seconds: adds network requirements and MFU."
@@ -459,8 +464,8 @@ def predict(  # noqa: ANN201
     """
     import json
 
+    from .model import memory, timing
     from .model import network as net
-    from .model import timing
     from .model.compute import compute_summary, format_compute
     from .model.config import build_job
     from .model.predict import format_table
@@ -492,11 +497,16 @@ def predict(  # noqa: ANN201
         peak = job.peak_flops if peak_tflops is None else peak_tflops * 1e12
         compute = compute_summary(job, pred.coords["pp"], step_time, peak)
         step = timing.step_summary(job, pred.rows, peak)
+        acc = memory.job_accelerator(job)
+        warnings = memory.layout_warnings(job, acc)
     except TokenwireError as exc:
         _fail(str(exc))
+    for w in warnings:
+        _say("Warning", w["message"])
     if fmt == "json":
         summary = timing.summary(job) | {"step": step}
         doc = pred.to_dict() | {"compute": compute, "timing": summary}
+        doc |= {"accelerator": memory.accelerator_summary(acc), "warnings": warnings}
         if reqs is not None:
             doc["requirements"] = {
                 "step_time_s": step_time,
@@ -516,39 +526,93 @@ def predict(  # noqa: ANN201
 
 def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak) -> None:  # noqa: ANN001
     """``predict --from``: the observed layout and the targets, ranked by projected step; the
-    measured step's MFU with ``peak`` (FLOP/s per GPU)."""
-    import dataclasses
+    measured step's MFU with ``peak`` (FLOP/s per GPU; else job.yaml's ``hardware``, else the
+    GPU the traces name), and what a person would warn about each layout."""
     import json
 
-    from .model import timing, whatif
-    from .model.compute import mfu
-    from .model.config import build_job
+    from .model import memory, timing, whatif
 
     if config is None:
         raise click.UsageError("--from needs --config: the job.yaml of the observed run")
     try:
-        obs = whatif.observed(dataset, job_name)
-        base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)
-        given = {k: v for k, v in overrides.items() if v is not None}
-        if given or target is not None:
-            targets = [whatif.target(config, given, target)]
-        else:
-            targets = whatif.layouts(config, base.parallel.world_size, {})
-            targets = [t for t in targets if t.parallel != base.parallel]
-        targets = [dataclasses.replace(t, network=base.network) for t in targets]
+        obs, base, acc = _observed_run(config, dataset, job_name, nccl_tests)
+        targets, notes = _what_if_targets(config, base, target, overrides)
         rows = whatif.project(base, obs, targets)
-        peak = base.peak_flops if peak is None else peak
-        measured_mfu = None if peak is None else mfu(base, obs.step_s, peak)
+        measured_mfu, peak, source = _measured_mfu(base, obs, acc, peak)
+        warnings = [w for t in [base, *targets] for w in memory.layout_warnings(t, acc)]
     except TokenwireError as exc:
         _fail(str(exc))
+    for line in [f"{n.layout}: {n.action}: {n.reason}" for n in notes]:
+        _say("Note", line)
+    for w in warnings:
+        _say("Warning", w["message"])
     if fmt == "json":
         doc = whatif.as_dict(obs, rows) | {"mfu": measured_mfu, "timing": timing.summary(base)}
+        doc |= {"peak_flops": peak, "accelerator": memory.accelerator_summary(acc),
+                "layouts": [vars(n) for n in notes], "warnings": warnings}  # fmt: skip
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(whatif.format_projections(obs, rows))
     click.echo(timing.format_summary(base))
     if measured_mfu is not None:
-        click.echo(f"MFU of the measured step: {measured_mfu:.1%}")
+        click.echo(
+            f"MFU of the measured step: {measured_mfu:.1%} of {peak / 1e12:g} TFLOP/s a GPU "
+            f"({source})"
+        )
+
+
+def _observed_run(config, dataset, job_name, nccl_tests):  # noqa: ANN001, ANN202
+    """The observation, the observed job (timed with the run's fits) and its accelerator:
+    job.yaml's ``hardware``, else the GPU the dataset's ``ranks`` name."""
+    from .dataset.views import connect
+    from .model import memory, timing, whatif
+    from .model.config import build_job
+
+    con = connect(dataset, read_only=True)
+    try:
+        obs = whatif.observed_in(con, job_name, str(dataset))
+        acc = memory.job_accelerator(build_job(config, {}))
+        acc = acc or memory.traced_accelerator(con, obs.job)
+    finally:
+        con.close()
+    base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)
+    return obs, base, acc
+
+
+def _what_if_targets(config, base, target, overrides):  # noqa: ANN001, ANN202
+    """The layouts to project and the notes on those adjusted or dropped: the flags' or
+    ``--target``'s layout, else every layout of the observed world."""
+    import dataclasses
+
+    from .model import whatif
+    from .model.memory import describe
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given or target is not None:
+        one = whatif.target(config, given, target)
+        note = whatif.batch_note(base, one)
+        notes = [] if note is None else [whatif.LayoutNote(describe(one), "differs", note)]
+        targets = [one]
+    else:
+        targets, notes = whatif.layouts_explained(config, base.parallel.world_size, {})
+        targets = [t for t in targets if t.parallel != base.parallel]
+    return [dataclasses.replace(t, network=base.network) for t in targets], notes
+
+
+def _measured_mfu(base, obs, acc, peak):  # noqa: ANN001, ANN202
+    """The measured step's MFU, the peak it used and where the peak came from (None, None,
+    None without a peak)."""
+    from .model.compute import mfu
+
+    source = "--peak-tflops"
+    if peak is None:
+        peak, source = base.peak_flops, "job.yaml hardware"
+    if peak is None and acc is not None:
+        peak = acc.peak_flops(base.dtypes.activations)
+        source = f"{acc.name}, {acc.source}"
+    if peak is None:
+        return None, None, None
+    return mfu(base, obs.step_s, peak), peak, source
 
 
 @cli.command()

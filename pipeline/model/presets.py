@@ -78,6 +78,18 @@ ACCELERATORS: MappingProxyType[str, dict[str, float]] = MappingProxyType({
     "mi300x": {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "fp32": 163.4},
 })  # fmt: skip
 
+#: Memory of one accelerator (``hardware.accelerator``) in bytes, from the same datasheets:
+#: A100 80 GB (the 40 GB part is told by its name, :func:`pipeline.model.memory.accelerator_of`),
+#: H100 SXM and PCIe 80 GB, H200 141 GB, MI300X 192 GB of HBM. The datasheets' GB are the
+#: HBM stacks' binary size (an "80GB" H100 reports 81,559 MiB to nvidia-smi), hence GiB here.
+ACCELERATOR_MEMORY_BYTES: MappingProxyType[str, int] = MappingProxyType({
+    "a100": 80 * 2**30,
+    "h100-sxm": 80 * 2**30,
+    "h100-pcie": 80 * 2**30,
+    "h200": 141 * 2**30,
+    "mi300x": 192 * 2**30,
+})  # fmt: skip
+
 #: Preset name -> ``model`` section (read-only).
 PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType(_PRESETS)
 

@@ -33,6 +33,7 @@ from ..ingest.vocab import WORLD_DIMS
 from ..model import params as P
 from ..model.compute import phase_split, step_flops
 from ..model.config import Job, build_job
+from ..model.memory import describe
 from ..model.predict import _peer, predict_ranks
 from ..model.timing import Fitted, dataset_fits, exposed
 
@@ -190,8 +191,7 @@ def _stages(job: Job, rates: dict[str, float]) -> list[tuple[float, Any]]:
 
 
 def _describe(job: Job) -> str:
-    p = job.parallel
-    return f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} ep={p.ep} mb={job.batch.micro_batch}"
+    return describe(job)
 
 
 def project(base: Job, obs: Observed, targets: list[Job]) -> list[Projection]:
@@ -219,35 +219,106 @@ def project(base: Job, obs: Observed, targets: list[Job]) -> list[Projection]:
     return sorted(out, key=lambda p: (p.step_s, not p.observed))
 
 
+@dataclass(frozen=True)
+class LayoutNote:
+    """What a what-if did to one layout of the world: ``adjusted`` (its micro-batch changed
+    to keep the global batch) or ``dropped`` (the model does not admit it), and why; or how
+    a requested layout ``differs`` from the observed run (world size, global batch)."""
+
+    layout: str
+    action: str
+    reason: str
+
+
 def layouts(config: str | Path, world: int, overrides: dict[str, Any]) -> list[Job]:
-    """Every tp x pp x dp of ``world`` ranks the model admits (others keys from ``config``
-    and ``overrides``), for ranking when no target is given."""
+    """Every tp x pp x dp of ``world`` ranks the model admits, keeping the global batch
+    (:func:`layouts_explained` without the notes)."""
+    return layouts_explained(config, world, overrides)[0]
+
+
+def layouts_explained(
+    config: str | Path, world: int, overrides: dict[str, Any]
+) -> tuple[list[Job], list[LayoutNote]]:
+    """Every tp x pp x dp of ``world`` ranks (``cp`` and the other keys from ``config`` and
+    ``overrides``), each with the observed global batch ``B``: its micro-batch is the
+    largest ``b' <= b`` with ``B`` divisible by ``b'·dp`` (the accumulation follows,
+    ``m = B/(b'·dp)``). The notes say which layouts were adjusted and which dropped, and why."""
+    base = build_job(config, overrides)
+    cp, gb, mb = base.parallel.cp, base.batch.global_batch, base.batch.micro_batch
     divisors = [d for d in range(1, world + 1) if world % d == 0]
-    out = []
+    jobs: list[Job] = []
+    notes: list[LayoutNote] = []
     for tp in divisors:
-        for pp in (d for d in divisors if (world // tp) % d == 0):
-            dp = world // tp // pp
+        for pp in (d for d in divisors if world % (tp * d * cp) == 0):
+            dp = world // (tp * pp * cp)
+            name = f"tp={tp} pp={pp} dp={dp} cp={cp}"
+            b = next((b for b in range(mb, 0, -1) if gb % (b * dp) == 0), None)
+            if b is None:
+                reason = f"the global batch of {gb} sequences does not split over dp={dp}"
+                notes.append(LayoutNote(name, "dropped", reason))
+                continue
             keys = overrides | {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp,
-                                "parallel.world_size": world}  # fmt: skip
+                                "parallel.world_size": world,
+                                "batch": {"micro_batch": b, "global_batch": gb}}  # fmt: skip
             try:
-                out.append(build_job(config, keys))
-            except ConfigError:
-                continue  # (a layout the model does not admit: heads, layers, experts)
-    return out
+                jobs.append(build_job(config, keys))
+            except ConfigError as exc:  # (heads, layers, experts the layout does not divide)
+                reason = str(exc).removeprefix(f"{config}: ")
+                notes.append(LayoutNote(name, "dropped", reason))
+                continue
+            if b != mb:
+                m = gb // (b * dp)
+                reason = (f"micro_batch {mb} -> {b} keeps the global batch of {gb} sequences "
+                          f"({m} micro-batch{'es' if m > 1 else ''} per step)")  # fmt: skip
+                notes.append(LayoutNote(name, "adjusted", reason))
+    return jobs, notes
 
 
 def target(config: str | Path, overrides: dict[str, Any], second: str | Path | None) -> Job:
-    """The layout to project: ``second`` job.yaml, else ``config`` with ``overrides`` (its
-    ``world_size``, if any, following the new layout)."""
+    """The layout to project: ``second`` job.yaml, else ``config`` with ``overrides``.
+
+    The observed world size stays unless ``parallel.world_size`` asks for another: ``dp``,
+    when not given, follows the other dimensions; given, the layout must fill the world.
+    """
     if second is not None:
         return build_job(second, overrides)
     base = build_job(config, {})
     keys = {f"parallel.{d}": getattr(base.parallel, d) for d in WORLD_DIMS}
     keys |= {k: v for k, v in overrides.items() if v is not None}
-    world = 1
+    world = keys.pop("parallel.world_size", None) or base.parallel.world_size
+    rest = 1
     for d in WORLD_DIMS:
-        world *= keys[f"parallel.{d}"]
+        rest *= keys[f"parallel.{d}"] if d != "dp" else 1
+    if "parallel.dp" not in overrides:
+        if world % rest:
+            raise ConfigError(
+                f"tp*pp*cp = {rest} does not divide the world of {world} ranks; give --dp, "
+                f"and --world-size to project another world size"
+            )
+        keys["parallel.dp"] = world // rest
+    elif rest * keys["parallel.dp"] != world:
+        asked = rest * keys["parallel.dp"]
+        raise ConfigError(
+            f"the layout asks for {asked} ranks (tp*pp*dp*cp), the observed world has "
+            f"{world}; give --world-size {asked} to project another world size"
+        )
     return build_job(config, keys | {"parallel.world_size": world})
+
+
+def batch_note(base: Job, job: Job) -> str | None:
+    """A line when the projected layout's world or global batch is not the observed one."""
+    notes = []
+    if job.parallel.world_size != base.parallel.world_size:
+        notes.append(
+            f"{job.parallel.world_size} ranks, the observed run's {base.parallel.world_size}"
+        )
+    a, b = base.batch.global_batch, job.batch.global_batch
+    if a != b:
+        notes.append(
+            f"global batch {b} sequences, the observed run's {a} (give --global-batch {a} to "
+            "keep it)"
+        )
+    return "; ".join(notes) or None
 
 
 def format_projections(obs: Observed, rows: list[Projection]) -> str:

@@ -118,7 +118,7 @@ def test_cli_prints_compute_and_mfu() -> None:
             "--step-time", "20", "--peak-tflops", "312"]  # fmt: skip
     res = CliRunner().invoke(cli, [*args, "--format", "json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     assert doc["compute"]["mfu"] == pytest.approx(
         doc["compute"]["model_flops"] / (20 * 256 * 312e12)
     )
@@ -135,7 +135,7 @@ def test_mfu_from_the_job_yaml_hardware(tmp_path: Path) -> None:
         "hardware: {accelerator: a100}\n"
     )
     args = ["predict", "--config", str(job), "--step-time", "20", "--format", "json"]
-    doc = json.loads(CliRunner().invoke(cli, args).output)
+    doc = json.loads(CliRunner().invoke(cli, args).stdout)
     assert doc["compute"]["mfu"] == pytest.approx(
         doc["compute"]["model_flops"] / (20 * 256 * 312e12)
     )

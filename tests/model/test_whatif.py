@@ -87,11 +87,11 @@ def test_cli_ranks_every_layout_of_the_world(linked: dict[str, Path]) -> None:
     args = ["predict", "--config", str(DATA / "tp" / "job.yaml"), "--from", str(linked["tp"])]
     out = CliRunner().invoke(cli, [*args, "--format", "json"])
     assert out.exit_code == 0, out.output
-    doc = json.loads(out.output)
+    doc = json.loads(out.stdout)
     layouts = [p["layout"] for p in doc["projections"]]
-    # 2 ranks: tp 2 (observed), dp 2, pp 2 (2 layers: one each)
+    # 2 ranks: tp 2 (observed), dp 2 (micro-batch 2 keeps the 4 sequences), pp 2 (2 layers)
     assert sorted(layouts) == sorted(
-        ["tp=2 pp=1 dp=1 cp=1 ep=1 mb=4", "tp=1 pp=1 dp=2 cp=1 ep=1 mb=4",
+        ["tp=2 pp=1 dp=1 cp=1 ep=1 mb=4", "tp=1 pp=1 dp=2 cp=1 ep=1 mb=2",
          "tp=1 pp=2 dp=1 cp=1 ep=1 mb=4"]
     )  # fmt: skip
     steps = [p["step_s"] for p in doc["projections"]]
