@@ -144,7 +144,9 @@ def test_report_compute_section(linked: dict[str, Path], tmp_path: Path) -> None
     dp2 = next(p for p in rows if p.layout.startswith("tp=1 pp=1 dp=2"))
     # the figures used: fitted to the run's own all-reduces
     assert "all_reduce over 2 ranks fitted to 26 traced collectives of job tp" in page
-    assert f"<td>{fmt.duration(dp2.step_s * 1e9)}</td>" in page.replace(' class="num"', "")
+    # (the table's durations are in the one unit its header names: ms here)
+    assert "step (ms)" in page
+    assert f"<td>{dp2.step_s * 1e3:.1f}</td>" in page.replace(' class="num"', "")
     assert fmt.duration(obs.step_s * 1e9) in page and "What-if: the step of every" in page
     assert "give hardware.peak_tflops or hardware.accelerator" in page
     # with a peak in the job.yaml the section shows MFU: achieved over peak per rank
