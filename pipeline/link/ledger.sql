@@ -7,12 +7,13 @@
 --                 sizes differ (paired largest with largest)
 --   missing       predicted, never seen
 --   unpredicted   seen, no item: named by what the trace says (its layer)
--- with a reason where one is known: the same bytes in other calls (gradient buckets cut
--- elsewhere; for activations, another micro-batch size), or a message twice or half the
--- predicted size (a dtype).
+-- with a reason where one is known: the bytes the model gives with another value of a model
+-- key (model.linear_bias: the linear layers' biases), the same bytes in other calls
+-- (gradient buckets cut elsewhere, naming the key that sets them; for activations, another
+-- micro-batch size), or a message twice or half the predicted size (a dtype).
 -- Jobs linked without a job.yaml have no predictions and no ledger.
 --
--- reads: collective_links, predictions, primary_sources
+-- reads: _alternative_bytes, _job_facts, collective_links, predictions, primary_sources
 -- creates: ledger
 
 -- Observed calls of traced steps, one source per rank (primary_sources: a rank's profiler
@@ -87,6 +88,15 @@ SELECT job, step, parallel_dim, op, phase,
        purpose, predicted_calls, predicted_message_bytes, calls, message_bytes, ranks, layer
 FROM _ledger_pairs;
 
+-- The bytes of each dimension, op and phase were a model key given another value, summed
+-- over the ranks traced in each step (_alternative_bytes, made by the runner).
+CREATE TEMP TABLE _ledger_alternatives AS
+SELECT r.job, r.step, a.parallel_dim, a.op, a.phase, a.key, a.value, a.what,
+       sum(a.bytes) AS alternative_total
+FROM _alternative_bytes a
+JOIN (SELECT DISTINCT job, step, rank FROM _ledger_calls) r USING (job, rank)
+GROUP BY ALL;
+
 -- Bytes of each dimension, op and phase on both sides: equal totals in other calls are
 -- gradient buckets cut elsewhere (PyTorch DDP's 1 MiB first bucket, whole tensors per
 -- bucket), FSDP units wrapped otherwise (FSDP1's root unit) or activations of another
@@ -101,6 +111,17 @@ WITH totals AS (
            bool_or(purpose IN ('parameter gather', 'parameter re-gather',
                                'gradient reduce-scatter')) AS units
     FROM _ledger_rows GROUP BY ALL
+), alternatives AS (
+    -- observed totals that another value of a model key gives (within 0.1%: FSDP pads a
+    -- shard to a multiple of the group) and the prediction does not; the closest first
+    SELECT t.job, t.step, t.parallel_dim, t.op, t.phase,
+           arg_min(a.what || ': the bytes match ' || a.key || ': ' || a.value,
+                   abs(t.observed_total - a.alternative_total)) AS reason
+    FROM totals t
+    JOIN _ledger_alternatives a USING (job, step, parallel_dim, op, phase)
+    WHERE abs(t.observed_total - a.alternative_total) <= 0.001 * a.alternative_total
+      AND abs(t.observed_total - t.predicted_total) > 0.001 * a.alternative_total
+    GROUP BY ALL
 )
 SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.layer,
        CAST(coalesce(r.predicted_calls, 0) AS BIGINT) AS predicted_calls,
@@ -111,13 +132,15 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
        CAST(coalesce(r.calls * r.message_bytes, 0) AS BIGINT) AS bytes, r.ranks,
        CASE
            WHEN r.status = 'matched' THEN NULL
+           WHEN a.reason IS NOT NULL THEN a.reason
            WHEN t.predicted_total > 0
                 AND abs(t.observed_total - t.predicted_total) <= 0.01 * t.predicted_total
                THEN CASE WHEN r.parallel_dim = 'dp' AND t.units
                          THEN 'the same bytes in other calls: parameters wrapped in other '
                               || 'units (conventions.fsdp_root_unit)'
                          WHEN r.parallel_dim = 'dp'
-                         THEN 'the same bytes in other calls: gradient buckets cut elsewhere'
+                         THEN 'the same bytes in other calls: gradient buckets cut elsewhere ('
+                              || f.bucket_key || ')'
                          ELSE 'the same bytes in calls of another size: check micro_batch'
                     END
            WHEN r.status = 'size differs' AND r.message_bytes = 2 * r.predicted_message_bytes
@@ -126,4 +149,6 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
                THEN 'half the predicted size: check the dtypes'
        END AS reason
 FROM _ledger_rows r
-JOIN totals t USING (job, step, parallel_dim, op, phase);
+JOIN totals t USING (job, step, parallel_dim, op, phase)
+LEFT JOIN alternatives a USING (job, step, parallel_dim, op, phase)
+LEFT JOIN _job_facts f USING (job);

@@ -5,7 +5,10 @@ names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
-tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
+tokens_per_step, bucket_key: the job.yaml key that sets DP's gradient buckets),
+``predictions`` (the analytic model's rows for every rank) and ``_alternative_bytes`` (each
+rank's bytes per dimension, op and phase were a model key given another value:
+:func:`pipeline.model.predict.alternative_totals`).
 """
 
 from __future__ import annotations
@@ -175,10 +178,11 @@ def _register_job_inputs(
     con: duckdb.DuckDBPyConnection, jobs: list[str], config: Job | None
 ) -> None:
     layout = {"job": [], "comm": [], "parallel_dim": []}
-    facts = {"job": [], "tokens_per_step": []}
+    facts = {"job": [], "tokens_per_step": [], "bucket_key": []}
+    alternatives: list[tuple] = []
     predictions = []
     if config is not None:
-        from pipeline.model.predict import predictions_table
+        from pipeline.model.predict import alternative_totals, predictions_table
 
         job_spec = config
         world = job_spec.parallel.world_size
@@ -208,6 +212,12 @@ def _register_job_inputs(
                 layout["parallel_dim"].append(dim)
             facts["job"].append(job)
             facts["tokens_per_step"].append(job_spec.tokens_per_step)
+            facts["bucket_key"].append(
+                "conventions.ddp_bucket_mb"
+                if job_spec.conventions.torch_buckets
+                else "parallel.bucket_size"
+            )
+            alternatives += [(job, *a) for a in alternative_totals(job_spec, ranks)]
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     con.execute(
@@ -217,14 +227,25 @@ def _register_job_inputs(
     )
     con.execute(
         "CREATE TEMP TABLE _job_facts AS SELECT unnest(?::VARCHAR[]) AS job, "
-        "unnest(?::BIGINT[]) AS tokens_per_step",
-        [facts["job"], facts["tokens_per_step"]],
+        "unnest(?::BIGINT[]) AS tokens_per_step, unnest(?::VARCHAR[]) AS bucket_key",
+        [facts["job"], facts["tokens_per_step"], facts["bucket_key"]],
     )
+    _register_alternatives(con, alternatives)
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
+
+
+def _register_alternatives(con: duckdb.DuckDBPyConnection, rows: list[tuple]) -> None:
+    """``_alternative_bytes`` from (job, key, value, what, rank, parallel_dim, op, phase,
+    bytes) rows."""
+    names = ("job", "key", "value", "what", "rank", "parallel_dim", "op", "phase", "bytes")
+    types = ("VARCHAR",) * 4 + ("BIGINT",) + ("VARCHAR",) * 3 + ("BIGINT",)
+    columns = [[row[i] for row in rows] for i in range(len(names))]
+    select = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
+    con.execute(f"CREATE TEMP TABLE _alternative_bytes AS SELECT {select}", columns)
 
 
 def _comm_dims_from_layout(

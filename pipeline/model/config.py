@@ -70,7 +70,7 @@ _HARDWARE_KEYS = ("accelerator", "peak_tflops")
 MAX_PEAK_TFLOPS = 1e7
 _MODEL_KEYS = (
     "preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
-    "tied_embeddings", "mlp", "norm", "position", "moe", "mla",
+    "tied_embeddings", "mlp", "norm", "position", "moe", "mla", "linear_bias",
 )  # fmt: skip
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
 _MOE_KEYS = (
@@ -97,6 +97,9 @@ _RECOMPUTE = ("none", "selective", "full")
 _MLP = ("gelu", "swiglu")
 _NORM = ("layernorm", "rmsnorm")
 _POSITION = ("learned", "rope")
+#: Which linear layers have a bias (``model.linear_bias``): every one, none, or Q, K and V
+#: alone (Megatron-LM ``--add-bias-linear`` / ``--disable-bias-linear``, ``--add-qkv-bias``)
+LINEAR_BIAS = ("all", "none", "qkv")
 #: Collective algorithms ``network.algorithm`` may name (one, a list, or ``auto``).
 ALGORITHMS = ("ring", "tree", "nvls", "hierarchical")
 #: What ``auto`` lets the time model choose among (NVLS needs NVLink SHARP hardware: list it).
@@ -155,6 +158,16 @@ class Model:
     position: str
     moe: MoE | None = None
     mla: MLA | None = None
+    #: ``all``, ``none`` or ``qkv``; None: by ``mlp`` (GELU/GPT ``all``, SwiGLU ``none``)
+    linear_bias: str | None = None
+
+    @property
+    def biases(self) -> str:
+        """Which linear layers have a bias: ``linear_bias``, else ``all`` for a GELU (GPT)
+        model and ``none`` for SwiGLU."""
+        if self.linear_bias is not None:
+            return self.linear_bias
+        return "all" if self.mlp == "gelu" else "none"
 
     @property
     def head_dim(self) -> int:
@@ -271,7 +284,8 @@ class Conventions:
     step, gradient buckets of ``parallel.bucket_size`` elements. ``torch`` (plain
     torch.distributed): none of the vocab-parallel or loss collectives, and PyTorch DDP's
     buckets: whole gradient tensors in reverse registration order, the first bucket closed at
-    1 MiB, the others at 25 MiB (``ddp_first_bucket_mb``, ``ddp_bucket_mb``).
+    1 MiB, the others at 25 MiB (``ddp_first_bucket_mb``, ``ddp_bucket_mb``; a
+    ``ddp_bucket_mb`` given caps the first bucket too, as ``bucket_cap_mb`` does).
 
     Two keys describe how a model is written rather than a framework (both false by default):
     ``separate_qkv``, Q, K and V as three column-parallel projections (each all-reduces its
@@ -651,6 +665,8 @@ def _model(raw: Any) -> Model:
     mlp = _choice(_opt(merged, "mlp", "gelu"), _MLP, "model.mlp")
     norm = _choice(_opt(merged, "norm", "layernorm"), _NORM, "model.norm")
     position = _choice(_opt(merged, "position", "learned"), _POSITION, "model.position")
+    bias = merged.get("linear_bias")
+    bias = None if bias is None else _choice(bias, LINEAR_BIAS, "model.linear_bias")
     if hidden % heads:
         raise ConfigError(f"model.hidden ({hidden}) must be divisible by model.heads ({heads})")
     if heads % kv_heads:
@@ -673,6 +689,7 @@ def _model(raw: Any) -> Model:
         position=position,
         moe=moe,
         mla=mla,
+        linear_bias=bias,
     )
 
 
@@ -928,6 +945,7 @@ def _conventions(raw: Any, parallel: Parallel) -> Conventions:
             "parallel.bucket_size: Megatron's buckets (elements); with framework: torch give "
             "conventions.ddp_bucket_mb"
         )
+    first_mb, bucket_mb = _ddp_bucket_caps(raw)
     separate_qkv = _bool(_opt(raw, "separate_qkv", False), "conventions.separate_qkv")
     if separate_qkv and parallel.sequence_parallel:
         raise ConfigError(
@@ -940,13 +958,29 @@ def _conventions(raw: Any, parallel: Parallel) -> Conventions:
         loss_all_reduce=_bool(
             _opt(raw, "loss_all_reduce", megatron), "conventions.loss_all_reduce"
         ),
-        ddp_first_bucket_mb=_pos_num(
-            _opt(raw, "ddp_first_bucket_mb", 1.0), "conventions.ddp_first_bucket_mb"
-        ),
-        ddp_bucket_mb=_pos_num(_opt(raw, "ddp_bucket_mb", 25.0), "conventions.ddp_bucket_mb"),
+        ddp_first_bucket_mb=first_mb,
+        ddp_bucket_mb=bucket_mb,
         separate_qkv=separate_qkv,
         fsdp_root_unit=_bool(_opt(raw, "fsdp_root_unit", False), "conventions.fsdp_root_unit"),
     )
+
+
+def _ddp_bucket_caps(raw: Mapping[str, Any]) -> tuple[float, float]:
+    """(first bucket, other buckets) in MiB. PyTorch DDP keeps its small first bucket
+    (``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB) only while ``bucket_cap_mb`` is left at its
+    default; given explicitly, it caps the first bucket too (``_BucketCapacityConfig.create``,
+    torch/nn/parallel/distributed.py, v2.13.0)."""
+    bucket = _pos_num(_opt(raw, "ddp_bucket_mb", 25.0), "conventions.ddp_bucket_mb")
+    if not _given(raw, "ddp_bucket_mb"):
+        first = _pos_num(_opt(raw, "ddp_first_bucket_mb", 1.0), "conventions.ddp_first_bucket_mb")
+        return first, bucket
+    if _given(raw, "ddp_first_bucket_mb"):
+        raise ConfigError(
+            "conventions.ddp_first_bucket_mb: PyTorch DDP has a first bucket of its own only "
+            "while bucket_cap_mb is left at its default; with conventions.ddp_bucket_mb every "
+            "bucket, the first too, closes at ddp_bucket_mb"
+        )
+    return bucket, bucket
 
 
 def _check_layout(job: Job) -> None:

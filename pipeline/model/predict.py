@@ -29,7 +29,14 @@ from pipeline.errors import ConfigError
 from pipeline.gcpause import gc_paused
 from pipeline.ingest.vocab import DIMS
 from pipeline.model import params as P
-from pipeline.model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
+from pipeline.model.config import (
+    DTYPE_BYTES,
+    LINEAR_BIAS,
+    MAX_INT64,
+    Job,
+    job_from_dict,
+    load_job,
+)
 from pipeline.model.timing import call_time, choose
 from pipeline.model.traffic import ep_a2a_message
 
@@ -803,6 +810,29 @@ def predictions_table(
              "wire_bytes": pa.float64(), "intra_node_bytes": pa.float64(),
              "inter_node_bytes": pa.float64(), "est_time_s": pa.float64()}  # fmt: skip
     return table_from_lists(cols, pa.schema([(c, types.get(c, pa.string())) for c in cols]))
+
+
+def alternative_totals(job: Job, ranks: Iterable[int]) -> list[tuple]:
+    """(key, value, what it sets, rank, parallel_dim, op, phase, bytes): each rank's bytes per
+    dimension, op and phase were ``job``'s model given each other value of
+    ``model.linear_bias``. The ledger names the key where observed bytes equal one of these
+    and not the prediction (a model whose linear layers have no bias, or only some)."""
+    if job.model.mla is not None:  # (MLA's projections carry no biases in the model)
+        return []
+    rank_list = sorted(set(ranks))
+    out = []
+    for value in LINEAR_BIAS:
+        if value == job.model.biases:
+            continue
+        alt = dataclasses.replace(job, model=dataclasses.replace(job.model, linear_bias=value))
+        totals: dict[tuple, int] = {}
+        for pred in predict_ranks(alt, rank_list):
+            for row in pred.rows:
+                key = (pred.rank, row.parallel_dim, row.op, row.phase)
+                totals[key] = totals.get(key, 0) + row.bytes
+        what = "the linear layers' biases"
+        out += [("model.linear_bias", value, what, *k, b) for k, b in totals.items()]
+    return out
 
 
 def format_table(pred: Prediction) -> str:

@@ -6,15 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 import pipeline
+from pipeline.link.runner import link
 from tests.cpu_gloo import (
     ACT,
     BLOCK,
+    DATA,
     EMBED,
     FP32,
     HEAD,
     PARAMS,
+    ingested,
     linked,
     linked_as_torch,
 )
@@ -137,3 +141,67 @@ def test_four_rank_runs_match_row_by_row(tmp_path: Path, run: str) -> None:
         "SELECT count(*) FROM collectives WHERE source = 'kineto' AND step IS NOT NULL"
     ).item()
     assert ds.sql("SELECT sum(calls) FROM ledger").item() == observed
+
+
+#: ddp_bucket's buckets (bucket_cap_mb=0.1: 104,857 bytes, 26,214 fp32 elements, the first
+#: bucket too), the gradients whole in reverse registration order, a bucket closed once it
+#: reaches the cap: LM head, final norm and block 1's FC2 (16,384 + 128 + 64 + 16,384);
+#: block 1's FC1 to K (256 + 16,384 + 128 + 64 + 4,096 + 2 x 4,160); block 1's Q and first
+#: norm and block 0's MLP (4,160 + 128 + 16,448 + 16,640); the rest (35,328).
+BUCKETS = (32_960, 29_248, 37_376, 35_328)
+
+
+def test_ddp_bucket_cap_caps_the_first_bucket_too(tmp_path: Path) -> None:
+    """DDP with ``bucket_cap_mb=0.1`` (``ddp_bucket_mb: 0.1``): PyTorch drops its 1 MiB first
+    bucket when the cap is given, so every bucket closes at 0.1 MiB: 4 buckets per rank, each
+    matched (with a 1 MiB first bucket the model would give one bucket of every gradient)."""
+    assert sum(BUCKETS) == PARAMS
+    assert _ledger("ddp_bucket", tmp_path / "ds") == [
+        ("dp", "all_reduce", "backward", "matched", 2, b * FP32, 2, b * FP32)
+        for b in sorted(BUCKETS)
+    ]
+
+
+def test_ddp_buckets_without_the_cap_name_the_key(tmp_path: Path) -> None:
+    """The same run linked with ``framework: torch`` alone: the model's one bucket (under
+    1 MiB) against 4 observed, the same bytes: each row names the key that sets the cap."""
+    ds = linked_as_torch("ddp_bucket", tmp_path)
+    rows = ds.sql(
+        "SELECT status, predicted_message_bytes, message_bytes, reason FROM ledger "
+        "WHERE step = 2 ORDER BY message_bytes DESC"
+    ).rows()
+    why = "the same bytes in other calls: gradient buckets cut elsewhere"
+    why += " (conventions.ddp_bucket_mb)"
+    big = max(BUCKETS) * FP32
+    assert rows == [("size differs", PARAMS * FP32, big, why)] + [
+        ("unpredicted", None, b * FP32, why) for b in sorted(BUCKETS, reverse=True)[1:]
+    ]
+
+
+#: The linear biases of one block: Q, K, V and O (the attention's own o_bias), FC1 and FC2
+BLOCK_BIASES = 3 * 64 + 64 + 256 + 64
+
+
+def test_ddp_without_linear_biases_matches(tmp_path: Path) -> None:
+    """No linear biases (``linear_bias: none``): one bucket of every gradient, the biases of
+    both blocks left out."""
+    size = (PARAMS - 2 * BLOCK_BIASES) * FP32
+    assert _ledger("ddp_nobias", tmp_path / "ds") == [
+        ("dp", "all_reduce", "backward", "matched", 2, size, 2, size),
+    ]
+
+
+def test_ddp_without_linear_biases_names_the_key(tmp_path: Path) -> None:
+    """Linked without ``linear_bias``, the model gives the biases: the bucket differs by
+    their bytes (under 1%, which alone would read as buckets cut elsewhere), and the reason
+    names the key that gives the observed bytes."""
+    config = yaml.safe_load((DATA / "ddp_nobias" / "job.yaml").read_text())
+    del config["model"]["linear_bias"]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested("ddp_nobias", tmp_path / "ds")
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    rows = ds.sql(
+        "SELECT status, predicted_message_bytes, message_bytes, reason FROM ledger WHERE step = 2"
+    ).rows()
+    why = "the linear layers' biases: the bytes match model.linear_bias: none"
+    assert rows == [("size differs", PARAMS * FP32, (PARAMS - 2 * BLOCK_BIASES) * FP32, why)]
