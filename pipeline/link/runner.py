@@ -5,7 +5,8 @@ names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
-tokens_per_step, bucket_key: the job.yaml key that sets DP's gradient buckets),
+tokens_per_step, bucket_key: the job.yaml key that sets DP's gradient buckets, dims: the
+dimensions of degree above 1),
 ``predictions`` (the analytic model's rows for every rank) and ``_alternative_bytes`` (each
 rank's bytes per dimension, op and phase were a model key given another value:
 :func:`pipeline.model.predict.alternative_totals`).
@@ -178,7 +179,7 @@ def _register_job_inputs(
     con: duckdb.DuckDBPyConnection, jobs: list[str], config: Job | None
 ) -> None:
     layout = {"job": [], "comm": [], "parallel_dim": []}
-    facts = {"job": [], "tokens_per_step": [], "bucket_key": []}
+    facts = {"job": [], "tokens_per_step": [], "bucket_key": [], "dims": []}
     alternatives: list[tuple] = []
     predictions = []
     if config is not None:
@@ -217,6 +218,9 @@ def _register_job_inputs(
                 if job_spec.conventions.torch_buckets
                 else "parallel.bucket_size"
             )
+            par = job_spec.parallel
+            degrees = {"tp": par.tp, "cp": par.cp, "pp": par.pp, "ep": par.ep, "dp": par.dp}
+            facts["dims"].append([d for d, n in degrees.items() if n > 1])
             alternatives += [(job, *a) for a in alternative_totals(job_spec, ranks)]
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
@@ -227,8 +231,9 @@ def _register_job_inputs(
     )
     con.execute(
         "CREATE TEMP TABLE _job_facts AS SELECT unnest(?::VARCHAR[]) AS job, "
-        "unnest(?::BIGINT[]) AS tokens_per_step, unnest(?::VARCHAR[]) AS bucket_key",
-        [facts["job"], facts["tokens_per_step"], facts["bucket_key"]],
+        "unnest(?::BIGINT[]) AS tokens_per_step, unnest(?::VARCHAR[]) AS bucket_key, "
+        "unnest(?::VARCHAR[][]) AS dims",
+        [facts["job"], facts["tokens_per_step"], facts["bucket_key"], facts["dims"]],
     )
     _register_alternatives(con, alternatives)
     if predictions:
@@ -266,6 +271,8 @@ def _comm_dims_from_layout(
         ("ep", ("ep",), True),
         ("dp", ("dp", "cp"), False),
     )
+    if job_spec.parallel.hsdp:  # (HSDP's shard and replicate groups are parts of dp)
+        candidates += (("dp", ("dps",), False), ("dp", ("dpr",), False))
 
     def dims_of(members: tuple[int, ...]) -> list[str]:
         # each dimension's group of the first member, by its size and ends in closed form

@@ -178,6 +178,25 @@ def _sizes(job: Job, *, expert: bool) -> dict[str, int]:
     return {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
 
 
+def _layout(job: Job, *, expert: bool) -> tuple[str, dict[str, int]]:
+    """The order and sizes groups are worked out over: with HSDP, dp is two dimensions,
+    ``dps`` (its shard groups, the inner part) and ``dpr`` (its replicas)."""
+    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    par = job.parallel
+    if expert or not par.hsdp:
+        return order, sizes
+    assert par.dp_shard is not None
+    split = "-".join("dps-dpr" if d == "dp" else d for d in order.split("-"))
+    return split, sizes | {"dps": par.dp_shard, "dpr": par.dp // par.dp_shard}
+
+
+def _group_dims(dims: tuple[str, ...], order: str) -> tuple[str, ...]:
+    """``dims`` over a layout order: dp is ``dps`` and ``dpr`` where HSDP splits it."""
+    if "dpr" not in order.split("-"):
+        return dims
+    return tuple(x for d in dims for x in (("dps", "dpr") if d == "dp" else (d,)))
+
+
 def _decompose(rank: int, order: str, sizes: Mapping[str, int]) -> dict[str, int]:
     out = {}
     for dim in order.split("-"):
@@ -213,9 +232,11 @@ def coordinates(job: Job, rank: int) -> dict[str, int]:
 
 def group(job: Job, rank: int, dims: tuple[str, ...], *, expert: bool = False) -> list[int]:
     """Global ranks of the communicator over ``dims`` that contains ``rank`` (sorted)."""
-    base = _decompose(rank, job.parallel.order, _sizes(job, expert=expert))
+    order, sizes = _layout(job, expert=expert)
+    dims = _group_dims(tuple(dims), order)
+    base = _decompose(rank, order, sizes)
     fixed = tuple((d, c) for d, c in base.items() if d not in dims)
-    return list(_members(job, tuple(dims), expert, fixed))
+    return list(_members(job, dims, expert, fixed))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -225,7 +246,7 @@ def _members(
     """The ranks whose coordinates are ``fixed`` outside ``dims``, sorted. Cached: every rank
     of a group asks for the same members (at 16,384 ranks, each of the 16,384 ranks' data
     parallel groups of 512 was worked out again: 22 million compositions, 53 s of link)."""
-    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    order, sizes = _layout(job, expert=expert)
     base = dict(fixed)
     out = []
     for combo in itertools.product(*(range(sizes[d]) for d in dims)):
@@ -238,7 +259,8 @@ def layout_groups(
 ) -> list[tuple[int, ...]]:
     """Every communicator of the layout over ``dims``: each one's global ranks, sorted (none
     when the dimensions have size 1, where each rank would be a group of its own)."""
-    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    order, sizes = _layout(job, expert=expert)
+    dims = _group_dims(dims, order)
     if math.prod(sizes[d] for d in dims) == 1:
         return []
     others = [d for d in order.split("-") if d not in dims]
@@ -271,7 +293,8 @@ def span(job: Job, rank: int, dims: tuple[str, ...], *, expert: bool = False) ->
     highest at their sizes minus 1: O(dimensions) at any scale. Members on the node are
     counted as members below the node's two ends (:func:`_count_below`).
     """
-    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    order, sizes = _layout(job, expert=expert)
+    dims = _group_dims(dims, order)
     base = _decompose(rank, order, sizes)
     lo = _compose(base | {d: 0 for d in dims}, order, sizes)
     hi = _compose(base | {d: sizes[d] - 1 for d in dims}, order, sizes)
@@ -649,7 +672,9 @@ def _data_parallel(
         "expert": span(job, rank, ("dp",), expert=True),
     }
     scheme = par.dp_scheme
-    if scheme in ("zero3", "fsdp_no_reshard"):
+    if scheme in ("zero3", "fsdp_no_reshard") and par.hsdp:
+        _hsdp(job, rank, units, acc)
+    elif scheme in ("zero3", "fsdp_no_reshard"):
         for u in _fsdp_units(job, units):
             g, grads, params = groups[u.group], u.elements * dt.e_g, u.elements * dt.e_p
             acc.add("dp", "all_gather", "forward", u.layer_kind, 1, params, g, "parameter gather")
@@ -672,6 +697,31 @@ def _data_parallel(
     if coords["pp"] == par.pp - 1 and job.conventions.loss_all_reduce:
         acc.add("dp", "all_reduce", "other", "loss", 1, LOSS_REPORT_BYTES, groups["dense"],
                 "loss report")  # fmt: skip
+
+
+def _hsdp(job: Job, rank: int, units: tuple[P.Unit, ...], acc: _Rows) -> None:
+    """HSDP (``fully_shard`` over a replicate x shard mesh): each unit gathered in its shard
+    group (dp's ``dp_shard`` ranks x cp) forward and again backward, its gradient
+    reduce-scattered there and the shard all-reduced across the replicas
+    (``foreach_reduce``, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, v2.13.0:
+    ``reduce_scatter`` on the shard group, then ``all_reduce`` of its output on the
+    replicate group). Expert units shard over their expert-data-parallel group whole."""
+    par, dt = job.parallel, job.dtypes
+    shard, replicas = span(job, rank, ("dps", "cp")), span(job, rank, ("dpr",))
+    expert = span(job, rank, ("dp",), expert=True)
+    for u in _fsdp_units(job, units):
+        g = shard if u.group == "dense" else expert
+        grads, params = u.elements * dt.e_g, u.elements * dt.e_p
+        acc.add("dp", "all_gather", "forward", u.layer_kind, 1, params, g, "parameter gather")
+        if par.dp_scheme == "zero3" and u.layer_kind != "root":
+            acc.add("dp", "all_gather", "backward", u.layer_kind, 1, params, g,
+                    "parameter re-gather")  # fmt: skip
+        acc.add("dp", "reduce_scatter", "backward", u.layer_kind, 1, grads, g,
+                "gradient reduce-scatter")  # fmt: skip
+        if u.group == "dense":
+            acc.add("dp", "all_reduce", "backward", u.layer_kind, 1,
+                    -(-u.elements // shard.size) * dt.e_g, replicas,
+                    "gradient shard all-reduce across replicas")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
@@ -755,6 +805,8 @@ def _class_key(job: Job, rank: int) -> tuple:
     pp, p = coordinates(job, rank)["pp"], job.parallel.pp
     spans = [span(job, rank, d) for d in (("tp",), ("cp",), ("dp", "cp"))]
     spans += [span(job, rank, d, expert=True) for d in (("ep",), ("dp",))]
+    if job.parallel.hsdp:
+        spans += [span(job, rank, d) for d in (("dps", "cp"), ("dpr",))]
     peers = [_peer(job, rank, x) for x in ((pp + 1) % p, (pp - 1) % p, 0, p - 1)]
     pairs = [_pair(job, rank, peers[0]), _pair(job, rank, peers[1]), _pair(job, peers[2], peers[3])]
     return (pp, *((_link(job, g), g.local) for g in spans + pairs))

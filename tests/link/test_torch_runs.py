@@ -160,6 +160,7 @@ def test_ddp_bucket_cap_caps_the_first_bucket_too(tmp_path: Path) -> None:
         ("dp", "all_reduce", "backward", "matched", 2, b * FP32, 2, b * FP32)
         for b in sorted(BUCKETS)
     ]
+    assert _per_rank_differences(pipeline.open(tmp_path / "ds")) == []
 
 
 def test_ddp_buckets_without_the_cap_name_the_key(tmp_path: Path) -> None:
@@ -189,6 +190,7 @@ def test_ddp_without_linear_biases_matches(tmp_path: Path) -> None:
     assert _ledger("ddp_nobias", tmp_path / "ds") == [
         ("dp", "all_reduce", "backward", "matched", 2, size, 2, size),
     ]
+    assert _per_rank_differences(pipeline.open(tmp_path / "ds")) == []
 
 
 def test_ddp_without_linear_biases_names_the_key(tmp_path: Path) -> None:
@@ -205,3 +207,80 @@ def test_ddp_without_linear_biases_names_the_key(tmp_path: Path) -> None:
     ).rows()
     why = "the linear layers' biases: the bytes match model.linear_bias: none"
     assert rows == [("size differs", PARAMS * FP32, (PARAMS - 2 * BLOCK_BIASES) * FP32, why)]
+
+
+def _per_rank_differences(ds: pipeline.Dataset, step: int = 2) -> list[tuple]:
+    """(rank, dimension, op, phase, message bytes, observed calls, predicted calls) of every
+    rank's kind of call whose count differs from the model's for that rank: none when each
+    rank's own calls match its own items."""
+    return ds.sql(f"""
+        WITH seen AS (
+            SELECT l.rank, coalesce(l.parallel_dim, 'unknown') AS parallel_dim, c.op,
+                   coalesce(l.phase, 'other') AS phase, l.bytes, count(*) AS calls
+            FROM collective_links l
+            JOIN collectives c USING (job, rank, source, file_id, collective_id)
+            WHERE l.source = 'kineto' AND l.step = {step} AND l.bytes IS NOT NULL
+            GROUP BY ALL),
+        model AS (
+            SELECT rank, parallel_dim, op, phase, bytes // calls AS bytes, sum(calls) AS calls
+            FROM predictions GROUP BY ALL)
+        SELECT rank, parallel_dim, op, phase, bytes, s.calls AS seen, m.calls AS predicted
+        FROM seen s FULL JOIN model m USING (rank, parallel_dim, op, phase, bytes)
+        WHERE s.calls IS DISTINCT FROM m.calls ORDER BY ALL""").rows()
+
+
+#: HSDP's units: embedding, the two blocks, the head (the root holds no parameters)
+HSDP_UNITS = {"embed": EMBED, "block": BLOCK, "head": HEAD}
+
+
+def test_hsdp_matches_every_item_per_rank(tmp_path: Path) -> None:
+    """FSDP2 over a 2 x 2 mesh (``mesh: {dp_replicate: 2, dp_shard: 2}``): each unit
+    gathered in its shard group forward and backward, its gradient reduce-scattered there
+    (gloo: an all_reduce of the whole unit) and the half it keeps all-reduced across the
+    replicate group; every item matched, on each of the 4 ranks."""
+    rows = []
+    for unit in sorted(HSDP_UNITS.values()):
+        n = 8 if unit == BLOCK else 4  # 2 blocks; 4 ranks
+        rows += [
+            ("dp", "all_gather", "backward", "matched", n, unit * FP32, n, unit * FP32),
+            ("dp", "all_gather", "forward", "matched", n, unit * FP32, n, unit * FP32),
+            ("dp", "all_reduce", "backward", "matched", n, unit * 2, n, unit * 2),
+            ("dp", "reduce_scatter", "backward", "matched", n, unit * FP32, n, unit * FP32),
+        ]
+    assert _ledger("hsdp", tmp_path / "ds") == sorted(rows)
+    ds = pipeline.open(tmp_path / "ds")
+    assert _per_rank_differences(ds) == []
+    assert set(ds.sql("SELECT ranks FROM ledger")["ranks"]) == {4}
+
+
+def test_hsdp_groups_are_dp_by_their_names(tmp_path: Path) -> None:
+    """Without a job.yaml, the shard groups ({0,1}, {2,3}: consecutive ranks, which alone
+    read as tp) and the replicate groups ({0,2}, {1,3}) are dp by their DeviceMesh names
+    (``mesh_dp_shard``, ``mesh_dp_replicate``)."""
+    ds = ingested("hsdp", tmp_path / "ds")
+    link(tmp_path / "ds")
+    dims = ds.sql(
+        "SELECT ranks, parallel_dim, dim_source FROM communicator_dims WHERE nranks = 2 "
+        "ORDER BY ranks"
+    ).rows()
+    assert dims == [
+        ([0, 1], "dp", "name"), ([0, 2], "dp", "name"), ([1, 3], "dp", "name"),
+        ([2, 3], "dp", "name"),
+    ]  # fmt: skip
+    assert ds.sql("SELECT count(*) FROM collective_links WHERE parallel_dim = 'tp'").item() == 0
+
+
+def test_hsdp_without_its_mesh_names_no_tp(tmp_path: Path) -> None:
+    """Linked as plain FSDP over 4 ranks (``dp: 4``, no mesh): the gathers and
+    reduce-scatters are those of FSDP, the replicate group's all-reduces unpredicted, and
+    they are dp (the job has no tensor parallelism), never tp."""
+    config = yaml.safe_load((DATA / "hsdp" / "job.yaml").read_text())
+    config["parallel"] = {"dp": 4, "fsdp": True, "world_size": 4}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested("hsdp", tmp_path / "ds")
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    rows = ds.sql(
+        "SELECT DISTINCT parallel_dim, op, status FROM ledger WHERE status <> 'matched'"
+    ).rows()
+    assert rows == [("dp", "all_reduce", "unpredicted")]
+    assert ds.sql("SELECT count(*) FROM collective_links WHERE parallel_dim = 'tp'").item() == 0
