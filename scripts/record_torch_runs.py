@@ -34,7 +34,7 @@ hsdp        4      FSDP2 ``fully_shard`` over a 2 x 2 ``DeviceMesh`` (``dp_repli
                    ``dp_shard``: HSDP) on the embedding, each block and the head, then the root
 pp_interleaved
             2      ``torch.distributed.pipelining``, 4 layers in 4 stages, 2 a rank (stages 0
-                   and 2 on rank 0, 1 and 3 on rank 1), ``ScheduleInterleaved1F1B`` over 4
+                   and 2 on rank 0, 1 and 3 on rank 1), ``ScheduleInterleaved1F1B`` over 2
                    micro-batches of 4
 recsys_a2a  2      a recommendation model as TorchRec shards it: one embedding table per rank
                    (table-wise), the input ids sent to the table's rank in ``## sparse_data_dist
@@ -93,6 +93,7 @@ RUN_LAYERS = {"pp_1f1b4": 4, "pp_interleaved": 4}
 DDP_BUCKET_MB = 0.1  # ddp_bucket's bucket_cap_mb: 26,214 fp32 elements, several buckets
 HSDP_MESH = (2, 2)  # hsdp's mesh: (dp_replicate, dp_shard)
 PP_STAGES_PER_RANK = 2  # pp_interleaved's virtual stages per rank
+PP_INTERLEAVED_MICRO = 2  # pp_interleaved's micro-batches per step (a round: one per rank)
 PP_MICRO = 4  # micro-batches per step of pp_1f1b
 
 
@@ -283,11 +284,11 @@ def _pp_interleaved(rank: int, world: int):
         module = _First(gpt) if i == 0 else _Last(gpt) if i == n - 1 else _Middle(gpt)
         modules.append(module)
         stages.append(PipelineStage(module, i, n, torch.device("cpu")))
-    sched = ScheduleInterleaved1F1B(stages, n_microbatches=PP_MICRO, loss_fn=_loss)
+    sched = ScheduleInterleaved1F1B(stages, n_microbatches=PP_INTERLEAVED_MICRO, loss_fn=_loss)
     opt = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=1e-3)
 
     def step(i: int) -> None:
-        batches = [_batch(i, 0, m) for m in range(PP_MICRO)]
+        batches = [_batch(i, 0, m) for m in range(PP_INTERLEAVED_MICRO)]
         ids = torch.cat([b[0] for b in batches])
         target = torch.cat([b[1] for b in batches])
         with record_function("forward_backward"):
@@ -409,7 +410,7 @@ def job_yaml(run: str) -> str:
         "ddp_bucket": ("dp: 2", 1),
         "ddp_nobias": ("dp: 2", 1),
         "hsdp": ("mesh: {dp_replicate: 2, dp_shard: 2}, fsdp: true", 1),
-        "pp_interleaved": (f"pp: 2, vpp: {PP_STAGES_PER_RANK}", PP_MICRO),
+        "pp_interleaved": (f"pp: 2, vpp: {PP_STAGES_PER_RANK}", PP_INTERLEAVED_MICRO),
     }[run]
     # (Q, K, V are separate projections; FSDP1's root unit holds the embedding and head;
     # DDP's bucket_cap_mb)

@@ -284,3 +284,31 @@ def test_hsdp_without_its_mesh_names_no_tp(tmp_path: Path) -> None:
     ).rows()
     assert rows == [("dp", "all_reduce", "unpredicted")]
     assert ds.sql("SELECT count(*) FROM collective_links WHERE parallel_dim = 'tp'").item() == 0
+
+
+def test_interleaved_1f1b_phases_come_from_the_schedule(tmp_path: Path) -> None:
+    """ScheduleInterleaved1F1B, 4 stages on 2 ranks (0 and 2 on rank 0, 1 and 3 on rank 1),
+    2 micro-batches: every send of rank 0 goes to rank 1, forward (stages 0 -> 1, 2 -> 3)
+    and backward (2 -> 1) alike, so the direction of the peer cannot give the phase; the
+    schedule's ``PP:<stage>SEND_F<mb>`` names do. Per rank: rank 0 sends 4 activations and
+    2 gradients and receives 2 activations and 4 gradients; rank 1 the reverse; every row
+    over both ranks."""
+    assert _ledger("pp_interleaved", tmp_path / "ds") == [
+        ("pp", op, phase, "matched", 6, ACT, 6, ACT)
+        for op in ("recv", "send")
+        for phase in ("backward", "forward")
+    ]
+    ds = pipeline.open(tmp_path / "ds")
+    assert _per_rank_differences(ds) == []
+    assert set(ds.sql("SELECT ranks FROM ledger")["ranks"]) == {2}
+    per_rank = ds.sql(
+        "SELECT l.rank, c.op, l.phase, count(*) FROM collective_links l "
+        "JOIN collectives c USING (job, rank, source, file_id, collective_id) "
+        "WHERE l.step = 2 AND l.source = 'kineto' GROUP BY ALL ORDER BY ALL"
+    ).rows()
+    assert per_rank == [
+        (0, "recv", "backward", 4), (0, "recv", "forward", 2),
+        (0, "send", "backward", 2), (0, "send", "forward", 4),
+        (1, "recv", "backward", 2), (1, "recv", "forward", 4),
+        (1, "send", "backward", 4), (1, "send", "forward", 2),
+    ]  # fmt: skip
