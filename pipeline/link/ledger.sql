@@ -7,8 +7,8 @@
 --                 sizes differ (paired largest with largest)
 --   missing       predicted, never seen
 --   unpredicted   seen, no item: named by what the trace says (its layer)
--- with a reason where one is known: the bytes the model gives with another value of a model
--- key (model.linear_bias: the linear layers' biases), the same bytes in other calls
+-- with a reason where one is known: the bytes the model gives with another value of a key
+-- (model.linear_bias: the linear layers' biases; conventions.framework), the same bytes in other calls
 -- (gradient buckets cut elsewhere, naming the key that sets them; for activations, another
 -- micro-batch size), or a message twice or half the predicted size (a dtype).
 -- Jobs linked without a job.yaml have no predictions and no ledger.
@@ -112,15 +112,21 @@ WITH totals AS (
                                'gradient reduce-scatter')) AS units
     FROM _ledger_rows GROUP BY ALL
 ), alternatives AS (
-    -- observed totals that another value of a model key gives (within 0.1%: FSDP pads a
-    -- shard to a multiple of the group) and the prediction does not; the closest first
+    -- observed totals that another value of a key gives (within 0.1%: FSDP pads a shard to
+    -- a multiple of its group; none where that value predicts nothing) and the prediction
+    -- does not; the closest first
     SELECT t.job, t.step, t.parallel_dim, t.op, t.phase,
-           arg_min(a.what || ': the bytes match ' || a.key || ': ' || a.value,
-                   abs(t.observed_total - a.alternative_total)) AS reason
+           first(k.what || ': the bytes match ' || k.key || ': ' || k.value
+                 ORDER BY abs(t.observed_total - coalesce(a.alternative_total, 0)), k.key)
+               AS reason
     FROM totals t
-    JOIN _ledger_alternatives a USING (job, step, parallel_dim, op, phase)
-    WHERE abs(t.observed_total - a.alternative_total) <= 0.001 * a.alternative_total
-      AND abs(t.observed_total - t.predicted_total) > 0.001 * a.alternative_total
+    JOIN (SELECT DISTINCT job, step, key, value, what FROM _ledger_alternatives) k
+      USING (job, step)
+    LEFT JOIN _ledger_alternatives a USING (job, step, parallel_dim, op, phase, key, value)
+    WHERE abs(t.observed_total - coalesce(a.alternative_total, 0))
+              <= 0.001 * coalesce(a.alternative_total, 0)
+      AND abs(t.observed_total - t.predicted_total)
+              > 0.001 * greatest(coalesce(a.alternative_total, 0), t.predicted_total)
     GROUP BY ALL
 )
 SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.layer,

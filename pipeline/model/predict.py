@@ -33,6 +33,7 @@ from pipeline.model.config import (
     DTYPE_BYTES,
     LINEAR_BIAS,
     MAX_INT64,
+    Conventions,
     Job,
     job_from_dict,
     load_job,
@@ -467,15 +468,24 @@ def _tensor_parallel(
     vocab = job.conventions.vocab_parallel
     first, last = vocab and coords["pp"] == 0, vocab and coords["pp"] == par.pp - 1
     full = job.recompute == "full"
-    items = _tp_sp_items if par.sequence_parallel else _tp_items
-    for op, phase, kind, calls, purpose in items(n_layers * mb, mb, full, first, last):
+    torch_sp = par.sequence_parallel and job.conventions.framework == "torch"
+    if torch_sp:
+        stage = (coords["pp"] == 0, coords["pp"] == par.pp - 1)
+        items = _tp_sp_torch_items(n_layers * mb, mb, full, *stage, vocab)
+    else:
+        items = (_tp_sp_items if par.sequence_parallel else _tp_items)(
+            n_layers * mb, mb, full, first, last
+        )
+    for op, phase, kind, calls, purpose in items:
         acc.add("tp", op, phase, kind, calls, msg, g, purpose)
     if job.conventions.separate_qkv:
         # three column-parallel projections where Megatron has one fused QKV: each replicates
         # its input and all-reduces its input gradient (f) on its own
         acc.add("tp", "all_reduce", "backward", "attention", 2 * n_layers * mb, msg, g,
                 "K and V input gradients (separate projections)")  # fmt: skip
-    if par.sequence_parallel:
+    if torch_sp:
+        _torch_sp_norms(job, coords, n_layers, g, acc)
+    elif par.sequence_parallel:
         norms = sp_params * job.dtypes.e_g
         acc.add("tp", "all_reduce", "optimizer", "norm", 1, norms, g,
                 "sequence-parallel norm gradients")  # fmt: skip
@@ -533,6 +543,55 @@ def _tp_sp_items(n: int, mb: int, full: bool, first: bool, last: bool) -> list[_
             ("reduce_scatter", "backward", "lm_head", mb, "LM head input-gradient scatter"),
         ]
     return items
+
+
+def _tp_sp_torch_items(
+    n: int, mb: int, full: bool, first: bool, last: bool, vocab: bool
+) -> list[_Item]:
+    """TP with SP as DTensor runs it (``SequenceParallel`` on the norms, ``PrepareModuleInput``
+    from sequence shards to replicated before attention and MLP, ``ColwiseParallel`` in,
+    ``RowwiseParallel(output_layouts=Shard(1))`` out; torch/distributed/tensor/parallel/
+    style.py, v2.13.0): the gathered input is kept for backward, so the backward has only
+    the transposes (no re-gather, unlike Megatron). Before the LM head the sequence is
+    gathered once more (a whole or a column-parallel head); the first stage's embedding
+    output is cut into sequence shards, locally when the embedding is whole (its gradient
+    gathered backward), by a reduce-scatter when it is vocab-parallel (``RowwiseParallel``)."""
+    items = [
+        ("all_gather", "forward", "transformer", 2 * n, "sequence-parallel gathers"),
+        ("reduce_scatter", "forward", "transformer", 2 * n, "sequence-parallel scatters"),
+        ("all_gather", "backward", "transformer", 2 * n, "scatter transposes"),
+        ("reduce_scatter", "backward", "transformer", 2 * n, "gather transposes"),
+    ]  # fmt: skip
+    if full:
+        items += [
+            ("all_gather", "backward", "transformer", 2 * n, "recomputed gathers"),
+            ("reduce_scatter", "backward", "transformer", 2 * n, "recomputed scatters"),
+        ]
+    if first:
+        items.append(("all_gather", "backward", "embedding", mb, "embedding gradient gather"))
+        if vocab:
+            items.append(("reduce_scatter", "forward", "embedding", mb,
+                          "embedding output scatter"))  # fmt: skip
+    if last:
+        items.append(("all_gather", "forward", "lm_head", mb, "LM head input gather"))
+        if vocab:
+            items.append(("reduce_scatter", "backward", "lm_head", mb,
+                          "LM head input-gradient scatter"))  # fmt: skip
+    return items
+
+
+def _torch_sp_norms(job: Job, coords: dict[str, int], n_layers: int, g: _Span, acc: _Rows) -> None:
+    """The norms' weight gradients under DTensor SP: each norm tensor (``SequenceParallel``
+    makes it a replicated DTensor) gets a partial gradient, all-reduced wherever an op first
+    needs it whole and again at each later use: in a foreach AdamW (torch/optim/adamw.py runs
+    torch/optim/adam.py's ``_multi_tensor_adam``, v2.13.0) once in ``_foreach_lerp_`` and
+    twice in ``_foreach_addcmul_`` (grad x grad): 3 all-reduces of each tensor a step."""
+    m = job.model
+    per_norm = 2 if m.norm == "layernorm" else 1
+    norms = 2 * n_layers + (coords["pp"] == job.parallel.pp - 1)  # + the final norm
+    acc.add("tp", "all_reduce", "optimizer", "norm", 3 * norms * per_norm,
+            m.hidden * job.dtypes.e_g, g,
+            "norm gradients (DTensor partials, foreach AdamW)")  # fmt: skip
 
 
 def _kv_width(job: Job) -> int:
@@ -866,24 +925,37 @@ def predictions_table(
 
 def alternative_totals(job: Job, ranks: Iterable[int]) -> list[tuple]:
     """(key, value, what it sets, rank, parallel_dim, op, phase, bytes): each rank's bytes per
-    dimension, op and phase were ``job``'s model given each other value of
-    ``model.linear_bias``. The ledger names the key where observed bytes equal one of these
-    and not the prediction (a model whose linear layers have no bias, or only some)."""
-    if job.model.mla is not None:  # (MLA's projections carry no biases in the model)
-        return []
+    dimension, op and phase were ``job`` given another value of one key the ledger can name
+    where observed bytes equal these and not the prediction: ``model.linear_bias`` (which
+    linear layers have biases) and ``conventions.framework`` (with that framework's
+    defaults for the other conventions)."""
     rank_list = sorted(set(ranks))
     out = []
-    for value in LINEAR_BIAS:
-        if value == job.model.biases:
-            continue
-        alt = dataclasses.replace(job, model=dataclasses.replace(job.model, linear_bias=value))
+    for key, value, what, alt in _alternative_jobs(job):
         totals: dict[tuple, int] = {}
         for pred in predict_ranks(alt, rank_list):
             for row in pred.rows:
-                key = (pred.rank, row.parallel_dim, row.op, row.phase)
-                totals[key] = totals.get(key, 0) + row.bytes
-        what = "the linear layers' biases"
-        out += [("model.linear_bias", value, what, *k, b) for k, b in totals.items()]
+                at = (pred.rank, row.parallel_dim, row.op, row.phase)
+                totals[at] = totals.get(at, 0) + row.bytes
+        out += [(key, value, what, *k, b) for k, b in totals.items()]
+    return out
+
+
+def _alternative_jobs(job: Job) -> list[tuple[str, str, str, Job]]:
+    """(key, value, what it sets, the job with it) for :func:`alternative_totals`."""
+    out = []
+    m, conv = job.model, job.conventions
+    if m.mla is None:  # (MLA's projections carry no biases in the model)
+        for value in LINEAR_BIAS:
+            if value != m.biases:
+                alt = dataclasses.replace(job, model=dataclasses.replace(m, linear_bias=value))
+                out.append(("model.linear_bias", value, "the linear layers' biases", alt))
+    other = "megatron" if conv.framework == "torch" else "torch"
+    mega = other == "megatron"
+    alt_conv = Conventions(framework=other, vocab_parallel=mega, loss_all_reduce=mega,
+                           fsdp_root_unit=conv.fsdp_root_unit)  # fmt: skip
+    out.append(("conventions.framework", other, "what the framework issues",
+                dataclasses.replace(job, conventions=alt_conv)))  # fmt: skip
     return out
 
 

@@ -312,3 +312,39 @@ def test_interleaved_1f1b_phases_come_from_the_schedule(tmp_path: Path) -> None:
         (1, "recv", "backward", 2), (1, "recv", "forward", 4),
         (1, "send", "backward", 4), (1, "send", "forward", 2),
     ]  # fmt: skip
+
+
+def test_dtensor_sequence_parallel_matches_every_item(tmp_path: Path) -> None:
+    """DTensor TP + SP (``SequenceParallel`` on the LayerNorms, gathers before attention, MLP
+    and the whole LM head), per rank and step: forward 5 all_gathers (2 a layer, the head's)
+    and 4 reduce_scatters (O and FC2); backward the transposes alone: 4 all_gathers of the
+    scatters' gradients and the embedding output's (cut into sequence shards forward,
+    locally), 4 reduce_scatters of the gathers' (the head's gradient is whole: cut locally);
+    no re-gather, as DTensor keeps the gathered input. In the optimizer each of the 10
+    LayerNorm tensors (h = 64 fp32) is all-reduced 3 times: its partial gradient in
+    ``_foreach_lerp_`` and twice in ``_foreach_addcmul_``."""
+    norm = 64 * FP32
+    assert _ledger("tp_sp", tmp_path / "ds") == [
+        ("tp", "all_gather", "backward", "matched", 10, ACT, 10, ACT),
+        ("tp", "all_gather", "forward", "matched", 10, ACT, 10, ACT),
+        ("tp", "all_reduce", "optimizer", "matched", 60, norm, 60, norm),
+        ("tp", "reduce_scatter", "backward", "matched", 8, ACT, 8, ACT),
+        ("tp", "reduce_scatter", "forward", "matched", 8, ACT, 8, ACT),
+    ]
+    assert _per_rank_differences(pipeline.open(tmp_path / "ds")) == []
+
+
+def test_sequence_parallel_as_megatron_names_the_framework(tmp_path: Path) -> None:
+    """The same run linked without ``framework: torch``: Megatron's SP (re-gathers backward,
+    one all-reduce of the norm gradients, vocab-parallel cross entropy) differs in every
+    row but the forward gathers, and each such row names the key whose value gives the
+    observed bytes."""
+    config = yaml.safe_load((DATA / "tp_sp" / "job.yaml").read_text())
+    del config["conventions"]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested("tp_sp", tmp_path / "ds")
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    reasons = ds.sql(
+        "SELECT DISTINCT reason FROM ledger WHERE step = 2 AND status <> 'matched'"
+    ).rows()
+    assert reasons == [("what the framework issues: the bytes match conventions.framework: torch",)]
