@@ -128,10 +128,11 @@ SET parallel_dim = CASE WHEN list_contains(string_split(d.parallel_dim, '|'), l.
 FROM communicator_dims d
 WHERE d.job = l.job AND d.comm = l.comm AND d.parallel_dim NOT IN ('world', 'unknown');
 
--- A job.yaml whose layout has no such dimension (degree 1) has no group of it: a collective
--- left with its own evidence for one (a backward all-reduce reads as tp) is 'unknown' there.
+-- A job.yaml whose layout has no such model-parallel dimension (degree 1) has no group of
+-- it: a collective left with its own evidence for one (a backward all-reduce reads as tp)
+-- is 'unknown' there. (dp stays: gradient and loss all-reduces are dp's whatever its degree.)
 UPDATE _links_dimmed l
 SET parallel_dim = 'unknown'
 FROM _job_facts f
-WHERE f.job = l.job AND l.parallel_dim IN ('tp', 'cp', 'pp', 'ep', 'dp')
+WHERE f.job = l.job AND l.parallel_dim IN ('tp', 'cp', 'pp', 'ep')
   AND NOT list_contains(f.dims, l.parallel_dim);

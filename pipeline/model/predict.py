@@ -927,8 +927,8 @@ def alternative_totals(job: Job, ranks: Iterable[int]) -> list[tuple]:
     """(key, value, what it sets, rank, parallel_dim, op, phase, bytes): each rank's bytes per
     dimension, op and phase were ``job`` given another value of one key the ledger can name
     where observed bytes equal these and not the prediction: ``model.linear_bias`` (which
-    linear layers have biases) and ``conventions.framework`` (with that framework's
-    defaults for the other conventions)."""
+    linear layers have biases), ``conventions.framework`` (with that framework's defaults
+    for the other conventions) and, for FSDP, ``parallel.mesh`` (HSDP over the same dp)."""
     rank_list = sorted(set(ranks))
     out = []
     for key, value, what, alt in _alternative_jobs(job):
@@ -950,6 +950,13 @@ def _alternative_jobs(job: Job) -> list[tuple[str, str, str, Job]]:
             if value != m.biases:
                 alt = dataclasses.replace(job, model=dataclasses.replace(m, linear_bias=value))
                 out.append(("model.linear_bias", value, "the linear layers' biases", alt))
+    par = job.parallel
+    if par.dp_scheme in ("zero3", "fsdp_no_reshard") and not par.hsdp:
+        # HSDP meshes of the same dp (a few: the divisors of dp up to 64)
+        for shard in (n for n in range(2, min(par.dp, 65)) if par.dp % n == 0):
+            alt = dataclasses.replace(job, parallel=dataclasses.replace(par, dp_shard=shard))
+            value = f"{{replicate: {par.dp // shard}, shard: {shard}}}"
+            out.append(("parallel.mesh", value, "HSDP's replicate groups", alt))
     other = "megatron" if conv.framework == "torch" else "torch"
     mega = other == "megatron"
     alt_conv = Conventions(framework=other, vocab_parallel=mega, loss_all_reduce=mega,

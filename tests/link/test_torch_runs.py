@@ -272,17 +272,18 @@ def test_hsdp_groups_are_dp_by_their_names(tmp_path: Path) -> None:
 
 def test_hsdp_without_its_mesh_names_no_tp(tmp_path: Path) -> None:
     """Linked as plain FSDP over 4 ranks (``dp: 4``, no mesh): the gathers and
-    reduce-scatters are those of FSDP, the replicate group's all-reduces unpredicted, and
-    they are dp (the job has no tensor parallelism), never tp."""
+    reduce-scatters are those of FSDP, the replicate group's all-reduces unpredicted, named
+    by the mesh that predicts them, and dp (the job has no tensor parallelism), never tp."""
     config = yaml.safe_load((DATA / "hsdp" / "job.yaml").read_text())
     config["parallel"] = {"dp": 4, "fsdp": True, "world_size": 4}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
     ds = ingested("hsdp", tmp_path / "ds")
     link(tmp_path / "ds", config=tmp_path / "job.yaml")
     rows = ds.sql(
-        "SELECT DISTINCT parallel_dim, op, status FROM ledger WHERE status <> 'matched'"
+        "SELECT DISTINCT parallel_dim, op, status, reason FROM ledger WHERE status <> 'matched'"
     ).rows()
-    assert rows == [("dp", "all_reduce", "unpredicted")]
+    why = "HSDP's replicate groups: the bytes match parallel.mesh: {replicate: 2, shard: 2}"
+    assert rows == [("dp", "all_reduce", "unpredicted", why)]
     assert ds.sql("SELECT count(*) FROM collective_links WHERE parallel_dim = 'tp'").item() == 0
 
 
