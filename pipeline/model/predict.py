@@ -928,7 +928,8 @@ def alternative_totals(job: Job, ranks: Iterable[int]) -> list[tuple]:
     dimension, op and phase were ``job`` given another value of one key the ledger can name
     where observed bytes equal these and not the prediction: ``model.linear_bias`` (which
     linear layers have biases), ``conventions.framework`` (with that framework's defaults
-    for the other conventions) and, for FSDP, ``parallel.mesh`` (HSDP over the same dp)."""
+    for the other conventions), for FSDP ``parallel.mesh`` (HSDP over the same dp) and for
+    pipelines ``parallel.vpp`` (up to 8 stages a rank)."""
     rank_list = sorted(set(ranks))
     out = []
     for key, value, what, alt in _alternative_jobs(job):
@@ -957,6 +958,12 @@ def _alternative_jobs(job: Job) -> list[tuple[str, str, str, Job]]:
             alt = dataclasses.replace(job, parallel=dataclasses.replace(par, dp_shard=shard))
             value = f"{{replicate: {par.dp // shard}, shard: {shard}}}"
             out.append(("parallel.mesh", value, "HSDP's replicate groups", alt))
+    if par.pp > 1:
+        # interleaved schedules: a rank's sends and receives grow with its virtual stages
+        for vpp in range(1, min(m.layers // par.pp, 8) + 1):
+            if vpp != par.vpp:
+                alt = dataclasses.replace(job, parallel=dataclasses.replace(par, vpp=vpp))
+                out.append(("parallel.vpp", str(vpp), "the stages per rank", alt))
     other = "megatron" if conv.framework == "torch" else "torch"
     mega = other == "megatron"
     alt_conv = Conventions(framework=other, vocab_parallel=mega, loss_all_reduce=mega,

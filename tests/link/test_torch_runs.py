@@ -349,3 +349,17 @@ def test_sequence_parallel_as_megatron_names_the_framework(tmp_path: Path) -> No
         "SELECT DISTINCT reason FROM ledger WHERE step = 2 AND status <> 'matched'"
     ).rows()
     assert reasons == [("what the framework issues: the bytes match conventions.framework: torch",)]
+
+
+def test_interleaved_1f1b_without_vpp_names_the_key(tmp_path: Path) -> None:
+    """Linked without ``vpp: 2``, the model gives each rank one stage: half the sends and
+    receives of the first and last ranks' loop; the rows that differ name the key."""
+    config = yaml.safe_load((DATA / "pp_interleaved" / "job.yaml").read_text())
+    del config["parallel"]["vpp"]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    ds = ingested("pp_interleaved", tmp_path / "ds")
+    link(tmp_path / "ds", config=tmp_path / "job.yaml")
+    rows = ds.sql(
+        "SELECT DISTINCT status, reason FROM ledger WHERE step = 2 AND status <> 'matched'"
+    ).rows()
+    assert rows == [("calls differ", "the stages per rank: the bytes match parallel.vpp: 2")]
