@@ -93,7 +93,7 @@ FROM _ledger_pairs;
 CREATE TEMP TABLE _ledger_alternatives AS
 SELECT r.job, r.step, a.parallel_dim, a.op, a.phase, a.key, a.value, a.what,
        sum(a.bytes) AS alternative_total
-FROM _alternative_bytes a
+FROM (SELECT * EXCLUDE (ranks), unnest(ranks) AS rank FROM _alternative_bytes) a
 JOIN (SELECT DISTINCT job, step, rank FROM _ledger_calls) r USING (job, rank)
 GROUP BY ALL;
 

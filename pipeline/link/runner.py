@@ -7,8 +7,8 @@ Inputs besides the raw tables, registered before the SQL runs (empty without a j
 ``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
 tokens_per_step, bucket_key: the job.yaml key that sets DP's gradient buckets, dims: the
 dimensions of degree above 1),
-``predictions`` (the analytic model's rows for every rank) and ``_alternative_bytes`` (each
-rank's bytes per dimension, op and phase were a model key given another value:
+``predictions`` (the analytic model's rows for every rank) and ``_alternative_bytes`` (the
+ranks' bytes per dimension, op and phase were a key given another value:
 :func:`pipeline.model.predict.alternative_totals`).
 """
 
@@ -244,10 +244,10 @@ def _register_job_inputs(
 
 
 def _register_alternatives(con: duckdb.DuckDBPyConnection, rows: list[tuple]) -> None:
-    """``_alternative_bytes`` from (job, key, value, what, rank, parallel_dim, op, phase,
-    bytes) rows."""
-    names = ("job", "key", "value", "what", "rank", "parallel_dim", "op", "phase", "bytes")
-    types = ("VARCHAR",) * 4 + ("BIGINT",) + ("VARCHAR",) * 3 + ("BIGINT",)
+    """``_alternative_bytes`` from (job, key, value, what, ranks, parallel_dim, op, phase,
+    bytes) rows: the bytes of each of the ranks listed."""
+    names = ("job", "key", "value", "what", "ranks", "parallel_dim", "op", "phase", "bytes")
+    types = ("VARCHAR",) * 4 + ("BIGINT[]",) + ("VARCHAR",) * 3 + ("BIGINT",)
     columns = [[row[i] for row in rows] for i in range(len(names))]
     select = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
     con.execute(f"CREATE TEMP TABLE _alternative_bytes AS SELECT {select}", columns)

@@ -924,21 +924,25 @@ def predictions_table(
 
 
 def alternative_totals(job: Job, ranks: Iterable[int]) -> list[tuple]:
-    """(key, value, what it sets, rank, parallel_dim, op, phase, bytes): each rank's bytes per
-    dimension, op and phase were ``job`` given another value of one key the ledger can name
-    where observed bytes equal these and not the prediction: ``model.linear_bias`` (which
-    linear layers have biases), ``conventions.framework`` (with that framework's defaults
-    for the other conventions), for FSDP ``parallel.mesh`` (HSDP over the same dp) and for
-    pipelines ``parallel.vpp`` (up to 8 stages a rank)."""
-    rank_list = sorted(set(ranks))
+    """(key, value, what it sets, ranks, parallel_dim, op, phase, bytes): the bytes per
+    dimension, op and phase of each of ``ranks`` were ``job`` given another value of one key
+    the ledger can name where observed bytes equal these and not the prediction:
+    ``model.linear_bias`` (which linear layers have biases), ``conventions.framework``
+    (with that framework's defaults for the other conventions), for FSDP ``parallel.mesh``
+    (HSDP over the same dp) and for pipelines ``parallel.vpp`` (up to 8 stages a rank).
+    A rank's bytes depend on its pipeline stage alone (not on where its groups lie), so
+    each alternative is predicted once per stage, for the ranks listed."""
+    stages: dict[int, list[int]] = {}
+    for r in sorted(set(ranks)):
+        stages.setdefault(coordinates(job, r)["pp"], []).append(r)
     out = []
     for key, value, what, alt in _alternative_jobs(job):
-        totals: dict[tuple, int] = {}
-        for pred in predict_ranks(alt, rank_list):
-            for row in pred.rows:
-                at = (pred.rank, row.parallel_dim, row.op, row.phase)
+        for members in stages.values():
+            totals: dict[tuple, int] = {}
+            for row in predict(alt, members[0]).rows:
+                at = (row.parallel_dim, row.op, row.phase)
                 totals[at] = totals.get(at, 0) + row.bytes
-        out += [(key, value, what, *k, b) for k, b in totals.items()]
+            out += [(key, value, what, members, *k, b) for k, b in totals.items()]
     return out
 
 
