@@ -180,3 +180,10 @@ def test_layer_tensors_follow_linear_bias() -> None:
     m = _model("gpt2-small", linear_bias="none")
     assert layer_tensors(m, 0) == [768, 768] + [768 * 768] * 4 + [768, 768] + [768 * 3072] * 2
     assert sum(layer_tensors(m, 0)) == layer_params(m, 0).dense
+
+
+def test_a_bad_linear_bias_names_the_key() -> None:
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.linear_bias: must be one of all, none, qkv"):
+        _model("gpt2-small", linear_bias="some")
