@@ -218,15 +218,15 @@ class MoE(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, tp: int, tp_group) -> None:
+    def __init__(self, tp: int, tp_group, bias: bool = True) -> None:
         super().__init__()
         self.tp, self.group = tp, tp_group
         self.heads = HEADS // tp
-        self.q_proj = nn.Linear(HIDDEN, HIDDEN // tp)
-        self.k_proj = nn.Linear(HIDDEN, HIDDEN // tp)
-        self.v_proj = nn.Linear(HIDDEN, HIDDEN // tp)
+        self.q_proj = nn.Linear(HIDDEN, HIDDEN // tp, bias=bias)
+        self.k_proj = nn.Linear(HIDDEN, HIDDEN // tp, bias=bias)
+        self.v_proj = nn.Linear(HIDDEN, HIDDEN // tp, bias=bias)
         self.o_proj = nn.Linear(HIDDEN // tp, HIDDEN, bias=False)
-        self.o_bias = nn.Parameter(torch.zeros(HIDDEN))
+        self.o_bias = nn.Parameter(torch.zeros(HIDDEN)) if bias else None
 
     def forward(self, x):
         b, s, _ = x.shape
@@ -244,16 +244,16 @@ class Attention(nn.Module):
         y = self.o_proj(y)
         if self.tp > 1:
             y = _ReduceFromTP.apply(y, self.group)
-        return y + self.o_bias
+        return y if self.o_bias is None else y + self.o_bias
 
 
 class MLP(nn.Module):
-    def __init__(self, tp: int, tp_group) -> None:
+    def __init__(self, tp: int, tp_group, bias: bool = True) -> None:
         super().__init__()
         self.tp, self.group = tp, tp_group
-        self.fc1 = nn.Linear(HIDDEN, FFN // tp)
+        self.fc1 = nn.Linear(HIDDEN, FFN // tp, bias=bias)
         self.fc2 = nn.Linear(FFN // tp, HIDDEN, bias=False)
-        self.fc2_bias = nn.Parameter(torch.zeros(HIDDEN))
+        self.fc2_bias = nn.Parameter(torch.zeros(HIDDEN)) if bias else None
 
     def forward(self, x):
         if self.tp > 1:
@@ -261,18 +261,18 @@ class MLP(nn.Module):
         y = self.fc2(F.gelu(self.fc1(x)))
         if self.tp > 1:
             y = _ReduceFromTP.apply(y, self.group)
-        return y + self.fc2_bias
+        return y if self.fc2_bias is None else y + self.fc2_bias
 
 
 class Block(nn.Module):
     def __init__(self, tp: int, tp_group, moe: MoE | None, slow_rank: int | None,
-                 slow_step: int | None = None,
-                 sleep_s: float = STRAGGLER_SLEEP_S) -> None:  # fmt: skip
+                 slow_step: int | None = None, sleep_s: float = STRAGGLER_SLEEP_S,
+                 bias: bool = True) -> None:  # fmt: skip
         super().__init__()
         self.slow_rank, self.slow_step, self.sleep_s = slow_rank, slow_step, sleep_s
         self.ln1, self.ln2 = nn.LayerNorm(HIDDEN), nn.LayerNorm(HIDDEN)
-        self.attn = Attention(tp, tp_group)
-        self.mlp = moe if moe is not None else MLP(tp, tp_group)
+        self.attn = Attention(tp, tp_group, bias)
+        self.mlp = moe if moe is not None else MLP(tp, tp_group, bias)
 
     def forward(self, x):
         if (
@@ -326,12 +326,12 @@ class Head(nn.Module):
 class TinyGPT(nn.Module):
     def __init__(self, layers: range, *, first: bool, last: bool, tp=1, tp_rank=0, tp_group=None,
                  ep_group=None, ep=1, slow_rank=None, slow_layer=STRAGGLER_LAYER,
-                 slow_step=None, sleep_s=STRAGGLER_SLEEP_S) -> None:  # fmt: skip
+                 slow_step=None, sleep_s=STRAGGLER_SLEEP_S, bias=True) -> None:  # fmt: skip
         super().__init__()
         self.embed = Embed(tp, tp_rank, tp_group) if first else None
         self.blocks = nn.ModuleList(
             Block(tp, tp_group, MoE(ep_group, ep) if ep_group is not None else None,
-                  slow_rank if i == slow_layer else None, slow_step, sleep_s)
+                  slow_rank if i == slow_layer else None, slow_step, sleep_s, bias)
             for i in layers
         )  # fmt: skip
         self.head = Head(tp, tp_rank, tp_group) if last else None

@@ -26,6 +26,22 @@ infer_cpu   1      inference, no process group: greedy decoding of 4 tokens afte
                    2 x 16 under ``torch.no_grad``, each token in ``record_function("decode
                    <i>")``; profiled whole, without a schedule (so no ``ProfilerStep#N``),
                    one trace ``rank0.pt.trace.json.gz`` and no flight recorder or job.yaml
+ddp_bucket  2      DistributedDataParallel with ``bucket_cap_mb=0.1``: every bucket, the first
+                   too, closed at 0.1 MiB (several buckets); no loss report
+ddp_nobias  2      DistributedDataParallel of the model without linear biases (Q, K, V, O,
+                   FC1, FC2 weights alone), one bucket; no loss report
+hsdp        4      FSDP2 ``fully_shard`` over a 2 x 2 ``DeviceMesh`` (``dp_replicate``,
+                   ``dp_shard``: HSDP) on the embedding, each block and the head, then the root
+tp_sp       2      DTensor tensor and sequence parallelism as torchtitan plans it, on the model
+                   without linear biases: ``SequenceParallel`` on every LayerNorm,
+                   ``PrepareModuleInput`` (sequence shards -> replicated) before attention, MLP
+                   and the LM head (whole on both ranks, as the embedding), ``ColwiseParallel``
+                   on Q, K, V and FC1, ``RowwiseParallel(output_layouts=Shard(1))`` on O and
+                   FC2; AdamW (foreach)
+pp_interleaved
+            2      ``torch.distributed.pipelining``, 4 layers in 4 stages, 2 a rank (stages 0
+                   and 2 on rank 0, 1 and 3 on rank 1), ``ScheduleInterleaved1F1B`` over 2
+                   micro-batches of 4
 recsys_a2a  2      a recommendation model as TorchRec shards it: one embedding table per rank
                    (table-wise), the input ids sent to the table's rank in ``## sparse_data_dist
                    ##``, the pooled embeddings back in ``## alltoall_fwd_single ##`` (their
@@ -76,9 +92,14 @@ from record_cpu_runs import (  # noqa: E402
 )
 
 RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2, "tp_dtensor4": 4, "pp_1f1b4": 4,
-        "fsdp1_4": 4, "infer_cpu": 1, "recsys_a2a": 2}  # fmt: skip
-#: Transformer layers of each run: LAYERS, but one per stage of pp_1f1b4
-RUN_LAYERS = {"pp_1f1b4": 4}
+        "fsdp1_4": 4, "infer_cpu": 1, "recsys_a2a": 2, "ddp_bucket": 2, "ddp_nobias": 2,
+        "hsdp": 4, "pp_interleaved": 2, "tp_sp": 2}  # fmt: skip
+#: Transformer layers of each run: LAYERS, but one per stage of pp_1f1b4 and pp_interleaved
+RUN_LAYERS = {"pp_1f1b4": 4, "pp_interleaved": 4}
+DDP_BUCKET_MB = 0.1  # ddp_bucket's bucket_cap_mb: 26,214 fp32 elements, several buckets
+HSDP_MESH = (2, 2)  # hsdp's mesh: (dp_replicate, dp_shard)
+PP_STAGES_PER_RANK = 2  # pp_interleaved's virtual stages per rank
+PP_INTERLEAVED_MICRO = 2  # pp_interleaved's micro-batches per step (a round: one per rank)
 PP_MICRO = 4  # micro-batches per step of pp_1f1b
 
 
@@ -221,6 +242,137 @@ def _pp_1f1b4(rank: int, world: int):
     return _pp_1f1b(rank, world, RUN_LAYERS["pp_1f1b4"])
 
 
+def _ddp_bucket(rank: int, world: int):
+    """DDP with an explicit ``bucket_cap_mb`` (which also sets the first bucket's cap,
+    torch/nn/parallel/distributed.py ``_BucketCapacityConfig``); the step function."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(TinyGPT(range(LAYERS), first=True, last=True), bucket_cap_mb=DDP_BUCKET_MB)
+    return _dp_step(model, rank, None)
+
+
+def _ddp_nobias(rank: int, world: int):
+    """DDP of the model without linear biases; the step function."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(TinyGPT(range(LAYERS), first=True, last=True, bias=False))
+    return _dp_step(model, rank, None)
+
+
+def _hsdp(rank: int, world: int):
+    """FSDP2 over a 2-D mesh (replicate x shard): each unit sharded over ``dp_shard`` and
+    replicated over ``dp_replicate``; the step function (no loss report)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", HSDP_MESH, mesh_dim_names=("dp_replicate", "dp_shard"))
+    model = TinyGPT(range(LAYERS), first=True, last=True)
+    for unit in (model.embed, *model.blocks, model.head):
+        fully_shard(unit, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return _dp_step(model, rank, None)
+
+
+def _pp_interleaved(rank: int, world: int):
+    """torch.distributed.pipelining, one block per stage, ``PP_STAGES_PER_RANK`` stages per
+    rank (stage ``rank + k·world``), ScheduleInterleaved1F1B; the step function."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+
+    torch.manual_seed(0)
+    n = world * PP_STAGES_PER_RANK
+    stages, modules = [], []
+    for k in range(PP_STAGES_PER_RANK):
+        i = rank + k * world
+        gpt = TinyGPT(range(i, i + 1), first=i == 0, last=i == n - 1)
+        module = _First(gpt) if i == 0 else _Last(gpt) if i == n - 1 else _Middle(gpt)
+        modules.append(module)
+        stages.append(PipelineStage(module, i, n, torch.device("cpu")))
+    sched = ScheduleInterleaved1F1B(stages, n_microbatches=PP_INTERLEAVED_MICRO, loss_fn=_loss)
+    opt = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=1e-3)
+
+    def step(i: int) -> None:
+        batches = [_batch(i, 0, m) for m in range(PP_INTERLEAVED_MICRO)]
+        ids = torch.cat([b[0] for b in batches])
+        target = torch.cat([b[1] for b in batches])
+        with record_function("forward_backward"):
+            if rank == 0:
+                sched.step(ids)
+            elif rank == (n - 1) % world:
+                sched.step(target=target)
+            else:
+                sched.step()
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _tp_sp(rank: int, world: int):
+    """DTensor TP with sequence parallelism (torchtitan's plan, torchtitan/models/llama3/
+    infra/parallelize.py): the residual stream in sequence shards between the blocks'
+    gathers; the step function."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    model = TinyGPT(range(LAYERS), first=True, last=True, bias=False)
+
+    def gather():  # sequence shards -> the whole sequence on every rank
+        return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+
+    plan = {
+        # the embedding's whole output cut into this rank's sequence shard (no communication)
+        "blocks.0": PrepareModuleInput(
+            input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True
+        ),
+        "head.ln_f": SequenceParallel(),
+        "head.lm_head": PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+        ),
+    }
+    for i in range(LAYERS):
+        plan |= {
+            f"blocks.{i}.ln1": SequenceParallel(),
+            f"blocks.{i}.attn": gather(),
+            f"blocks.{i}.attn.q_proj": ColwiseParallel(),
+            f"blocks.{i}.attn.k_proj": ColwiseParallel(),
+            f"blocks.{i}.attn.v_proj": ColwiseParallel(),
+            f"blocks.{i}.attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            f"blocks.{i}.ln2": SequenceParallel(),
+            f"blocks.{i}.mlp": gather(),
+            f"blocks.{i}.mlp.fc1": ColwiseParallel(),
+            f"blocks.{i}.mlp.fc2": RowwiseParallel(output_layouts=Shard(1)),
+        }
+    parallelize_module(model, mesh, plan)
+    for block in model.blocks:
+        block.attn.heads = HEADS // world  # the local heads of the column-parallel Q K V
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(i: int) -> None:
+        ids, target = _batch(i, 0)
+        with record_function("forward"):
+            loss = model(ids, target)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 # ------------------------------------------------------------- recommendation model (a2a)
 REC_ROWS, REC_DIM, REC_BAG = 100, 16, 3  # rows and width of each rank's table; ids per bag
 
@@ -277,7 +429,8 @@ def _recsys_a2a(rank: int, world: int):
 
 _BUILD = {"tp_dtensor": _tp_dtensor, "pp_1f1b": _pp_1f1b, "ddp4": _ddp4, "fsdp1": _fsdp1,
           "tp_dtensor4": _tp_dtensor, "pp_1f1b4": _pp_1f1b4, "fsdp1_4": _fsdp1,
-          "recsys_a2a": _recsys_a2a}  # fmt: skip
+          "recsys_a2a": _recsys_a2a, "ddp_bucket": _ddp_bucket, "ddp_nobias": _ddp_nobias,
+          "hsdp": _hsdp, "pp_interleaved": _pp_interleaved, "tp_sp": _tp_sp}  # fmt: skip
 #: Runs recorded without ``with_modules`` (as the public DLRM traces are)
 NO_MODULES = {"recsys_a2a"}
 #: Runs with no job.yaml (a model tokenwire's analytic model does not describe)
@@ -322,14 +475,22 @@ def job_yaml(run: str) -> str:
         "tp_dtensor4": ("tp: 4", 1),
         "pp_1f1b4": ("pp: 4", PP_MICRO),
         "fsdp1_4": ("dp: 4, fsdp: true", 1),
+        "ddp_bucket": ("dp: 2", 1),
+        "ddp_nobias": ("dp: 2", 1),
+        "hsdp": ("mesh: {dp_replicate: 2, dp_shard: 2}, fsdp: true", 1),
+        "pp_interleaved": (f"pp: 2, vpp: {PP_STAGES_PER_RANK}", PP_INTERLEAVED_MICRO),
+        "tp_sp": ("tp: 2, sequence_parallel: true", 1),
     }[run]
-    # (Q, K, V are separate projections; FSDP1's root unit holds the embedding and head)
+    # (Q, K, V are separate projections; FSDP1's root unit holds the embedding and head;
+    # DDP's bucket_cap_mb)
     extra = dict.fromkeys(("tp_dtensor", "tp_dtensor4"), ", separate_qkv: true")
     extra.update(dict.fromkeys(("fsdp1", "fsdp1_4"), ", fsdp_root_unit: true"))
+    extra["ddp_bucket"] = f", ddp_bucket_mb: {DDP_BUCKET_MB}"
+    model_extra = dict.fromkeys(("ddp_nobias", "tp_sp"), ", linear_bias: none").get(run, "")
     return (
         f"# {run}: recorded by scripts/record_torch_runs.py ({RUNS[run]} ranks, gloo, CPU)\n"
         f"model: {{layers: {RUN_LAYERS.get(run, LAYERS)}, hidden: {HIDDEN}, heads: {HEADS}, "
-        f"ffn_hidden: {FFN}, vocab: {VOCAB}, seq_len: {SEQ}}}\n"
+        f"ffn_hidden: {FFN}, vocab: {VOCAB}, seq_len: {SEQ}{model_extra}}}\n"
         f"parallel: {{{par}, world_size: {RUNS[run]}}}\n"
         f"batch: {{micro_batch: {MICRO}, grad_accum: {accum}}}\n"
         "dtypes: {params: fp32, activations: fp32, grad_reduce: fp32}\n"

@@ -7,9 +7,11 @@
 --                 sizes differ (paired largest with largest)
 --   missing       predicted, never seen
 --   unpredicted   seen, no item: named by what the trace says (its layer)
--- with a reason where one is known: the same bytes in other calls (gradient buckets cut
--- elsewhere; for activations, another micro-batch size), or a message twice or half the
--- predicted size (a dtype). size_source is 'estimated' where the observed sizes are the
+-- with a reason where one is known: the bytes the model gives with another value of a key
+-- (model.linear_bias: the linear layers' biases; conventions.framework), the same bytes in other calls
+-- (gradient buckets cut elsewhere, naming the key that sets them; for activations, another
+-- micro-batch size), or a message twice or half the predicted size (a dtype).
+-- size_source is 'estimated' where the observed sizes are the
 -- model's own (size_estimates.sql: kernels that record no size), so a match there says the
 -- calls were seen, not their bytes.
 -- Where job.yaml's layout contradicts the traces
@@ -18,7 +20,8 @@
 -- communicator its calls ran on, else of its dimension, else the job's first.
 -- Jobs linked without a job.yaml have no predictions and no ledger.
 --
--- reads: collective_links, communicator_dims, predictions, primary_sources
+-- reads: _alternative_bytes, _job_facts, collective_links, communicator_dims, predictions,
+--        primary_sources
 -- creates: ledger
 
 -- Observed calls of traced steps, one source per rank (primary_sources: a rank's profiler
@@ -106,6 +109,15 @@ SELECT job, step, parallel_dim, op, phase,
        size_source, conflict
 FROM _ledger_pairs;
 
+-- The bytes of each dimension, op and phase were a model key given another value, summed
+-- over the ranks traced in each step (_alternative_bytes, made by the runner).
+CREATE TEMP TABLE _ledger_alternatives AS
+SELECT r.job, r.step, a.parallel_dim, a.op, a.phase, a.key, a.value, a.what,
+       sum(a.bytes) AS alternative_total
+FROM (SELECT * EXCLUDE (ranks), unnest(ranks) AS rank FROM _alternative_bytes) a
+JOIN (SELECT DISTINCT job, step, rank FROM _ledger_calls) r USING (job, rank)
+GROUP BY ALL;
+
 -- Bytes of each dimension, op and phase on both sides: equal totals in other calls are
 -- gradient buckets cut elsewhere (PyTorch DDP's 1 MiB first bucket, whole tensors per
 -- bucket), FSDP units wrapped otherwise (FSDP1's root unit) or activations of another
@@ -128,6 +140,23 @@ totals AS (
            bool_or(purpose IN ('parameter gather', 'parameter re-gather',
                                'gradient reduce-scatter')) AS units
     FROM _ledger_rows GROUP BY ALL
+), alternatives AS (
+    -- observed totals that another value of a key gives (within 0.1%: FSDP pads a shard to
+    -- a multiple of its group; none where that value predicts nothing) and the prediction
+    -- does not; the closest first
+    SELECT t.job, t.step, t.parallel_dim, t.op, t.phase,
+           first(k.what || ': the bytes match ' || k.key || ': ' || k.value
+                 ORDER BY abs(t.observed_total - coalesce(a.alternative_total, 0)), k.key)
+               AS reason
+    FROM totals t
+    JOIN (SELECT DISTINCT job, step, key, value, what FROM _ledger_alternatives) k
+      USING (job, step)
+    LEFT JOIN _ledger_alternatives a USING (job, step, parallel_dim, op, phase, key, value)
+    WHERE abs(t.observed_total - coalesce(a.alternative_total, 0))
+              <= 0.001 * coalesce(a.alternative_total, 0)
+      AND abs(t.observed_total - t.predicted_total)
+              > 0.001 * greatest(coalesce(a.alternative_total, 0), t.predicted_total)
+    GROUP BY ALL
 )
 SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.layer,
        CAST(coalesce(r.predicted_calls, 0) AS BIGINT) AS predicted_calls,
@@ -141,13 +170,15 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
            WHEN j.statement IS NOT NULL
                THEN 'job.yaml contradicts the traces: '
                     || coalesce(r.conflict, d.statement, j.statement)
+           WHEN a.reason IS NOT NULL THEN a.reason
            WHEN t.predicted_total > 0
                 AND abs(t.observed_total - t.predicted_total) <= 0.01 * t.predicted_total
                THEN CASE WHEN r.parallel_dim = 'dp' AND t.units
                          THEN 'the same bytes in other calls: parameters wrapped in other '
                               || 'units (conventions.fsdp_root_unit)'
                          WHEN r.parallel_dim = 'dp'
-                         THEN 'the same bytes in other calls: gradient buckets cut elsewhere'
+                         THEN 'the same bytes in other calls: gradient buckets cut elsewhere ('
+                              || f.bucket_key || ')'
                          ELSE 'the same bytes in calls of another size: check micro_batch'
                     END
            WHEN r.status = 'size differs' AND r.message_bytes = 2 * r.predicted_message_bytes
@@ -159,4 +190,6 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
 FROM _ledger_rows r
 JOIN totals t USING (job, step, parallel_dim, op, phase)
 LEFT JOIN contradicted j ON j.job = r.job AND j.parallel_dim IS NULL
-LEFT JOIN contradicted d ON d.job = r.job AND d.parallel_dim = r.parallel_dim;
+LEFT JOIN contradicted d ON d.job = r.job AND d.parallel_dim = r.parallel_dim
+LEFT JOIN alternatives a USING (job, step, parallel_dim, op, phase)
+LEFT JOIN _job_facts f USING (job);

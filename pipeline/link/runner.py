@@ -5,13 +5,16 @@ names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim, conflicts) from the job's rank order and what of
-the traces contradicts it (``layout_check``), ``_job_facts`` (job,
-tokens_per_step), ``predictions`` (the analytic model's rows for every rank),
-``_layout_ep_groups`` (job, rank, comm: each traced rank's expert-parallel group),
-``_layout_ep_members`` (job, comm, ranks: each such group's members) and
-``_ep_directions`` (purpose, direction of the model's expert-parallel items); and always
-``_moe_exchange_kernels`` (pattern, direction: what names an MoE library's token exchange)
-and ``_moe_library`` (pattern: the library's kernels).
+the traces contradicts it (``layout_check``); ``_job_facts`` (job, tokens_per_step,
+bucket_key: the job.yaml key that sets DP's gradient buckets, dims: the dimensions of
+degree above 1); ``_alternative_bytes`` (the ranks' bytes per dimension, op and phase were
+a key given another value: :func:`pipeline.model.predict.alternative_totals`);
+``predictions`` (the analytic model's rows for every rank); ``_layout_ep_groups`` (job,
+rank, comm: each traced rank's expert-parallel group), ``_layout_ep_members`` (job, comm,
+ranks: each such group's members) and ``_ep_directions`` (purpose, direction of the
+model's expert-parallel items); and always ``_moe_exchange_kernels`` (pattern, direction:
+what names an MoE library's token exchange) and ``_moe_library`` (pattern: the library's
+kernels).
 """
 
 from __future__ import annotations
@@ -189,12 +192,13 @@ def _register_job_inputs(
     contradicts the traces."""
     layout = {"job": [], "comm": [], "parallel_dim": [], "conflicts": []}
     warnings: list[str] = []
-    facts = {"job": [], "tokens_per_step": []}
+    facts = {"job": [], "tokens_per_step": [], "bucket_key": [], "dims": []}
+    alternatives: list[tuple] = []
     ep_groups: dict[str, list] = {"job": [], "rank": [], "comm": []}
     ep_members: dict[str, list] = {"job": [], "comm": [], "ranks": []}
     predictions = []
     if config is not None:
-        from ..model.predict import predictions_table
+        from ..model.predict import alternative_totals, predictions_table
 
         job_spec = config
         world = job_spec.parallel.world_size
@@ -213,21 +217,17 @@ def _register_job_inputs(
                 layout["parallel_dim"].append(g.dim)
                 layout["conflicts"].append(found.get(g.comm))
             warnings += _conflict_warnings(config, job, groups, found, len(jobs) > 1)
-            facts["job"].append(job)
-            facts["tokens_per_step"].append(job_spec.tokens_per_step)
-            by_rank, members = _ep_groups(job_spec, ranks)
-            for rank, comm in by_rank:
-                for key, value in zip(ep_groups, (job, rank, comm), strict=True):
-                    ep_groups[key].append(value)
-            for comm, group_ranks in members.items():
-                for key, value in zip(ep_members, (job, comm, group_ranks), strict=True):
-                    ep_members[key].append(value)
+            for key, value in zip(facts, _facts_row(job, job_spec), strict=True):
+                facts[key].append(value)
+            alternatives += [(job, *a) for a in alternative_totals(job_spec, ranks)]
+            _add_ep_groups(ep_groups, ep_members, job, job_spec, ranks)
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     _table_of_lists(con, "_job_layout", layout, ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR[]"))
-    _table_of_lists(con, "_job_facts", facts, ("VARCHAR", "BIGINT"))
+    _table_of_lists(con, "_job_facts", facts, ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR[]"))
     _table_of_lists(con, "_layout_ep_groups", ep_groups, ("VARCHAR", "BIGINT", "VARCHAR"))
     _table_of_lists(con, "_layout_ep_members", ep_members, ("VARCHAR", "VARCHAR", "BIGINT[]"))
+    _register_alternatives(con, alternatives)
     _register_exchange_directions(con, config)
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
@@ -235,6 +235,31 @@ def _register_job_inputs(
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
     return warnings
+
+
+def _facts_row(job: str, job_spec: Job) -> tuple:
+    """``_job_facts``'s row of ``job``: tokens per step, the job.yaml key that sets DP's
+    gradient buckets, and the dimensions of degree above 1."""
+    torch = job_spec.conventions.torch_buckets
+    bucket_key = "conventions.ddp_bucket_mb" if torch else "parallel.bucket_size"
+    par = job_spec.parallel
+    degrees = {"tp": par.tp, "cp": par.cp, "pp": par.pp, "ep": par.ep, "dp": par.dp}
+    dims = [d for d, n in degrees.items() if n > 1]
+    return job, job_spec.tokens_per_step, bucket_key, dims
+
+
+def _add_ep_groups(
+    ep_groups: dict[str, list], ep_members: dict[str, list], job: str, job_spec: Job, ranks
+) -> None:
+    """The rows of ``_layout_ep_groups`` and ``_layout_ep_members`` for ``job``
+    (:func:`_ep_groups`), appended to their column lists."""
+    by_rank, members = _ep_groups(job_spec, ranks)
+    for rank, comm in by_rank:
+        for key, value in zip(ep_groups, (job, rank, comm), strict=True):
+            ep_groups[key].append(value)
+    for comm, group_ranks in members.items():
+        for key, value in zip(ep_members, (job, comm, group_ranks), strict=True):
+            ep_members[key].append(value)
 
 
 def _traced_ranks(con: duckdb.DuckDBPyConnection, job: str, config: Job) -> list[int]:
@@ -334,6 +359,16 @@ def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | 
         )
 
 
+def _register_alternatives(con: duckdb.DuckDBPyConnection, rows: list[tuple]) -> None:
+    """``_alternative_bytes`` from (job, key, value, what, ranks, parallel_dim, op, phase,
+    bytes) rows: the bytes of each of the ranks listed."""
+    names = ("job", "key", "value", "what", "ranks", "parallel_dim", "op", "phase", "bytes")
+    types = ("VARCHAR",) * 4 + ("BIGINT[]",) + ("VARCHAR",) * 3 + ("BIGINT",)
+    columns = [[row[i] for row in rows] for i in range(len(names))]
+    select = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
+    con.execute(f"CREATE TEMP TABLE _alternative_bytes AS SELECT {select}", columns)
+
+
 def _comm_dims_from_layout(
     con: duckdb.DuckDBPyConnection, job: str, job_spec
 ) -> list[layout_check.TracedGroup]:
@@ -352,6 +387,8 @@ def _comm_dims_from_layout(
         ("ep", ("ep",), True),
         ("dp", ("dp", "cp"), False),
     )
+    if job_spec.parallel.hsdp:  # (HSDP's shard and replicate groups are parts of dp)
+        candidates += (("dp", ("dps",), False), ("dp", ("dpr",), False))
 
     def dims_of(members: tuple[int, ...]) -> list[str]:
         # each dimension's group of the first member, by its size and ends in closed form

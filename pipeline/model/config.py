@@ -70,7 +70,7 @@ _HARDWARE_KEYS = ("accelerator", "peak_tflops")
 MAX_PEAK_TFLOPS = 1e7
 _MODEL_KEYS = (
     "preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
-    "tied_embeddings", "mlp", "norm", "position", "moe", "mla",
+    "tied_embeddings", "mlp", "norm", "position", "moe", "mla", "linear_bias",
 )  # fmt: skip
 _DIM_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
 _MOE_KEYS = (
@@ -81,6 +81,7 @@ _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_hea
 _PARALLEL_KEYS = (
     "tp", "pp", "dp", "cp", "ep", "vpp", "sequence_parallel", "zero_stage", "fsdp",
     "reshard_after_forward", "distributed_optimizer", "order", "world_size", "bucket_size",
+    "mesh",
 )  # fmt: skip
 _BATCH_KEYS = ("micro_batch", "global_batch", "grad_accum", "forward_only")
 _DTYPE_KEYS = ("params", "activations", "grad_reduce")
@@ -97,11 +98,21 @@ _RECOMPUTE = ("none", "selective", "full")
 _MLP = ("gelu", "swiglu")
 _NORM = ("layernorm", "rmsnorm")
 _POSITION = ("learned", "rope")
+#: Which linear layers have a bias (``model.linear_bias``): every one, none, or Q, K and V
+#: alone (Megatron-LM ``--add-bias-linear`` / ``--disable-bias-linear``, ``--add-qkv-bias``)
+LINEAR_BIAS = ("all", "none", "qkv")
 #: Collective algorithms ``network.algorithm`` may name (one, a list, or ``auto``).
 ALGORITHMS = ("ring", "tree", "nvls", "hierarchical")
 #: What ``auto`` lets the time model choose among (NVLS needs NVLink SHARP hardware: list it).
 AUTO_ALGORITHMS = ("ring", "tree", "hierarchical")
 _ORDER_DIMS = tuple(DEFAULT_ORDER.split("-"))
+#: The dimension names ``parallel.mesh`` takes (``init_device_mesh``'s ``mesh_dim_names``, as
+#: torchtitan spells them, or bare) and the layout dimension of each: HSDP's replicate and
+#: shard dimensions are the two parts of dp
+MESH_DIMS = {
+    "dp_replicate": "replicate", "replicate": "replicate", "dp_shard": "shard", "shard": "shard",
+    "dp": "dp", "cp": "cp", "tp": "tp", "pp": "pp", "ep": "ep",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,16 @@ class Model:
     position: str
     moe: MoE | None = None
     mla: MLA | None = None
+    #: ``all``, ``none`` or ``qkv``; None: by ``mlp`` (GELU/GPT ``all``, SwiGLU ``none``)
+    linear_bias: str | None = None
+
+    @property
+    def biases(self) -> str:
+        """Which linear layers have a bias: ``linear_bias``, else ``all`` for a GELU (GPT)
+        model and ``none`` for SwiGLU."""
+        if self.linear_bias is not None:
+            return self.linear_bias
+        return "all" if self.mlp == "gelu" else "none"
 
     @property
     def head_dim(self) -> int:
@@ -188,6 +209,14 @@ class Parallel:
     distributed_optimizer: bool = False
     order: str = DEFAULT_ORDER
     bucket_size: int | None = None
+    #: HSDP: ranks of dp that shard each FSDP unit (``parallel.mesh``'s shard dimension); the
+    #: other ``dp / dp_shard`` hold replicas of the shard. None: the whole of dp shards.
+    dp_shard: int | None = None
+
+    @property
+    def hsdp(self) -> bool:
+        """Whether FSDP shards over part of dp and replicates over the rest (HSDP)."""
+        return self.dp_shard is not None and self.dp_shard < self.dp
 
     @property
     def world_size(self) -> int:
@@ -273,7 +302,8 @@ class Conventions:
     step, gradient buckets of ``parallel.bucket_size`` elements. ``torch`` (plain
     torch.distributed): none of the vocab-parallel or loss collectives, and PyTorch DDP's
     buckets: whole gradient tensors in reverse registration order, the first bucket closed at
-    1 MiB, the others at 25 MiB (``ddp_first_bucket_mb``, ``ddp_bucket_mb``).
+    1 MiB, the others at 25 MiB (``ddp_first_bucket_mb``, ``ddp_bucket_mb``; a
+    ``ddp_bucket_mb`` given caps the first bucket too, as ``bucket_cap_mb`` does).
 
     Two keys describe how a model is written rather than a framework (both false by default):
     ``separate_qkv``, Q, K and V as three column-parallel projections (each all-reduces its
@@ -653,6 +683,8 @@ def _model(raw: Any) -> Model:
     mlp = _choice(_opt(merged, "mlp", "gelu"), _MLP, "model.mlp")
     norm = _choice(_opt(merged, "norm", "layernorm"), _NORM, "model.norm")
     position = _choice(_opt(merged, "position", "learned"), _POSITION, "model.position")
+    bias = merged.get("linear_bias")
+    bias = None if bias is None else _choice(bias, LINEAR_BIAS, "model.linear_bias")
     if hidden % heads:
         raise ConfigError(f"model.hidden ({hidden}) must be divisible by model.heads ({heads})")
     if heads % kv_heads:
@@ -675,6 +707,7 @@ def _model(raw: Any) -> Model:
         position=position,
         moe=moe,
         mla=mla,
+        linear_bias=bias,
     )
 
 
@@ -734,13 +767,19 @@ def _parallel(raw: Any) -> tuple[Parallel, int | None]:
             f"parallel: must be a mapping with keys {', '.join(_PARALLEL_KEYS)}, got {shown(raw)}"
         )
     _check_keys(raw, _PARALLEL_KEYS, "parallel.")
-    ints = {k: _pos_int(_opt(raw, k, 1), f"parallel.{k}", MAX_RANKS) for k in DIMS}
+    dp_shard, order = None, ""
+    if _given(raw, "mesh"):
+        ints, order, dp_shard = _mesh(raw)
+    else:
+        ints = {k: _pos_int(_opt(raw, k, 1), f"parallel.{k}", MAX_RANKS) for k in DIMS}
     world_product = math.prod(ints[d] for d in WORLD_DIMS)
     if world_product > MAX_RANKS:
         raise ConfigError(
             f"parallel: tp*pp*dp*cp = {world_product:,} ranks, more than the {MAX_RANKS:,} "
             "tokenwire models"
         )
+    if not order:
+        order = _order(_opt(raw, "order", DEFAULT_ORDER), ints)
     vpp = _pos_int(_opt(raw, "vpp", 1), "parallel.vpp", MAX_LAYERS)
     zero = _opt(raw, "zero_stage", 0)
     if isinstance(zero, bool) or not isinstance(zero, int) or zero not in (0, 1, 2, 3):
@@ -751,7 +790,11 @@ def _parallel(raw: Any) -> tuple[Parallel, int | None]:
             f"parallel.fsdp: FSDP shards parameters (ZeRO-3); it cannot be combined with "
             f"parallel.zero_stage {zero} (use 0 or 3)"
         )
-    order = _opt(raw, "order", DEFAULT_ORDER)
+    if dp_shard is not None and not (fsdp or zero == 3):
+        raise ConfigError(
+            "parallel.mesh: a shard dimension beside a replicate one is HSDP; it needs "
+            "parallel.fsdp: true (or zero_stage: 3)"
+        )
     bucket = raw.get("bucket_size")
     if bucket is not None:
         bucket = _pos_int(bucket, "parallel.bucket_size", MAX_BUCKET)
@@ -772,10 +815,61 @@ def _parallel(raw: Any) -> tuple[Parallel, int | None]:
         distributed_optimizer=_bool(
             _opt(raw, "distributed_optimizer", False), "parallel.distributed_optimizer"
         ),
-        order=_order(order, ints),
+        order=order,
         bucket_size=bucket,
+        dp_shard=dp_shard,
     )
     return par, world
+
+
+def _mesh(raw: Mapping[str, Any]) -> tuple[dict[str, int], str, int | None]:
+    """(degrees, order, dp_shard) of ``parallel.mesh``: a mapping of DeviceMesh dimension
+    names to sizes, outermost first, as ``init_device_mesh(shape, mesh_dim_names=...)`` takes
+    them (torch/distributed/device_mesh.py: the last dimension varies fastest over the
+    ranks). ``replicate`` and ``shard`` (HSDP, ``fully_shard`` over a 2-D mesh) are the outer
+    and inner parts of dp and must be neighbours in that order."""
+    mesh = raw["mesh"]
+    names = ", ".join(MESH_DIMS)
+    if not isinstance(mesh, Mapping):
+        raise ConfigError(
+            f"parallel.mesh: must be a mapping of dimension names ({names}) to sizes, "
+            f"outermost first, got {shown(mesh)}"
+        )
+    for key in ("tp", "pp", "dp", "cp", "ep", "order"):
+        if _given(raw, key):
+            raise ConfigError(
+                f"parallel.{key}: parallel.mesh gives the layout; give {key} there (or no mesh)"
+            )
+    dims: list[str] = []
+    sizes: dict[str, int] = {}
+    for name, size in mesh.items():
+        dim = MESH_DIMS.get(name) if isinstance(name, str) else None
+        if dim is None:
+            raise ConfigError(f"parallel.mesh: unknown dimension {shown(name)}; allowed: {names}")
+        if dim in sizes or dim == "dp" and {"replicate", "shard"} & set(sizes) or (
+            dim in ("replicate", "shard") and "dp" in sizes
+        ):  # fmt: skip
+            raise ConfigError(f"parallel.mesh: {name} names a dimension given already")
+        sizes[dim] = _pos_int(size, f"parallel.mesh.{name}", MAX_RANKS)
+        dims.append(dim)
+    dp_shard = None
+    if "replicate" in sizes and "shard" in sizes:
+        if dims.index("shard") != dims.index("replicate") + 1:
+            raise ConfigError(
+                "parallel.mesh: the shard dimension must come right after the replicate one "
+                "(HSDP's dp is replicate x shard)"
+            )
+        dp_shard = sizes["shard"]
+    dp = sizes.pop("replicate", 1) * sizes.pop("shard", 1) * sizes.pop("dp", 1)
+    ints = {k: sizes.get(k, 1) for k in DIMS} | {"dp": dp}
+    order: list[str] = []
+    for dim in reversed(dims):  # (the layout's order is fastest-varying first)
+        dim = "dp" if dim in ("replicate", "shard") else dim
+        if dim not in order:
+            order.append(dim)
+    if math.prod(ints[d] for d in WORLD_DIMS) > MAX_RANKS:
+        return ints, "", dp_shard  # (refused by the caller, as any layout that large)
+    return ints, _order("-".join(order), ints), dp_shard
 
 
 def _order(raw: Any, degrees: Mapping[str, int]) -> str:
@@ -930,6 +1024,7 @@ def _conventions(raw: Any, parallel: Parallel) -> Conventions:
             "parallel.bucket_size: Megatron's buckets (elements); with framework: torch give "
             "conventions.ddp_bucket_mb"
         )
+    first_mb, bucket_mb = _ddp_bucket_caps(raw)
     separate_qkv = _bool(_opt(raw, "separate_qkv", False), "conventions.separate_qkv")
     if separate_qkv and parallel.sequence_parallel:
         raise ConfigError(
@@ -942,13 +1037,29 @@ def _conventions(raw: Any, parallel: Parallel) -> Conventions:
         loss_all_reduce=_bool(
             _opt(raw, "loss_all_reduce", megatron), "conventions.loss_all_reduce"
         ),
-        ddp_first_bucket_mb=_pos_num(
-            _opt(raw, "ddp_first_bucket_mb", 1.0), "conventions.ddp_first_bucket_mb"
-        ),
-        ddp_bucket_mb=_pos_num(_opt(raw, "ddp_bucket_mb", 25.0), "conventions.ddp_bucket_mb"),
+        ddp_first_bucket_mb=first_mb,
+        ddp_bucket_mb=bucket_mb,
         separate_qkv=separate_qkv,
         fsdp_root_unit=_bool(_opt(raw, "fsdp_root_unit", False), "conventions.fsdp_root_unit"),
     )
+
+
+def _ddp_bucket_caps(raw: Mapping[str, Any]) -> tuple[float, float]:
+    """(first bucket, other buckets) in MiB. PyTorch DDP keeps its small first bucket
+    (``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB) only while ``bucket_cap_mb`` is left at its
+    default; given explicitly, it caps the first bucket too (``_BucketCapacityConfig.create``,
+    torch/nn/parallel/distributed.py, v2.13.0)."""
+    bucket = _pos_num(_opt(raw, "ddp_bucket_mb", 25.0), "conventions.ddp_bucket_mb")
+    if not _given(raw, "ddp_bucket_mb"):
+        first = _pos_num(_opt(raw, "ddp_first_bucket_mb", 1.0), "conventions.ddp_first_bucket_mb")
+        return first, bucket
+    if _given(raw, "ddp_first_bucket_mb"):
+        raise ConfigError(
+            "conventions.ddp_first_bucket_mb: PyTorch DDP has a first bucket of its own only "
+            "while bucket_cap_mb is left at its default; with conventions.ddp_bucket_mb every "
+            "bucket, the first too, closes at ddp_bucket_mb"
+        )
+    return bucket, bucket
 
 
 def _check_layout(job: Job) -> None:

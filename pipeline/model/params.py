@@ -39,26 +39,27 @@ def _norm(model: Model) -> int:
 def _mlp(model: Model, ffn: int, tp: int) -> tuple[int, int]:
     """(sharded, replicated) elements of one MLP of width ``ffn`` split over ``tp``.
 
-    SwiGLU: three matrices, no bias. GELU (GPT): two matrices with biases; the FC1 bias is
-    column-parallel (sharded), the FC2 bias is row-parallel (replicated).
+    SwiGLU: three matrices; GELU (GPT): two. With biases (``model.biases`` ``all``) the
+    column-parallel biases (FC1; gate and up) are sharded, the row-parallel one (FC2, down)
+    replicated.
     """
     h = model.hidden
-    if model.mlp == "swiglu":
-        return 3 * h * ffn // tp, 0
-    return (2 * h * ffn + ffn) // tp, h
+    mats = 3 if model.mlp == "swiglu" else 2
+    if model.biases != "all":
+        return mats * h * ffn // tp, 0
+    return (mats * h * ffn + (mats - 1) * ffn) // tp, h
 
 
 def layer_params(model: Model, index: int, *, tp: int = 1, ep: int = 1) -> LayerParams:
     """Weights of 0-based layer ``index`` on one rank, with Megatron sharding.
 
-    Attention ``h·h (Q) + 2·h·h_kv (K,V) + h·h (O)`` (+ biases ``h + 2h_kv + h`` for GPT-style
-    models), MLA as DeepSeek-V3 (arXiv:2412.19437); MLP ``3·h·f`` or ``2·h·f + f + h``; MoE
-    ``E x`` the expert MLP plus the router ``h·E`` and shared experts; two norms. Q/K/V/O, MLP
-    and expert matrices are split over ``tp``; when ``kv_heads < tp`` each rank keeps one
-    whole KV head.
+    Attention ``h·h (Q) + 2·h·h_kv (K,V) + h·h (O)`` (+ biases ``h + 2h_kv`` on Q, K, V and
+    ``h`` on O as ``model.biases`` says), MLA as DeepSeek-V3 (arXiv:2412.19437); MLP ``3·h·f``
+    or ``2·h·f`` (+ biases); MoE ``E x`` the expert MLP plus the router ``h·E`` and shared
+    experts; two norms. Q/K/V/O, MLP and expert matrices are split over ``tp``; when
+    ``kv_heads < tp`` each rank keeps one whole KV head.
     """
     h, m = model.hidden, model
-    gpt = m.mlp == "gelu"
     if m.mla is not None:
         a, la = m.heads, m.mla
         sharded = (
@@ -72,8 +73,10 @@ def layer_params(model: Model, index: int, *, tp: int = 1, ep: int = 1) -> Layer
         kv_w = m.kv_hidden // tp if m.kv_heads >= tp else m.head_dim
         attn = 2 * h * h // tp + 2 * h * kv_w
         attn_sp = 0
-        if gpt:
-            attn += h // tp + 2 * kv_w + h  # QKV bias sharded, O bias replicated
+        if m.biases in ("all", "qkv"):
+            attn += h // tp + 2 * kv_w  # QKV bias sharded
+        if m.biases == "all":
+            attn += h  # O bias replicated
             attn_sp = h
     norms = 2 * _norm(m)
     dense = attn + norms
@@ -221,20 +224,23 @@ def vocab_tp(job: Job) -> int:
 
 def layer_tensors(model: Model, index: int, *, tp: int = 1) -> list[int]:
     """Elements of each dense weight tensor of 0-based layer ``index`` on one TP rank, in the
-    order a GPT or Llama block registers them: norm, Q, K, V, O (each with its bias for GPT
-    style), norm, MLP (FC1, FC2 with biases; or gate, up, down). PyTorch DDP cuts its
-    buckets between whole tensors, so where they fall depends on this order. An MoE or MLA
+    order a GPT or Llama block registers them: norm, Q, K, V, O (each with its bias where
+    ``model.biases`` gives one), norm, MLP (FC1, FC2; or gate, up, down; each with its bias).
+    PyTorch DDP cuts its buckets between whole tensors, so where they fall depends on this
+    order. An MoE or MLA
     layer is one tensor of its dense weights (their order is the implementation's)."""
     if model.mla is not None or model.is_moe_layer(index):
         return [layer_params(model, index, tp=tp).dense]
-    h, f, gpt = model.hidden, model.ffn_hidden, model.mlp == "gelu"
+    h, f, bias = model.hidden, model.ffn_hidden, model.biases
     kv_w = model.kv_hidden // tp if model.kv_heads >= tp else model.head_dim
     norm = [h, h] if model.norm == "layernorm" else [h]
     attn: list[int] = []
     for width in (h // tp, kv_w, kv_w):  # Q, K, V: column-parallel, biases sharded
-        attn += [h * width, width] if gpt else [h * width]
-    attn += [h // tp * h, h] if gpt else [h // tp * h]  # O: row-parallel, bias whole
-    mlp = [h * f // tp, f // tp, f // tp * h, h] if gpt else [h * f // tp] * 3
+        attn += [h * width, width] if bias in ("all", "qkv") else [h * width]
+    attn += [h // tp * h, h] if bias == "all" else [h // tp * h]  # O: row-parallel, bias whole
+    up = [h * f // tp, f // tp] if bias == "all" else [h * f // tp]  # column-parallel
+    down = [f // tp * h, h] if bias == "all" else [f // tp * h]  # row-parallel, bias whole
+    mlp = up + down if model.mlp == "gelu" else up + up + down  # FC1, FC2; gate, up, down
     return norm + attn + norm + mlp
 
 

@@ -29,7 +29,15 @@ from ..errors import ConfigError
 from ..gcpause import gc_paused
 from ..ingest.vocab import DIMS
 from ..model import params as P
-from ..model.config import DTYPE_BYTES, MAX_INT64, Job, job_from_dict, load_job
+from ..model.config import (
+    DTYPE_BYTES,
+    LINEAR_BIAS,
+    MAX_INT64,
+    Conventions,
+    Job,
+    job_from_dict,
+    load_job,
+)
 from ..model.timing import call_time, choose
 from ..model.traffic import ep_a2a_message
 
@@ -188,6 +196,25 @@ def _sizes(job: Job, *, expert: bool) -> dict[str, int]:
     return {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
 
 
+def _layout(job: Job, *, expert: bool) -> tuple[str, dict[str, int]]:
+    """The order and sizes groups are worked out over: with HSDP, dp is two dimensions,
+    ``dps`` (its shard groups, the inner part) and ``dpr`` (its replicas)."""
+    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    par = job.parallel
+    if expert or not par.hsdp:
+        return order, sizes
+    assert par.dp_shard is not None
+    split = "-".join("dps-dpr" if d == "dp" else d for d in order.split("-"))
+    return split, sizes | {"dps": par.dp_shard, "dpr": par.dp // par.dp_shard}
+
+
+def _group_dims(dims: tuple[str, ...], order: str) -> tuple[str, ...]:
+    """``dims`` over a layout order: dp is ``dps`` and ``dpr`` where HSDP splits it."""
+    if "dpr" not in order.split("-"):
+        return dims
+    return tuple(x for d in dims for x in (("dps", "dpr") if d == "dp" else (d,)))
+
+
 def _decompose(rank: int, order: str, sizes: Mapping[str, int]) -> dict[str, int]:
     out = {}
     for dim in order.split("-"):
@@ -223,9 +250,11 @@ def coordinates(job: Job, rank: int) -> dict[str, int]:
 
 def group(job: Job, rank: int, dims: tuple[str, ...], *, expert: bool = False) -> list[int]:
     """Global ranks of the communicator over ``dims`` that contains ``rank`` (sorted)."""
-    base = _decompose(rank, job.parallel.order, _sizes(job, expert=expert))
+    order, sizes = _layout(job, expert=expert)
+    dims = _group_dims(tuple(dims), order)
+    base = _decompose(rank, order, sizes)
     fixed = tuple((d, c) for d, c in base.items() if d not in dims)
-    return list(_members(job, tuple(dims), expert, fixed))
+    return list(_members(job, dims, expert, fixed))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -235,7 +264,7 @@ def _members(
     """The ranks whose coordinates are ``fixed`` outside ``dims``, sorted. Cached: every rank
     of a group asks for the same members (at 16,384 ranks, each of the 16,384 ranks' data
     parallel groups of 512 was worked out again: 22 million compositions, 53 s of link)."""
-    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    order, sizes = _layout(job, expert=expert)
     base = dict(fixed)
     out = []
     for combo in itertools.product(*(range(sizes[d]) for d in dims)):
@@ -248,7 +277,8 @@ def layout_groups(
 ) -> list[tuple[int, ...]]:
     """Every communicator of the layout over ``dims``: each one's global ranks, sorted (none
     when the dimensions have size 1, where each rank would be a group of its own)."""
-    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    order, sizes = _layout(job, expert=expert)
+    dims = _group_dims(dims, order)
     if math.prod(sizes[d] for d in dims) == 1:
         return []
     others = [d for d in order.split("-") if d not in dims]
@@ -281,7 +311,8 @@ def span(job: Job, rank: int, dims: tuple[str, ...], *, expert: bool = False) ->
     highest at their sizes minus 1: O(dimensions) at any scale. Members on the node are
     counted as members below the node's two ends (:func:`_count_below`).
     """
-    order, sizes = job.parallel.order, _sizes(job, expert=expert)
+    order, sizes = _layout(job, expert=expert)
+    dims = _group_dims(dims, order)
     base = _decompose(rank, order, sizes)
     lo = _compose(base | {d: 0 for d in dims}, order, sizes)
     hi = _compose(base | {d: sizes[d] - 1 for d in dims}, order, sizes)
@@ -458,15 +489,24 @@ def _tensor_parallel(
     vocab = job.conventions.vocab_parallel
     first, last = vocab and coords["pp"] == 0, vocab and coords["pp"] == par.pp - 1
     full = job.recompute == "full"
-    items = _tp_sp_items if par.sequence_parallel else _tp_items
-    for op, phase, kind, calls, purpose in items(n_layers * mb, mb, full, first, last):
+    torch_sp = par.sequence_parallel and job.conventions.framework == "torch"
+    if torch_sp:
+        stage = (coords["pp"] == 0, coords["pp"] == par.pp - 1)
+        items = _tp_sp_torch_items(n_layers * mb, mb, full, *stage, vocab)
+    else:
+        items = (_tp_sp_items if par.sequence_parallel else _tp_items)(
+            n_layers * mb, mb, full, first, last
+        )
+    for op, phase, kind, calls, purpose in items:
         acc.add("tp", op, phase, kind, calls, msg, g, purpose)
     if job.conventions.separate_qkv:
         # three column-parallel projections where Megatron has one fused QKV: each replicates
         # its input and all-reduces its input gradient (f) on its own
         acc.add("tp", "all_reduce", "backward", "attention", 2 * n_layers * mb, msg, g,
                 "K and V input gradients (separate projections)")  # fmt: skip
-    if par.sequence_parallel:
+    if torch_sp:
+        _torch_sp_norms(job, coords, n_layers, g, acc)
+    elif par.sequence_parallel:
         norms = sp_params * job.dtypes.e_g
         acc.add("tp", "all_reduce", "optimizer", "norm", 1, norms, g,
                 "sequence-parallel norm gradients")  # fmt: skip
@@ -524,6 +564,55 @@ def _tp_sp_items(n: int, mb: int, full: bool, first: bool, last: bool) -> list[_
             ("reduce_scatter", "backward", "lm_head", mb, "LM head input-gradient scatter"),
         ]
     return items
+
+
+def _tp_sp_torch_items(
+    n: int, mb: int, full: bool, first: bool, last: bool, vocab: bool
+) -> list[_Item]:
+    """TP with SP as DTensor runs it (``SequenceParallel`` on the norms, ``PrepareModuleInput``
+    from sequence shards to replicated before attention and MLP, ``ColwiseParallel`` in,
+    ``RowwiseParallel(output_layouts=Shard(1))`` out; torch/distributed/tensor/parallel/
+    style.py, v2.13.0): the gathered input is kept for backward, so the backward has only
+    the transposes (no re-gather, unlike Megatron). Before the LM head the sequence is
+    gathered once more (a whole or a column-parallel head); the first stage's embedding
+    output is cut into sequence shards, locally when the embedding is whole (its gradient
+    gathered backward), by a reduce-scatter when it is vocab-parallel (``RowwiseParallel``)."""
+    items = [
+        ("all_gather", "forward", "transformer", 2 * n, "sequence-parallel gathers"),
+        ("reduce_scatter", "forward", "transformer", 2 * n, "sequence-parallel scatters"),
+        ("all_gather", "backward", "transformer", 2 * n, "scatter transposes"),
+        ("reduce_scatter", "backward", "transformer", 2 * n, "gather transposes"),
+    ]  # fmt: skip
+    if full:
+        items += [
+            ("all_gather", "backward", "transformer", 2 * n, "recomputed gathers"),
+            ("reduce_scatter", "backward", "transformer", 2 * n, "recomputed scatters"),
+        ]
+    if first:
+        items.append(("all_gather", "backward", "embedding", mb, "embedding gradient gather"))
+        if vocab:
+            items.append(("reduce_scatter", "forward", "embedding", mb,
+                          "embedding output scatter"))  # fmt: skip
+    if last:
+        items.append(("all_gather", "forward", "lm_head", mb, "LM head input gather"))
+        if vocab:
+            items.append(("reduce_scatter", "backward", "lm_head", mb,
+                          "LM head input-gradient scatter"))  # fmt: skip
+    return items
+
+
+def _torch_sp_norms(job: Job, coords: dict[str, int], n_layers: int, g: _Span, acc: _Rows) -> None:
+    """The norms' weight gradients under DTensor SP: each norm tensor (``SequenceParallel``
+    makes it a replicated DTensor) gets a partial gradient, all-reduced wherever an op first
+    needs it whole and again at each later use: in a foreach AdamW (torch/optim/adamw.py runs
+    torch/optim/adam.py's ``_multi_tensor_adam``, v2.13.0) once in ``_foreach_lerp_`` and
+    twice in ``_foreach_addcmul_`` (grad x grad): 3 all-reduces of each tensor a step."""
+    m = job.model
+    per_norm = 2 if m.norm == "layernorm" else 1
+    norms = 2 * n_layers + (coords["pp"] == job.parallel.pp - 1)  # + the final norm
+    acc.add("tp", "all_reduce", "optimizer", "norm", 3 * norms * per_norm,
+            m.hidden * job.dtypes.e_g, g,
+            "norm gradients (DTensor partials, foreach AdamW)")  # fmt: skip
 
 
 def _kv_width(job: Job) -> int:
@@ -663,7 +752,9 @@ def _data_parallel(
         "expert": span(job, rank, ("dp",), expert=True),
     }
     scheme = par.dp_scheme
-    if scheme in ("zero3", "fsdp_no_reshard"):
+    if scheme in ("zero3", "fsdp_no_reshard") and par.hsdp:
+        _hsdp(job, rank, units, acc)
+    elif scheme in ("zero3", "fsdp_no_reshard"):
         for u in _fsdp_units(job, units):
             g, grads, params = groups[u.group], u.elements * dt.e_g, u.elements * dt.e_p
             acc.add("dp", "all_gather", "forward", u.layer_kind, 1, params, g, "parameter gather")
@@ -686,6 +777,31 @@ def _data_parallel(
     if coords["pp"] == par.pp - 1 and job.conventions.loss_all_reduce:
         acc.add("dp", "all_reduce", "other", "loss", 1, LOSS_REPORT_BYTES, groups["dense"],
                 "loss report")  # fmt: skip
+
+
+def _hsdp(job: Job, rank: int, units: tuple[P.Unit, ...], acc: _Rows) -> None:
+    """HSDP (``fully_shard`` over a replicate x shard mesh): each unit gathered in its shard
+    group (dp's ``dp_shard`` ranks x cp) forward and again backward, its gradient
+    reduce-scattered there and the shard all-reduced across the replicas
+    (``foreach_reduce``, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, v2.13.0:
+    ``reduce_scatter`` on the shard group, then ``all_reduce`` of its output on the
+    replicate group). Expert units shard over their expert-data-parallel group whole."""
+    par, dt = job.parallel, job.dtypes
+    shard, replicas = span(job, rank, ("dps", "cp")), span(job, rank, ("dpr",))
+    expert = span(job, rank, ("dp",), expert=True)
+    for u in _fsdp_units(job, units):
+        g = shard if u.group == "dense" else expert
+        grads, params = u.elements * dt.e_g, u.elements * dt.e_p
+        acc.add("dp", "all_gather", "forward", u.layer_kind, 1, params, g, "parameter gather")
+        if par.dp_scheme == "zero3" and u.layer_kind != "root":
+            acc.add("dp", "all_gather", "backward", u.layer_kind, 1, params, g,
+                    "parameter re-gather")  # fmt: skip
+        acc.add("dp", "reduce_scatter", "backward", u.layer_kind, 1, grads, g,
+                "gradient reduce-scatter")  # fmt: skip
+        if u.group == "dense":
+            acc.add("dp", "all_reduce", "backward", u.layer_kind, 1,
+                    -(-u.elements // shard.size) * dt.e_g, replicas,
+                    "gradient shard all-reduce across replicas")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
@@ -769,6 +885,8 @@ def _class_key(job: Job, rank: int) -> tuple:
     pp, p = coordinates(job, rank)["pp"], job.parallel.pp
     spans = [span(job, rank, d) for d in (("tp",), ("cp",), ("dp", "cp"))]
     spans += [span(job, rank, d, expert=True) for d in (("ep",), ("dp",))]
+    if job.parallel.hsdp:
+        spans += [span(job, rank, d) for d in (("dps", "cp"), ("dpr",))]
     peers = [_peer(job, rank, x) for x in ((pp + 1) % p, (pp - 1) % p, 0, p - 1)]
     pairs = [_pair(job, rank, peers[0]), _pair(job, rank, peers[1]), _pair(job, peers[2], peers[3])]
     return (pp, *((_link(job, g), g.local) for g in spans + pairs))
@@ -824,6 +942,60 @@ def predictions_table(
              "wire_bytes": pa.float64(), "intra_node_bytes": pa.float64(),
              "inter_node_bytes": pa.float64(), "est_time_s": pa.float64()}  # fmt: skip
     return table_from_lists(cols, pa.schema([(c, types.get(c, pa.string())) for c in cols]))
+
+
+def alternative_totals(job: Job, ranks: Iterable[int]) -> list[tuple]:
+    """(key, value, what it sets, ranks, parallel_dim, op, phase, bytes): the bytes per
+    dimension, op and phase of each of ``ranks`` were ``job`` given another value of one key
+    the ledger can name where observed bytes equal these and not the prediction:
+    ``model.linear_bias`` (which linear layers have biases), ``conventions.framework``
+    (with that framework's defaults for the other conventions), for FSDP ``parallel.mesh``
+    (HSDP over the same dp) and for pipelines ``parallel.vpp`` (up to 8 stages a rank).
+    A rank's bytes depend on its pipeline stage alone (not on where its groups lie), so
+    each alternative is predicted once per stage, for the ranks listed."""
+    stages: dict[int, list[int]] = {}
+    for r in sorted(set(ranks)):
+        stages.setdefault(coordinates(job, r)["pp"], []).append(r)
+    out = []
+    for key, value, what, alt in _alternative_jobs(job):
+        for members in stages.values():
+            totals: dict[tuple, int] = {}
+            for row in predict(alt, members[0]).rows:
+                at = (row.parallel_dim, row.op, row.phase)
+                totals[at] = totals.get(at, 0) + row.bytes
+            out += [(key, value, what, members, *k, b) for k, b in totals.items()]
+    return out
+
+
+def _alternative_jobs(job: Job) -> list[tuple[str, str, str, Job]]:
+    """(key, value, what it sets, the job with it) for :func:`alternative_totals`."""
+    out = []
+    m, conv = job.model, job.conventions
+    if m.mla is None:  # (MLA's projections carry no biases in the model)
+        for value in LINEAR_BIAS:
+            if value != m.biases:
+                alt = dataclasses.replace(job, model=dataclasses.replace(m, linear_bias=value))
+                out.append(("model.linear_bias", value, "the linear layers' biases", alt))
+    par = job.parallel
+    if par.dp_scheme in ("zero3", "fsdp_no_reshard") and not par.hsdp:
+        # HSDP meshes of the same dp (a few: the divisors of dp up to 64)
+        for shard in (n for n in range(2, min(par.dp, 65)) if par.dp % n == 0):
+            alt = dataclasses.replace(job, parallel=dataclasses.replace(par, dp_shard=shard))
+            value = f"{{replicate: {par.dp // shard}, shard: {shard}}}"
+            out.append(("parallel.mesh", value, "HSDP's replicate groups", alt))
+    if par.pp > 1:
+        # interleaved schedules: a rank's sends and receives grow with its virtual stages
+        for vpp in range(1, min(m.layers // par.pp, 8) + 1):
+            if vpp != par.vpp:
+                alt = dataclasses.replace(job, parallel=dataclasses.replace(par, vpp=vpp))
+                out.append(("parallel.vpp", str(vpp), "the stages per rank", alt))
+    other = "megatron" if conv.framework == "torch" else "torch"
+    mega = other == "megatron"
+    alt_conv = Conventions(framework=other, vocab_parallel=mega, loss_all_reduce=mega,
+                           fsdp_root_unit=conv.fsdp_root_unit)  # fmt: skip
+    out.append(("conventions.framework", other, "what the framework issues",
+                dataclasses.replace(job, conventions=alt_conv)))  # fmt: skip
+    return out
 
 
 def format_table(pred: Prediction) -> str:

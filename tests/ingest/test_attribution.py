@@ -189,3 +189,28 @@ def test_embedding_all_to_alls_take_their_layer_from_torchrec_ranges():
         (None, None),
         (None, None),
     ]
+
+
+def test_send_recv_take_their_phase_from_the_schedule_names():
+    """Interleaved 1F1B on 2 ranks: rank 0's send in ``PP:2SEND_B0`` goes to rank 1 as its
+    forward sends do; the schedule's name says backward. A DualPipe chunk annotation
+    ``(B)`` likewise; a send outside any such name keeps NULL (link's direction rule), and
+    an all-reduce inside one is not the send/recv's to decide."""
+    ops = _ops(
+        (0, 1, None, "forward_backward", "user_annotation", None, None, None),
+        (0, 2, 1, "PP:0SEND_F0", "user_annotation", None, None, None),
+        (0, 3, 2, "c10d::send", "cpu_op", None, None, None),
+        (0, 4, 1, "PP:2SEND_B0", "user_annotation", None, None, None),
+        (0, 5, 4, "c10d::send", "cpu_op", None, None, None),
+        (0, 6, 1, "PP:2RECV_F1", "user_annotation", None, None, None),
+        (0, 7, 6, "c10d::recv_", "cpu_op", None, None, None),
+        (0, 8, None, "combine(B)", "user_annotation", None, None, None),
+        (0, 9, 8, "c10d::recv_", "cpu_op", None, None, None),
+        (0, 10, None, "c10d::send", "cpu_op", None, None, None),
+        (0, 11, 8, "c10d::allreduce_", "cpu_op", None, None, None),
+    )
+    calls = _calls(*((0, None, i) for i in (3, 5, 7, 9, 10, 11)))
+    calls = calls.append_column("op", pa.array(["send", "send", "recv", "recv", "send",
+                                                "all_reduce"]))  # fmt: skip
+    got = [r["phase"] for r in _attributed(ops, calls)]
+    assert got == ["forward", "backward", "forward", "backward", None, None]

@@ -13,8 +13,8 @@ from pipeline.link.plan import PlanError, SqlFile, created_objects, plan, sql_fi
 
 #: the runner's own inputs, registered before any file runs (runner._register_job_inputs)
 RUNNER_INPUTS = {
-    "_job_layout", "_job_facts", "predictions", "_layout_ep_groups", "_layout_ep_members",
-    "_ep_directions",
+    "_job_layout", "_job_facts", "_alternative_bytes", "predictions",
+    "_layout_ep_groups", "_layout_ep_members", "_ep_directions",
     "_moe_exchange_kernels", "_moe_library",
 }  # fmt: skip
 FILES = sql_files()

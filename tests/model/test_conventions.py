@@ -60,6 +60,24 @@ def test_torch_bucket_caps_are_settable() -> None:
     assert sum(r.calls for r in small) <= 1
 
 
+def test_a_given_bucket_cap_caps_the_first_bucket_too() -> None:
+    """PyTorch keeps the 1 MiB first bucket only while ``bucket_cap_mb`` is left at its
+    default: with ``ddp_bucket_mb: 0.5`` (131,072 fp32) the first bucket closes at 0.5 MiB as
+    the others do: LM head and final norm (128,256), then FC2's bias and weight (128 and
+    65,536) pass it at 193,920."""
+    job = _job({"dp": 2}, {"framework": "torch", "ddp_bucket_mb": 0.5})
+    assert job.conventions.ddp_first_bucket_mb == 0.5
+    first = [r for r in predict(job, 0).rows if r.purpose == "first gradient bucket"]
+    assert [r.bytes for r in first] == [4 * (128_000 + 256 + 128 + 65_536)]
+    default = _job({"dp": 2}, {"framework": "torch"})
+    assert default.conventions.ddp_first_bucket_mb == 1.0
+
+
+def test_the_first_bucket_cap_needs_the_default_bucket_cap() -> None:
+    with pytest.raises(ConfigError, match="conventions.ddp_first_bucket_mb: PyTorch DDP has"):
+        _job({"dp": 2}, {"framework": "torch", "ddp_bucket_mb": 4, "ddp_first_bucket_mb": 1})
+
+
 def test_the_tensors_add_up_to_the_units() -> None:
     for parallel in ({"dp": 2}, {"tp": 2, "pp": 2}, {"tp": 4}):
         for conventions in ({"framework": "torch"}, {}):

@@ -155,3 +155,35 @@ def test_layer_flops_add_up_to_the_model(preset: str) -> None:
     norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
     layers = sum(layer_flops_per_token(m, i) for i in range(m.layers))
     assert layers + 6 * embedding_params(m) + 6 * norm == flops_per_token(m)
+
+
+def test_linear_bias_by_hand() -> None:
+    """``linear_bias`` on GPT-2 small (h 768, f 3072, 12 layers, 124,439,808 with every
+    bias): ``none`` drops Q, K, V, O and FC1, FC2 biases (4·768 + 3072 + 768 a layer),
+    ``qkv`` keeps Q, K and V's (3·768)."""
+    per_layer = 4 * 768 + 3072 + 768
+    assert total_params(_model("gpt2-small", linear_bias="all")) == 124_439_808
+    assert total_params(_model("gpt2-small", linear_bias="none")) == 124_439_808 - 12 * per_layer
+    qkv = 124_439_808 - 12 * (per_layer - 3 * 768)
+    assert total_params(_model("gpt2-small", linear_bias="qkv")) == qkv
+    # Llama (SwiGLU) defaults to none; all adds Q, K, V, O, gate, up and down biases
+    llama = _model("llama2-7b")
+    assert llama.biases == "none"
+    with_bias = layer_params(_model("llama2-7b", linear_bias="all"), 0).dense
+    assert with_bias - layer_params(llama, 0).dense == 4 * 4096 + 2 * 11008 + 4096
+
+
+def test_layer_tensors_follow_linear_bias() -> None:
+    """The tensors DDP buckets: without biases, a GPT layer is its norms and six matrices."""
+    from pipeline.model.params import layer_tensors
+
+    m = _model("gpt2-small", linear_bias="none")
+    assert layer_tensors(m, 0) == [768, 768] + [768 * 768] * 4 + [768, 768] + [768 * 3072] * 2
+    assert sum(layer_tensors(m, 0)) == layer_params(m, 0).dense
+
+
+def test_a_bad_linear_bias_names_the_key() -> None:
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.linear_bias: must be one of all, none, qkv"):
+        _model("gpt2-small", linear_bias="some")

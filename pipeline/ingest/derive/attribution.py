@@ -8,7 +8,9 @@ linking then costs in proportion to the collectives, not to every host event of 
 Evidence, from the issuing op (``launch_op_id``, else the runtime call with the kernel's
 correlation) and the ops enclosing it (``parent_id``), innermost first:
 
-- phase: an enclosing autograd ``evaluate_function`` -> backward; an enclosing op or range
+- phase: of a send/recv, the pipeline schedule's own name for the action around it
+  (:func:`p2p_schedule_phase`); an enclosing autograd ``evaluate_function`` -> backward; an
+  enclosing op or range
   named as :data:`pipeline.ingest.vocab.PHASE_HINTS` says (optimizer, then backward, then
   forward; a module scope is forward); else a launch on the autograd engine's own thread (one
   that runs ``evaluate_function`` ops and no ``ProfilerStep``) -> backward; else NULL (link
@@ -60,7 +62,16 @@ _OP_KEYS = {
     "pid": pl.Int64,
     "tid": pl.Int64,
 }
+#: torch.distributed.pipelining's range around each action of a schedule it runs
+#: (``_get_profiler_function_name``, torch/distributed/pipelining/schedules.py, v2.13.0:
+#: ``PP:`` + stage, action, micro-batch, as ``PP:2SEND_B3``); the capture is the action
+_PP_ACTION = r"^PP:\d+(F|I|B|W|SEND_F|RECV_F|SEND_B|RECV_B)\d*$"
+#: DualPipe's chunk annotations (``attn(F)``, ``dispatch(B)``, ``mlp(W)``): F forward, B the
+#: input gradients, W the weight gradients
+_CHUNK_ACTION = r"\((F|B|W)\)$"
+_P2P_OPS = ("send", "recv", "send_recv")
 _COLLECTIVE_COLUMNS = {
+    "op": pl.String,
     "rank": pl.Int64,
     "launch_op_id": pl.Int64,
     "correlation": pl.Int64,
@@ -176,6 +187,10 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             name.filter(nvtx).first().alias("nvtx_range"),
             name.filter(autograd).first().alias("backward_op"),
             name.str.extract(_FSDP_UNIT).drop_nulls().first().alias("fsdp_unit"),
+            pl.coalesce(name.str.extract(_PP_ACTION), name.str.extract(_CHUNK_ACTION))
+            .drop_nulls()
+            .first()
+            .alias("schedule_action"),
         )
         .collect(engine=ENGINE)
     )
@@ -280,6 +295,7 @@ def _context(
         .with_columns(pl.col("on_engine_thread") & pl.col("pos").is_not_null())
     )
     found = found.with_columns(
+        calls.get_column("op").alias("op"),
         calls.get_column("phase").alias("given_phase"),
         calls.get_column("layer").alias("given_layer"),
     )
@@ -292,11 +308,31 @@ def _context(
     ).collect(engine=ENGINE)
 
 
+def p2p_schedule_phase() -> pl.Expr:
+    """The phase of a send/recv from the pipeline schedule's own name for the action it runs
+    in (innermost first): torch.distributed.pipelining's ``PP:<stage><action><mb>`` (F,
+    SEND_F, RECV_F forward; B, I, W, SEND_B, RECV_B backward) or a DualPipe chunk
+    annotation (``(F)`` forward, ``(B)``, ``(W)`` backward). With stages looping over the
+    ranks (interleaved 1F1B, DualPipe's V) a peer's direction says nothing of the phase.
+    NULL for other ops and outside such names."""
+    action = pl.col("schedule_action")
+    forward = action.is_in(["F", "SEND_F", "RECV_F"])
+    return (
+        pl.when(~pl.col("op").is_in(_P2P_OPS) | action.is_null())
+        .then(pl.lit(None, pl.String))
+        .when(forward)
+        .then(pl.lit("forward"))
+        .otherwise(pl.lit("backward"))
+    )
+
+
 def _phase() -> pl.Expr:
     """A collective's phase: the source's own, else the strongest structural evidence."""
     return (
         pl.when(pl.col("given_phase").is_not_null())
         .then(pl.col("given_phase"))
+        .when(p2p_schedule_phase().is_not_null())
+        .then(p2p_schedule_phase())
         .when(pl.col("in_autograd"))
         .then(pl.lit("backward"))
         .when(pl.col("in_optimizer"))
