@@ -15,8 +15,9 @@
 -- model's own (size_estimates.sql: kernels that record no size), so a match there says the
 -- calls were seen, not their bytes.
 -- Where job.yaml's layout contradicts the traces
--- (communicator_dims.layout_conflicts), every row that differs says so first: the items
--- were predicted for a layout the run did not have. The statement is that of the
+-- (communicator_dims.layout_conflicts), every row that differs says so, unless another
+-- value of a layout key (parallel.*) explains its bytes: the items were predicted for a
+-- layout the run did not have. The statement is that of the
 -- communicator its calls ran on, else of its dimension, else the job's first.
 -- Jobs linked without a job.yaml have no predictions and no ledger.
 --
@@ -147,7 +148,9 @@ totals AS (
     SELECT t.job, t.step, t.parallel_dim, t.op, t.phase,
            first(k.what || ': the bytes match ' || k.key || ': ' || k.value
                  ORDER BY abs(t.observed_total - coalesce(a.alternative_total, 0)), k.key)
-               AS reason
+               AS reason,
+           first(k.key ORDER BY abs(t.observed_total - coalesce(a.alternative_total, 0)), k.key)
+               AS key
     FROM totals t
     JOIN (SELECT DISTINCT job, step, key, value, what FROM _ledger_alternatives) k
       USING (job, step)
@@ -167,10 +170,14 @@ SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.laye
        CAST(coalesce(r.calls * r.message_bytes, 0) AS BIGINT) AS bytes, r.ranks,
        CASE
            WHEN r.status = 'matched' THEN NULL
+           -- (a layout key whose other value gives the observed bytes is the fix itself: it
+           -- comes before the contradiction it explains, e.g. HSDP linked as FSDP over all of
+           -- dp; another key's match beside a contradiction of the layout is a coincidence)
+           WHEN a.reason IS NOT NULL AND (j.statement IS NULL OR a.key LIKE 'parallel.%')
+               THEN a.reason
            WHEN j.statement IS NOT NULL
                THEN 'job.yaml contradicts the traces: '
                     || coalesce(r.conflict, d.statement, j.statement)
-           WHEN a.reason IS NOT NULL THEN a.reason
            WHEN t.predicted_total > 0
                 AND abs(t.observed_total - t.predicted_total) <= 0.01 * t.predicted_total
                THEN CASE WHEN r.parallel_dim = 'dp' AND t.units

@@ -194,8 +194,9 @@ def test_embedding_all_to_alls_take_their_layer_from_torchrec_ranges():
 def test_send_recv_take_their_phase_from_the_schedule_names():
     """Interleaved 1F1B on 2 ranks: rank 0's send in ``PP:2SEND_B0`` goes to rank 1 as its
     forward sends do; the schedule's name says backward. A DualPipe chunk annotation
-    ``(B)`` likewise; a send outside any such name keeps NULL (link's direction rule), and
-    an all-reduce inside one is not the send/recv's to decide."""
+    ``(B)`` likewise; a send outside any such name keeps NULL (link's direction rule). An
+    all-reduce inside the chunk annotation takes its phase from the chunk itself
+    (chunk_annotation_context), not from the send/recv rule."""
     ops = _ops(
         (0, 1, None, "forward_backward", "user_annotation", None, None, None),
         (0, 2, 1, "PP:0SEND_F0", "user_annotation", None, None, None),
@@ -213,4 +214,4 @@ def test_send_recv_take_their_phase_from_the_schedule_names():
     calls = calls.append_column("op", pa.array(["send", "send", "recv", "recv", "send",
                                                 "all_reduce"]))  # fmt: skip
     got = [r["phase"] for r in _attributed(ops, calls)]
-    assert got == ["forward", "backward", "forward", "backward", None, None]
+    assert got == ["forward", "backward", "forward", "backward", None, "backward"]

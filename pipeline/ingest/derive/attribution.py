@@ -36,6 +36,7 @@ import pyarrow as pa
 from ...ingest.derive.nesting import rows_of
 from ...ingest.result import ENGINE, columns, values_at
 from ...ingest.vocab import (
+    CHUNK_ANNOTATION,
     EMBEDDING_EXCHANGE_RANGE,
     PHASE_HINTS,
     chunk_annotation_expr,
@@ -66,9 +67,6 @@ _OP_KEYS = {
 #: (``_get_profiler_function_name``, torch/distributed/pipelining/schedules.py, v2.13.0:
 #: ``PP:`` + stage, action, micro-batch, as ``PP:2SEND_B3``); the capture is the action
 _PP_ACTION = r"^PP:\d+(F|I|B|W|SEND_F|RECV_F|SEND_B|RECV_B)\d*$"
-#: DualPipe's chunk annotations (``attn(F)``, ``dispatch(B)``, ``mlp(W)``): F forward, B the
-#: input gradients, W the weight gradients
-_CHUNK_ACTION = r"\((F|B|W)\)$"
 _P2P_OPS = ("send", "recv", "send_recv")
 _COLLECTIVE_COLUMNS = {
     "op": pl.String,
@@ -187,7 +185,7 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             name.filter(nvtx).first().alias("nvtx_range"),
             name.filter(autograd).first().alias("backward_op"),
             name.str.extract(_FSDP_UNIT).drop_nulls().first().alias("fsdp_unit"),
-            pl.coalesce(name.str.extract(_PP_ACTION), name.str.extract(_CHUNK_ACTION))
+            pl.coalesce(name.str.extract(_PP_ACTION), name.str.extract(CHUNK_ANNOTATION, 2))
             .drop_nulls()
             .first()
             .alias("schedule_action"),
