@@ -1,6 +1,7 @@
 """collective_instances.sql on hand-made rows: arrival skew, late rank and durations of an
 instance on the aligned clock, a send and its recv as one instance, the op most ranks
-report, and a log's instance that matched the profiler's left out, its source listed.
+report, a log's instance that matched the profiler's left out, its source listed, and
+where its size came from.
 (The bandwidth columns are left to their own tests: their definition is one rule of the
 package, checked where it is defined.)"""
 

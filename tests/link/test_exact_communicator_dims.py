@@ -1,6 +1,7 @@
 """communicator_dims.sql on hand-made rows: a communicator's dimension from job.yaml's layout
 (through the process group a log's communicator maps to), else from its traffic and its
-rank set; and each collective's dimension after it."""
+rank set; what of the traces contradicts the layout; and each collective's dimension after
+it."""
 
 from __future__ import annotations
 

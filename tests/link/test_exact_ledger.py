@@ -1,5 +1,7 @@
 """ledger.sql on hand-made rows: each status (matched aside: calls differ, size differs,
-missing, unpredicted) and each reason, from a few calls of two ranks against their items."""
+missing, unpredicted) and each reason, from a few calls of two ranks against their items,
+with the observed sizes' source; and where job.yaml's layout contradicts the traces, that
+statement as the reason of every row that differs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """token_wire.sql on hand-made rows: each rank's calls counted once from its most trusted
 source, a rank seen only in its log counted where a step places its calls, predicted items
-never seen listed with 0 calls, and tokens counted once per tensor-parallel group."""
+never seen listed with 0 calls, tokens counted once per tensor-parallel group, and the bytes
+whose size is the model's estimate."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """wire.sql on hand-made rows, a job with no NCCL log (every ring and chain in rank order):
-the bytes each instance puts on each directed pair, by the model docs/wire.md gives."""
+the bytes each instance puts on each directed pair, by the model docs/wire.md gives,
+including an MoE exchange on the layout's expert-parallel group whose size is the model's."""
 
 from __future__ import annotations
 
