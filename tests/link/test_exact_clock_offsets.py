@@ -12,18 +12,19 @@ LINKS = ("collective_links", "collectives")
 
 
 def _links(calls: list[dict]) -> pl.DataFrame:
-    """_links_dimmed rows (communicator_dims.sql makes them) from a few fields per call."""
+    """_links_sized rows (size_estimates.sql makes them) from a few fields per call."""
     default = {
         "job": "j", "source": "kineto", "file_id": "f", "comm": "c", "op": "all_reduce",
         "peer": None, "enqueue_ns": None, "bytes": 64, "group_size": 4, "step": 1,
         "phase": "forward", "layer": None, "layer_kind": None, "parallel_dim": "dp",
+        "size_source": "record",
     }  # fmt: skip
     full = [{**default, **c} for c in calls]
     for i, c in enumerate(full):
         c.setdefault("collective_id", i)
         c.setdefault("start_ns", c["end_ns"] - 50 if c.get("end_ns") is not None else None)
         c.setdefault("dur_ns", 50 if c.get("end_ns") is not None else None)
-    return rows("_links_dimmed", like=LINKS, **{k: [c[k] for c in full] for k in full[0]})
+    return rows("_links_sized", like=LINKS, **{k: [c[k] for c in full] for k in full[0]})
 
 
 def _ranks(job: str, hosts: dict[int, str | None]) -> pl.DataFrame:
@@ -52,7 +53,7 @@ def test_a_hosts_offset_and_the_residual_come_out_exactly() -> None:
     )
     got = created(
         "clock_offsets.sql",
-        {"_links_dimmed": _links(calls), "ranks": ranks},
+        {"_links_sized": _links(calls), "ranks": ranks},
         "clock_offsets",
         order_by=["job", "rank"],
     )
@@ -84,7 +85,7 @@ def test_a_rank_with_no_shared_instance_keeps_offset_0_and_no_residual() -> None
     ]
     got = created(
         "clock_offsets.sql",
-        {"_links_dimmed": _links(calls), "ranks": _ranks("j", {0: "A", 1: "A", 2: "B"})},
+        {"_links_sized": _links(calls), "ranks": _ranks("j", {0: "A", 1: "A", 2: "B"})},
         "clock_offsets",
         order_by=["rank"],
     )
@@ -115,7 +116,7 @@ def test_sends_and_receives_are_keyed_as_the_kth_transfer_between_two_ranks() ->
     ]
     got = created(
         "clock_offsets.sql",
-        {"_links_dimmed": _links(calls), "ranks": _ranks("j", {0: "A", 1: "A"})},
+        {"_links_sized": _links(calls), "ranks": _ranks("j", {0: "A", 1: "A"})},
         "_instance_rows",
         order_by=["rank", "collective_id"],
     ).select("rank", "collective_id", "instance_comm", "instance_seq")

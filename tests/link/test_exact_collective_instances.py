@@ -1,6 +1,7 @@
 """collective_instances.sql on hand-made rows: arrival skew, late rank and durations of an
 instance on the aligned clock, a send and its recv as one instance, the op most ranks
-report, and a log's instance that matched the profiler's left out, its source listed.
+report, a log's instance that matched the profiler's left out, its source listed, and
+where its size came from.
 (The bandwidth columns are left to their own tests: their definition is one rule of the
 package, checked where it is defined.)"""
 
@@ -15,9 +16,10 @@ CALL = ("collective_links", "collectives")
 
 
 def _calls(calls: list[tuple]) -> pl.DataFrame:
-    """_instance_rows: (source, rank, collective_id, comm, seq, op, start_ns, dur_ns, step)."""
+    """_instance_rows: (source, rank, collective_id, comm, seq, op, start_ns, dur_ns, step,
+    size_source)."""
     cols = ["source", "rank", "collective_id", "instance_comm", "instance_seq", "op"]
-    cols += ["start_ns", "dur_ns", "step"]
+    cols += ["start_ns", "dur_ns", "step", "size_source"]
     data = {c: [call[i] for call in calls] for i, c in enumerate(cols)}
     n = len(calls)
     return rows(
@@ -41,17 +43,18 @@ def test_instances_across_ranks_and_sources() -> None:
     # 200, rank 1 posts the recv at 190 (raw 1190). Its c#5 was seen on rank 0 alone.
     # The NCCL log's 0xabc#0 is c#0 (its calls matched the profiler's); its 0xabc#1, which
     # rank 0 logged as an all_reduce and rank 1 as a broadcast, matched nothing.
+    # Sizes: c#0's is the model's on rank 1 (estimated), the others' the sources' own.
     calls = _calls(
         [
-            ("kineto", 0, 0, "c", 0, "all_reduce", 100, 50, 1),
-            ("kineto", 1, 1, "c", 0, "all_reduce", 1130, 20, 1),
-            ("kineto", 0, 2, "c p2p 0->1", 0, "send", 200, 15, 1),
-            ("kineto", 1, 3, "c p2p 0->1", 0, "recv", 1190, 25, 1),
-            ("kineto", 0, 4, "c", 5, "all_reduce", 400, 10, 1),
-            ("nccl_log", 0, 10, "0xabc", 0, "all_reduce", 100, 50, None),
-            ("nccl_log", 1, 11, "0xabc", 0, "all_reduce", 1130, 20, None),
-            ("nccl_log", 0, 12, "0xabc", 1, "all_reduce", 500, 5, None),
-            ("nccl_log", 1, 13, "0xabc", 1, "broadcast", 1505, 5, None),
+            ("kineto", 0, 0, "c", 0, "all_reduce", 100, 50, 1, "kernel_args"),
+            ("kineto", 1, 1, "c", 0, "all_reduce", 1130, 20, 1, "estimated"),
+            ("kineto", 0, 2, "c p2p 0->1", 0, "send", 200, 15, 1, "record_param_comms"),
+            ("kineto", 1, 3, "c p2p 0->1", 0, "recv", 1190, 25, 1, "record_param_comms"),
+            ("kineto", 0, 4, "c", 5, "all_reduce", 400, 10, 1, "kernel_args"),
+            ("nccl_log", 0, 10, "0xabc", 0, "all_reduce", 100, 50, None, "kernel_args"),
+            ("nccl_log", 1, 11, "0xabc", 0, "all_reduce", 1130, 20, None, "kernel_args"),
+            ("nccl_log", 0, 12, "0xabc", 1, "all_reduce", 500, 5, None, "record_param_comms"),
+            ("nccl_log", 1, 13, "0xabc", 1, "broadcast", 1505, 5, None, "kernel_args"),
         ]
     )
     offsets = rows("clock_offsets", job=["j", "j"], rank=[0, 1], offset_ns=[0, 1000])
@@ -74,13 +77,15 @@ def test_instances_across_ranks_and_sources() -> None:
         secondary=True,
     ).select("source", "comm", "seq", "op", "ranks_seen", "consistent", "first_start_ns",
              "last_start_ns", "skew_ns", "late_rank", "min_dur_ns", "max_dur_ns", "step",
-             "sources")  # fmt: skip
+             "sources", "size_source")  # fmt: skip
     # c#0: aligned starts 100 and 130: skew 30, rank 1 last; durations 20..50; step 1.
     #      Its log twin is left out and named in sources.
     # c#5: one rank: no late rank, no skew.
     # send 0->1: aligned 200 (send) and 190 (recv): the sender last, skew 10; send_recv.
     # 0xabc#1: starts 500 and 505: rank 1 last; all_reduce and broadcast tie, the first by
     #      name stands; not consistent (the ranks disagree on the op).
+    # size_source: estimated where any rank's is (c#0, rank 1's), else the first by name of
+    #      its ranks' (0xabc#1: kernel_args before record_param_comms).
     expected = rows(
         "collective_instances",
         source=["kineto", "kineto", "kineto", "nccl_log"],
@@ -97,5 +102,6 @@ def test_instances_across_ranks_and_sources() -> None:
         max_dur_ns=[50, 10, 25, 5],
         step=[1, 1, 1, None],
         sources=[["kineto", "nccl_log"], ["kineto"], ["kineto"], ["nccl_log"]],
+        size_source=["estimated", "kernel_args", "record_param_comms", "kernel_args"],
     )
     assert_frame_equal(got, expected)

@@ -1,6 +1,7 @@
 """communicator_dims.sql on hand-made rows: a communicator's dimension from job.yaml's layout
 (through the process group a log's communicator maps to), else from its traffic and its
-rank set; and each collective's dimension after it."""
+rank set; what of the traces contradicts the layout; and each collective's dimension after
+it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from polars.testing import assert_frame_equal
 from tests.link.sql_harness import created, rows, run_file
 
 COMMS = ("communicators",)
+NAMED = "groups named tp (tp) are dp|ep groups of the layout dp=2 x ep=2"
+SEND_RECV = "send/recv run in groups of 2 ranks that the layout dp=2 x ep=2 makes dp|ep groups"
 
 
 def _inputs() -> dict[str, pl.DataFrame]:
@@ -22,8 +25,10 @@ def _inputs() -> dict[str, pl.DataFrame]:
         ("j", "moe", [2, 3], ["ep"]),  # consecutive, only MoE all-to-all
         ("j", "odd", [0, 1, 3], ["dp", "dp", "tp"]),  # no shape: its most common evidence
         # Job y has a job.yaml: pg:1 is the group of both dp and ep (dp = ep); the NCCL
-        # communicator 0xabc is pg:1 (collective_matches mapped it)
+        # communicator 0xabc is pg:1 (collective_matches mapped it); the traces contradict
+        # the layout on pg:1 (two statements), on pg:2, its dp group, nothing
         ("y", "pg:1", [0, 1], ["ep", "tp"]),
+        ("y", "pg:2", [0, 1], ["dp"]),
     ]
     comm_sets = rows(
         "_comm_sets",
@@ -63,7 +68,14 @@ def _inputs() -> dict[str, pl.DataFrame]:
     comm_map = pl.DataFrame(
         {"job": ["y"], "source": ["nccl_log"], "comm": ["0xabc"], "primary_comm": ["pg:1"]}
     )
-    layout = pl.DataFrame({"job": ["y"], "comm": ["pg:1"], "parallel_dim": ["dp|ep"]})
+    layout = pl.DataFrame(
+        {
+            "job": ["y", "y"],
+            "comm": ["pg:1", "pg:2"],
+            "parallel_dim": ["dp|ep", "dp"],
+            "conflicts": [[NAMED, SEND_RECV], []],
+        }
+    )
     return {
         "_comm_sets": comm_sets,
         "_comm_map": comm_map,
@@ -77,19 +89,22 @@ def _inputs() -> dict[str, pl.DataFrame]:
 def test_each_communicators_dimension_and_why() -> None:
     got = created(
         "communicator_dims.sql", _inputs(), "communicator_dims", order_by=["job", "comm"]
-    ).select("job", "comm", "nranks", "parallel_dim", "dim_source")
+    ).select("job", "comm", "nranks", "parallel_dim", "dim_source", "layout_conflicts")
     # j/all: every rank, two kinds of traffic: world. dp0: strided: dp. moe: only ep traffic.
     # odd: neither block nor stride: dp, its most common evidence (2 of 3). pp0: only pp
     # traffic (before its stride). tp0: a block with tp traffic. y: job.yaml's dp|ep, for
-    # pg:1 and for 0xabc, the log's name of it.
+    # pg:1 and for 0xabc, the log's name of it; pg:2 job.yaml's dp. Conflicts: pg:1's two
+    # statements, on 0xabc too (the same group); none (null) on pg:2, whose list is empty,
+    # nor where no job.yaml speaks (job j).
     expected = pl.DataFrame(
         {
-            "job": ["j"] * 6 + ["y"] * 2,
-            "comm": ["all", "dp0", "moe", "odd", "pp0", "tp0", "0xabc", "pg:1"],
-            "nranks": [4, 2, 2, 3, 2, 2, 2, 2],
-            "parallel_dim": ["world", "dp", "ep", "dp", "pp", "tp", "dp|ep", "dp|ep"],
+            "job": ["j"] * 6 + ["y"] * 3,
+            "comm": ["all", "dp0", "moe", "odd", "pp0", "tp0", "0xabc", "pg:1", "pg:2"],
+            "nranks": [4, 2, 2, 3, 2, 2, 2, 2, 2],
+            "parallel_dim": ["world", "dp", "ep", "dp", "pp", "tp", "dp|ep", "dp|ep", "dp"],
             "dim_source": ["rank_sets", "rank_sets", "ops", "ops", "ops", "rank_sets",
-                           "job.yaml", "job.yaml"],
+                           "job.yaml", "job.yaml", "job.yaml"],
+            "layout_conflicts": [None] * 6 + [[NAMED, SEND_RECV]] * 2 + [None],
         }
     )  # fmt: skip
     assert_frame_equal(got, expected, check_dtypes=False)

@@ -1,8 +1,11 @@
 """ledger.sql on hand-made rows: each status (matched aside: calls differ, size differs,
-missing, unpredicted) and each reason, from a few calls of two ranks against their items."""
+missing, unpredicted) and each reason, from a few calls of two ranks against their items,
+with the observed sizes' source; and where job.yaml's layout contradicts the traces, that
+statement as the reason of every row that differs."""
 
 from __future__ import annotations
 
+import polars as pl
 from polars.testing import assert_frame_equal
 
 from tests.link.sql_harness import created, rows
@@ -27,32 +30,48 @@ def test_every_status_and_reason() -> None:
     )
     # Observed, the profiler's: each rank's gradients in two buckets, 600 and 400 B; tp
     # forward 100 B twice on rank 0, once on rank 1; tp backward 800 B once each; an
-    # all_gather of 64 B on rank 0 in layer L. Rank 0's log holds one call again.
-    calls = [(0, "kineto", "dp", "all_reduce", "backward", 600, None),
-             (0, "kineto", "dp", "all_reduce", "backward", 400, None),
-             (1, "kineto", "dp", "all_reduce", "backward", 600, None),
-             (1, "kineto", "dp", "all_reduce", "backward", 400, None),
-             (0, "kineto", "tp", "all_reduce", "forward", 100, None),
-             (0, "kineto", "tp", "all_reduce", "forward", 100, None),
-             (1, "kineto", "tp", "all_reduce", "forward", 100, None),
-             (0, "kineto", "tp", "all_reduce", "backward", 800, None),
-             (1, "kineto", "tp", "all_reduce", "backward", 800, None),
-             (0, "kineto", "tp", "all_gather", "forward", 64, "L"),
-             (0, "nccl_log", "tp", "all_reduce", "forward", 100, None)]  # fmt: skip
-    cols = ["rank", "source", "parallel_dim", "op", "phase", "bytes", "layer"]
+    # all_gather of 64 B on rank 0 in layer L. Rank 0's log holds one call again. Sizes:
+    # rank 0's tp backward is the model's (estimated); the log's call is estimated too, but
+    # the log is not rank 0's primary source.
+    calls = [(0, "kineto", "dp", "all_reduce", "backward", 600, None, "kernel_args"),
+             (0, "kineto", "dp", "all_reduce", "backward", 400, None, "kernel_args"),
+             (1, "kineto", "dp", "all_reduce", "backward", 600, None, "kernel_args"),
+             (1, "kineto", "dp", "all_reduce", "backward", 400, None, "kernel_args"),
+             (0, "kineto", "tp", "all_reduce", "forward", 100, None, "record_param_comms"),
+             (0, "kineto", "tp", "all_reduce", "forward", 100, None, "record_param_comms"),
+             (1, "kineto", "tp", "all_reduce", "forward", 100, None, "kernel_args"),
+             (0, "kineto", "tp", "all_reduce", "backward", 800, None, "estimated"),
+             (1, "kineto", "tp", "all_reduce", "backward", 800, None, "kernel_args"),
+             (0, "kineto", "tp", "all_gather", "forward", 64, "L", "kernel_args"),
+             (0, "nccl_log", "tp", "all_reduce", "forward", 100, None, "estimated")]  # fmt: skip
+    cols = ["rank", "source", "parallel_dim", "op", "phase", "bytes", "layer", "size_source"]
     n = len(calls)
     links = rows(
         "collective_links",
         job=["j"] * n,
         step=[1] * n,
+        instance_comm=[f"{x[2]}0" for x in calls],
         **{c: [x[i] for x in calls] for i, c in enumerate(cols)},
     )
     collectives = rows(
         "collectives", job=["j"] * n, rank=[x[0] for x in calls], source=[x[1] for x in calls]
     )
+    # job.yaml's layout agrees with j's traces; job k's contradict it (no row of j's says so)
+    dims = rows(
+        "communicator_dims",
+        job=["j", "j", "k"],
+        comm=["dp0", "tp0", "tp0"],
+        parallel_dim=["dp", "tp", "tp"],
+        layout_conflicts=[None, None, ["groups named dp (data) are tp groups of the layout"]],
+    )
     got = created(
         "ledger.sql",
-        {"collective_links": links, "collectives": collectives, "predictions": predictions},
+        {
+            "collective_links": links,
+            "collectives": collectives,
+            "communicator_dims": dims,
+            "predictions": predictions,
+        },
         "ledger",
         order_by=["parallel_dim", "op", "phase", "status"],
     )
@@ -62,6 +81,9 @@ def test_every_status_and_reason() -> None:
     # all_gather: seen, no item: unpredicted, named by its layer.
     # tp backward: 800 B against 400: size differs, twice the size.
     # tp forward: 100 B seen 3 times, predicted 4 (2 a rank): calls differ.
+    # size_source: estimated where any call's is (tp backward, rank 0's), else the first by
+    # name of its calls' (tp forward: kernel_args before record_param_comms); none where
+    # nothing was seen (pp send).
     expected = rows(
         "ledger",
         job=["j"] * 6,
@@ -82,5 +104,108 @@ def test_every_status_and_reason() -> None:
         ranks=[2, 2, None, 1, 2, 2],
         reason=[BUCKETS, BUCKETS, None, None, "twice the predicted size: check the dtypes",
                 None],
+        size_source=["kernel_args", "kernel_args", None, "kernel_args", "estimated",
+                     "kernel_args"],
+    )  # fmt: skip
+    assert_frame_equal(got, expected)
+
+
+LAYOUT = "tp=2 x dp=2 x pp=2"
+# What layout_check found, per communicator (communicator_dims.layout_conflicts), in the
+# order of their names: C < T1 < T0 < D1 < P7.
+C = f"groups named dp (data) are cp groups of the layout {LAYOUT}"  # cp0, no calls
+T1 = f"groups named ep (expert) are tp groups of the layout {LAYOUT}"  # tp1, no calls
+T0 = f"groups named pp (pipeline) are tp groups of the layout {LAYOUT}"  # tp0
+D1 = f"groups named sp (sequence) are dp groups of the layout {LAYOUT}"  # dp1, no calls
+P7 = (
+    f"send/recv run in groups of 2 ranks (pipeline) that the layout {LAYOUT} makes dp "
+    "groups, not pipeline stages"
+)  # pg:7
+
+
+def test_a_layout_the_traces_contradict_is_the_reason_of_every_row_that_differs() -> None:
+    # Step 1 of ranks 0 and 1. Items of each rank: tp all_reduce forward 1 x 100 (g),
+    # backward 1 x 400 (f); dp all_reduce backward 1 x 1,000 (gradient bucket); rank 0's
+    # pp send forward 1 x 50, rank 1's recv (activations).
+    items = [("tp", "all_reduce", "forward", 1, 100, "g"),
+             ("tp", "all_reduce", "backward", 1, 400, "f"),
+             ("dp", "all_reduce", "backward", 1, 1000, "gradient bucket")]  # fmt: skip
+    pred = [(r, *i) for r in (0, 1) for i in items]
+    pred += [(0, "pp", "send", "forward", 1, 50, "activations"),
+             (1, "pp", "recv", "forward", 1, 50, "activations")]  # fmt: skip
+    cols = ["rank", "parallel_dim", "op", "phase", "calls", "bytes", "purpose"]
+    predictions = rows(
+        "predictions",
+        job=["j"] * len(pred),
+        **{c: [p[i] for p in pred] for i, c in enumerate(cols)},
+    )
+    # Observed on each rank: tp forward 100 B and tp backward 800 B on tp0; gradients of
+    # 600 and 400 B on dp0; rank 0 an all_gather of 64 B (tp) on the world group; the
+    # activations sent 0 -> 1 on pg:7, which job.yaml makes a dp group (so the calls are dp).
+    # (rank, dim, op, phase, bytes, instance_comm):
+    calls = [(r, "tp", "all_reduce", "forward", 100, "tp0") for r in (0, 1)]
+    calls += [(r, "tp", "all_reduce", "backward", 800, "tp0") for r in (0, 1)]
+    calls += [(r, "dp", "all_reduce", "backward", b, "dp0") for r in (0, 1) for b in (600, 400)]
+    calls += [(0, "tp", "all_gather", "forward", 64, "world"),
+              (0, "dp", "send", "forward", 50, "pg:7 p2p 0->1"),
+              (1, "dp", "recv", "forward", 50, "pg:7 p2p 0->1")]  # fmt: skip
+    cols = ["rank", "parallel_dim", "op", "phase", "bytes", "instance_comm"]
+    n = len(calls)
+    links = rows(
+        "collective_links",
+        job=["j"] * n,
+        step=[1] * n,
+        source=["kineto"] * n,
+        layer=[None] * n,
+        size_source=["kernel_args"] * n,
+        **{c: [x[i] for x in calls] for i, c in enumerate(cols)},
+    )
+    collectives = rows("collectives", job=["j", "j"], rank=[0, 1], source=["kineto"] * 2)
+    dims = [("tp0", "tp", [T0]), ("tp1", "tp", [T1]), ("dp0", "dp", None),
+            ("dp1", "dp", [D1]), ("pg:7", "dp", [P7]), ("cp0", "cp", [C]),
+            ("world", "world", None)]  # fmt: skip
+    communicator_dims = rows(
+        "communicator_dims",
+        job=["j"] * len(dims),
+        comm=[d[0] for d in dims],
+        parallel_dim=[d[1] for d in dims],
+        layout_conflicts=[d[2] for d in dims],
+    )
+    got = created(
+        "ledger.sql",
+        {
+            "collective_links": links,
+            "collectives": collectives,
+            "communicator_dims": communicator_dims,
+            "predictions": predictions,
+        },
+        "ledger",
+        order_by=["parallel_dim", "op", "phase", "status"],
+    ).select("parallel_dim", "op", "phase", "status", "predicted_message_bytes", "calls",
+             "message_bytes", "reason")  # fmt: skip
+    # tp forward: 100 B twice as predicted: matched, no reason though tp0 is contradicted.
+    # tp backward: 800 B against 400: size differs; the statement on tp0, where its calls
+    #     ran (not T1, its dimension's first; nor "twice the predicted size").
+    # tp all_gather: unpredicted, on a group with no statement: its dimension's first, T1.
+    # dp all_reduce: 600 pairs with 1,000 (size differs), 400 unpredicted; on dp0, with no
+    #     statement: dp's first, D1 (not "buckets cut elsewhere", though 2,000 B each side).
+    # dp send and recv: unpredicted, on pg:7: its statement, P7 (not dp's first, D1).
+    # pp send and recv: missing; no statement on pp: the job's first, C.
+    contradicts = "job.yaml contradicts the traces: "
+    expected = pl.DataFrame(
+        [
+            ("dp", "all_reduce", "backward", "size differs", 1000, 2, 600, contradicts + D1),
+            ("dp", "all_reduce", "backward", "unpredicted", None, 2, 400, contradicts + D1),
+            ("dp", "recv", "forward", "unpredicted", None, 1, 50, contradicts + P7),
+            ("dp", "send", "forward", "unpredicted", None, 1, 50, contradicts + P7),
+            ("pp", "recv", "forward", "missing", 50, 0, None, contradicts + C),
+            ("pp", "send", "forward", "missing", 50, 0, None, contradicts + C),
+            ("tp", "all_gather", "forward", "unpredicted", None, 1, 64, contradicts + T1),
+            ("tp", "all_reduce", "backward", "size differs", 400, 2, 800, contradicts + T0),
+            ("tp", "all_reduce", "forward", "matched", 100, 2, 100, None),
+        ],
+        schema=["parallel_dim", "op", "phase", "status", "predicted_message_bytes", "calls",
+                "message_bytes", "reason"],
+        orient="row",
     )  # fmt: skip
     assert_frame_equal(got, expected)

@@ -1,6 +1,7 @@
 """token_wire.sql on hand-made rows: each rank's calls counted once from its most trusted
 source, a rank seen only in its log counted where a step places its calls, predicted items
-never seen listed with 0 calls, and tokens counted once per tensor-parallel group."""
+never seen listed with 0 calls, tokens counted once per tensor-parallel group, and the bytes
+whose size is the model's estimate."""
 
 from __future__ import annotations
 
@@ -12,17 +13,21 @@ from tests.link.sql_harness import created, rows
 
 def test_bytes_per_step_dimension_op_and_phase_beside_the_prediction() -> None:
     # Job j, ranks 0-3, TP groups {0, 1} and {2, 3}; ranks 0-2 profiled, rank 3 only logged.
-    # Rank 0's log holds its calls again. (rank, source, step, dim, op, phase, bytes):
+    # Rank 0's log holds its calls again. Sizes marked estimated are the model's
+    # (size_estimates.sql). (rank, source, step, dim, op, phase, bytes, size_source):
     links = [
-        (0, "kineto", 1, "tp", "all_reduce", "forward", 100),
-        (0, "kineto", 1, "dp", "all_reduce", "backward", 1000),
-        (0, "nccl_log", 1, "tp", "all_reduce", "forward", 100),  # rank 0's twice: not counted
-        (1, "kineto", 1, "tp", "all_reduce", "forward", 100),
-        (2, "kineto", 1, "tp", "all_reduce", "forward", 100),
-        (3, "nccl_log", 1, "tp", "all_reduce", "forward", 100),  # placed in step 1: counted
-        (3, "nccl_log", None, "tp", "all_reduce", "forward", 100),  # outside the window: not
+        (0, "kineto", 1, "tp", "all_reduce", "forward", 100, "kernel_args"),
+        (0, "kineto", 1, "dp", "all_reduce", "backward", 1000, "kernel_args"),
+        # rank 0's twice: not counted
+        (0, "nccl_log", 1, "tp", "all_reduce", "forward", 100, "estimated"),
+        (1, "kineto", 1, "tp", "all_reduce", "forward", 100, "estimated"),
+        (2, "kineto", 1, "tp", "all_reduce", "forward", 100, "kernel_args"),
+        # placed in step 1: counted
+        (3, "nccl_log", 1, "tp", "all_reduce", "forward", 100, "nccl_log"),
+        # outside the window: not counted
+        (3, "nccl_log", None, "tp", "all_reduce", "forward", 100, "estimated"),
     ]
-    cols = ["rank", "source", "step", "parallel_dim", "op", "phase", "bytes"]
+    cols = ["rank", "source", "step", "parallel_dim", "op", "phase", "bytes", "size_source"]
     n = len(links)
     collective_links = rows(
         "collective_links", job=["j"] * n, **{c: [x[i] for x in links] for i, c in enumerate(cols)}
@@ -79,6 +84,8 @@ def test_bytes_per_step_dimension_op_and_phase_beside_the_prediction() -> None:
     # dp backward: rank 0's 1,000 B against 2,000 predicted: ratio 0.5.
     # pp send forward: predicted, never seen: 0 calls.
     # tokens: ranks 0 and 2 (TP leaders) 256 each = 512; rank 1 follows rank 0.
+    # estimated_bytes: of the counted calls, rank 1's tp forward (100 B) alone is the
+    # model's; dp's are the trace's, pp's none were seen: 0.
     expected = rows(
         "token_wire",
         job=["j"] * 3,
@@ -93,5 +100,6 @@ def test_bytes_per_step_dimension_op_and_phase_beside_the_prediction() -> None:
         predicted_calls=[2, 2, 4],
         predicted_bytes=[2000, 50, 400],
         ratio=[0.5, 0.0, 1.0],
+        estimated_bytes=[0, 0, 100],
     )
     assert_frame_equal(got, expected)
