@@ -33,7 +33,12 @@ import pyarrow as pa
 
 from pipeline.ingest.derive.nesting import rows_of
 from pipeline.ingest.result import ENGINE, columns, values_at
-from pipeline.ingest.vocab import EMBEDDING_EXCHANGE_RANGE, PHASE_HINTS, phase_name_expr
+from pipeline.ingest.vocab import (
+    EMBEDDING_EXCHANGE_RANGE,
+    LIBRARY_RANGE,
+    PHASE_HINTS,
+    phase_name_expr,
+)
 
 #: The longest chain of enclosing ops followed (a guard against a cyclic parent_id).
 MAX_HOPS = 512
@@ -54,6 +59,7 @@ _OP_KEYS = {
     "seq_nr": pl.Int64,
     "pid": pl.Int64,
     "tid": pl.Int64,
+    "start_ns": pl.Int64,
 }
 _COLLECTIVE_COLUMNS = {
     "rank": pl.Int64,
@@ -82,6 +88,7 @@ def attribute_collectives(tables: dict[str, pa.Table]) -> None:
     launch = _launch_ops(calls, host, ops)
     context = _context(launch, host, calls, ops)
     context = _embedding_exchanges(context, launch, host, collectives, ops)
+    context = _pipeline_boundaries(context, launch, host, collectives, ops)
     out = collectives
     for name in ADDED:
         column = context.get_column(name).to_arrow()
@@ -167,7 +174,8 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             )
             .first()
             .alias("backward_seq_nr"),
-            name.filter(nvtx).first().alias("nvtx_range"),
+            # (a library's own range names the call, not the layer)
+            name.filter(nvtx & ~name.str.contains(LIBRARY_RANGE)).first().alias("nvtx_range"),
             name.filter(autograd).first().alias("backward_op"),
             name.str.extract(_FSDP_UNIT).drop_nulls().first().alias("fsdp_unit"),
         )
@@ -193,7 +201,12 @@ def _engine_threads(host: pl.DataFrame, ops: pa.Table) -> pl.LazyFrame:
 
 
 def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.LazyFrame:
-    """The module path of the first forward op of each of these autograd sequence numbers."""
+    """The module path of the first forward op of each of these autograd sequence numbers.
+
+    The one rule that places a backward op (an autograd ``evaluate_function`` and what runs
+    in it) in a layer: its node was created by the forward op of the same sequence number
+    (PyTorch records ``Sequence number`` on both), and that op ran in the module. The model's
+    compute split (``pipeline/model/whatif_layers.sql``) places backward nodes the same way."""
     wanted = host.rename({"seq_nr": "backward_seq_nr"}).filter(
         (pl.col("backward_seq_nr") >= 0)
         & pl.col("backward_seq_nr").is_in(seq_nrs.drop_nulls().unique().implode())
@@ -373,4 +386,94 @@ def _embedding_exchanges(
             .alias("attributed_by"),
         )
         .drop("call", "range")
+    )
+
+
+def _pipeline_boundaries(
+    context: pl.DataFrame,
+    launch: pl.DataFrame,
+    host: pl.DataFrame,
+    collectives: pa.Table,
+    ops: pa.Table,
+) -> pl.DataFrame:
+    """``context`` with a layer for the pipeline send/recv that nothing else placed.
+
+    A pipeline schedule issues its sends and receives between the stage's forward and
+    backward work, outside any module. The message carries a stage boundary's tensor: a send
+    what the work just before it produced (the last layer's activations after a forward, the
+    first layer's input gradients after a backward), a receive what the work just after it
+    consumes. So a send takes the layer of the rank's last placed op that started before it,
+    a receive that of the first that starts after it (``pp_boundary``); a placed op is a
+    forward op in a module, or a backward node placed by :func:`_forward_ops`. Link cuts the
+    module path to its layer. Neither the direction nor the phase is read, so any schedule
+    (1F1B, interleaved, looped) gives the layer whose tensor crosses.
+    """
+    op = columns(collectives, {"op": pl.String}).get_column("op")
+    unplaced = op.is_in(["send", "recv"]) & context.get_column("layer").is_null()
+    calls = launch.filter(unplaced.fill_null(False) & launch.get_column("pos").is_not_null())
+    if calls.height == 0:
+        return context
+    placed = _placed_ops(host, ops)
+    calls = calls.with_columns(
+        host.get_column("start_ns").gather(calls["pos"]).alias("start_ns"),
+        op.gather(calls["call"]).alias("op"),
+    ).sort("start_ns")
+    found = pl.concat(
+        [
+            calls.filter(pl.col("op") == kind).join_asof(
+                placed, on="start_ns", by="rank", strategy=strategy, check_sortedness=False
+            )
+            for kind, strategy in (("send", "backward"), ("recv", "forward"))
+        ]
+    ).select("call", pl.col("boundary_layer"))
+    hit = pl.col("boundary_layer").is_not_null()
+    return (
+        context.with_row_index("call")
+        .with_columns(pl.col("call").cast(pl.Int64))
+        .join(found, on="call", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(hit).then("boundary_layer").otherwise("layer").alias("layer"),
+            pl.when(hit)
+            .then(pl.lit("pp_boundary"))
+            .otherwise("attributed_by")
+            .alias("attributed_by"),
+        )
+        .drop("call", "boundary_layer")
+    )
+
+
+def _placed_ops(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
+    """(rank, start_ns, boundary_layer), by start: the ops whose layer is known, forward ops
+    in a module (not the module scopes themselves, which open before their first op) and
+    backward nodes through the forward op of their sequence number."""
+    info = columns(ops, {"kind": pl.String, "name": pl.String})
+    has_path = (
+        pl.from_arrow(ops.column("module_path").is_valid())
+        if "module_path" in ops.column_names
+        else pl.repeat(False, ops.num_rows, eager=True)
+    )
+    forward = (has_path & (info.get_column("kind") != "module")).fill_null(False)
+    rows = forward.arg_true().to_numpy()
+    forward_ops = pl.concat(
+        [host.select("rank", "start_ns")[rows], values_at(ops, rows, ("module_path",))],
+        how="horizontal",
+    ).rename({"module_path": "boundary_layer"})
+    nodes = host.with_columns(info.get_column("name")).filter(
+        pl.col("name").str.starts_with(_AUTOGRAD) & (pl.col("seq_nr") >= 0)
+    )
+    backward_ops = (
+        nodes.lazy()
+        .rename({"seq_nr": "backward_seq_nr"})
+        .join(
+            _forward_ops(host, ops, nodes.get_column("seq_nr")),
+            on=["rank", "backward_seq_nr"],
+            how="inner",
+        )
+        .select("rank", "start_ns", pl.col("forward_module_path").alias("boundary_layer"))
+        .collect(engine=ENGINE)
+    )
+    return (
+        pl.concat([forward_ops, backward_ops])
+        .filter(pl.col("boundary_layer").is_not_null() & pl.col("start_ns").is_not_null())
+        .sort("start_ns")
     )
