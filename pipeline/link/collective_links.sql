@@ -16,7 +16,7 @@
 -- names the result collective_links.
 --
 -- reads: _adopted_groups, _filled_sizes, collective_matches, collectives, communicators
--- creates: _layer_index, _links_attributed
+-- creates: _layer_index, _layer_names, _links_attributed
 
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE
@@ -35,16 +35,80 @@ CREATE MACRO _layer_kind(path) AS list_filter(
     list_transform(list_reverse(string_split(path, '/')), lambda c: _component_kind(c)),
     lambda k: k IS NOT NULL)[1];
 
--- The number of the innermost numbered layer component (Block_3, TransformerLayer_3,
--- layers.3, h.3), NULL if none.
-CREATE MACRO _layer_index(path) AS TRY_CAST(list_last(list_filter(
-    regexp_extract_all(path, '(?:^|/)(?:\w*(?:[Bb]locks?|[Ll]ayers?)|h)[._]?(\d+)(?:/|$)', 1),
-    lambda x: x <> '')) AS BIGINT);
+-- The name and number tokens of a layer path: its components split at '/' and '.'.
+CREATE MACRO _layer_tokens(path) AS string_split_regex(path, '[/.]');
 
--- The kind and number of each distinct layer path (a job has few; its collectives many).
+-- Per token of a path, the layer number it ends (NULL where none): a numbered layer
+-- component (Block_3, TransformerLayer_3, LlamaDecoderLayer_3, h_3), or the number after a
+-- layer list (layers.3, blocks.3, h.3: Hugging Face, torchtitan, Megatron module names).
+CREATE MACRO _token_layers(t) AS list_transform(range(1, len(t) + 1), lambda i: CASE
+    WHEN regexp_full_match(t[i], '(?:\w*(?:[Bb]locks?|[Ll]ayers?)|h)_?\d+')
+        THEN regexp_extract(t[i], '(\d+)$')
+    WHEN regexp_full_match(t[i], '\w*(?:[Bb]locks?|[Ll]ayers?)|h') AND i < len(t)
+         AND regexp_full_match(t[i + 1], '\d+')
+        THEN t[i + 1] END);
+
+-- The 1-based token that holds the innermost layer number, NULL if none.
+CREATE MACRO _layer_token(path) AS list_last(list_filter(
+    range(1, len(_layer_tokens(path)) + 1),
+    lambda i: _token_layers(_layer_tokens(path))[i] IS NOT NULL));
+
+-- The number of the innermost layer (TransformerBlock_0/TransformerLayer_1/... -> 1,
+-- model.layers.12.self_attn -> 12), NULL if none.
+CREATE MACRO _layer_index(path) AS
+    TRY_CAST(_token_layers(_layer_tokens(path))[_layer_token(path)] AS BIGINT);
+
+-- The token that ends the innermost layer: its own, or the number after layers/blocks/h.
+CREATE MACRO _layer_end(path) AS _layer_token(path) + CASE
+    WHEN regexp_matches(_layer_tokens(path)[_layer_token(path)], '\d$') THEN 0 ELSE 1 END;
+
+-- The path cut after its innermost layer (.../TransformerLayer_1/ParallelMLP_1 ->
+-- .../TransformerLayer_1, model.layers.3.mlp -> model.layers.3); the whole path if none.
+CREATE MACRO _layer_path(path) AS CASE WHEN _layer_token(path) IS NULL THEN path ELSE left(path,
+    CAST(list_sum(list_transform(_layer_tokens(path)[1:_layer_end(path)], lambda t: length(t)))
+         + _layer_end(path) - 1 AS BIGINT)) END;
+
+-- A layer path as a label shows it: without the wrappers FSDP, torch.compile and DDP put
+-- into module names (_fsdp_wrapped_module., _orig_mod., module., _checkpoint_wrapped_module.).
+CREATE MACRO _unwrapped(path) AS array_to_string(list_filter(list_transform(
+    string_split(path, '/'),
+    lambda c: array_to_string(list_filter(string_split(c, '.'), lambda t: t NOT IN (
+        '_fsdp_wrapped_module', '_orig_mod', 'module', '_checkpoint_wrapped_module')), '.')),
+    lambda c: c <> ''), '/');
+
+-- The layer paths of each job with their kind, number and label: the shortest tail of
+-- '/'-components that starts at or before the innermost layer and that no other path of
+-- the job ends with (Layer_1/Attention_1 rather than the whole module path); the whole
+-- path where none is unique. (A job has few paths; its collectives many.)
 CREATE TEMP TABLE _layer_names AS
-SELECT layer, _layer_index(layer) AS layer_index, _layer_kind(layer) AS layer_kind
-FROM (SELECT DISTINCT layer FROM collectives WHERE layer IS NOT NULL);
+WITH paths AS (
+    SELECT DISTINCT job, CASE WHEN attributed_by = 'pp_boundary' THEN _layer_path(layer)
+                              ELSE layer END AS layer
+    FROM collectives WHERE layer IS NOT NULL
+),
+parts AS (
+    SELECT job, layer, string_split(_unwrapped(layer), '/') AS cs,
+           -- (tail length from the innermost layer's component)
+           len(string_split(_unwrapped(layer), '/'))
+           - len(string_split(_layer_path(_unwrapped(layer)), '/')) + 1 AS from_layer
+    FROM paths
+),
+tails AS (
+    SELECT job, layer, k, from_layer,
+           array_to_string(cs[len(cs) - k + 1:len(cs)], '/') AS tail
+    FROM (SELECT *, unnest(range(1, len(cs) + 1)) AS k FROM parts)
+),
+unique_tails AS (
+    SELECT t.job, t.layer, min_by(t.tail, t.k) AS label
+    FROM tails t
+    JOIN (SELECT job, tail FROM tails GROUP BY ALL HAVING count(DISTINCT layer) = 1) u
+      USING (job, tail)
+    WHERE t.k >= t.from_layer
+    GROUP BY ALL
+)
+SELECT p.job, p.layer, _layer_index(p.layer) AS layer_index, _layer_kind(p.layer) AS layer_kind,
+       coalesce(u.label, p.layer) AS layer_label
+FROM paths p LEFT JOIN unique_tails u USING (job, layer);
 
 -- What each collective's own record says, with the sizes another source filled.
 CREATE VIEW _own_links AS
@@ -60,12 +124,13 @@ SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
            WHEN c.op = 'send' AND c.peer < c.rank OR c.op = 'recv' AND c.peer > c.rank
                THEN 'backward'
            ELSE 'other' END) AS phase,
-       -- module path or NVTX range of the layer
-       c.layer,
+       -- module path or NVTX range of the layer (a send/recv's cut after its layer)
+       n.layer,
        -- the number in the path's last numbered layer component (per process: a pipeline
        -- stage's layers count from 0 in PyTorch's module instance names)
        n.layer_index,
        n.layer_kind,
+       n.layer_label,
        coalesce(c.attributed_by, 'none') AS attributed_by,
        -- (a profiler call with no group takes its flight recorder call's, _adopted_groups)
        c.op, coalesce(c.comm, g.comm) AS comm, c.backward_op,
@@ -91,13 +156,14 @@ FROM (
        AND m.rank_in_comm = c.peer) c
 LEFT JOIN _filled_sizes f USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _adopted_groups g USING (job, rank, source, file_id, collective_id)
-LEFT JOIN _layer_names n ON n.layer = c.layer;
+LEFT JOIN _layer_names n ON n.job = c.job AND n.layer = CASE
+    WHEN c.attributed_by = 'pp_boundary' THEN _layer_path(c.layer) ELSE c.layer END;
 
 -- The profiler's context of each call another source matched to a profiler collective.
 -- (rows only from secondary sources)
 CREATE TEMP TABLE _matched_context AS
 SELECT m.job, m.rank, m.source, m.file_id, m.collective_id, p.step, p.phase, p.layer,
-       p.layer_index, p.layer_kind, p.attributed_by, p.backward_op
+       p.layer_index, p.layer_kind, p.layer_label, p.attributed_by, p.backward_op
 FROM collective_matches m
 JOIN _own_links p ON p.job = m.job AND p.rank = m.rank AND p.source = m.primary_source
     AND p.file_id = m.primary_file_id AND p.collective_id = m.primary_collective_id;
@@ -132,6 +198,7 @@ WITH linked AS (
                coalesce(p.layer, o.layer) AS layer,
                coalesce(p.layer_index, o.layer_index) AS layer_index,
                coalesce(p.layer_kind, o.layer_kind) AS layer_kind,
+               coalesce(p.layer_label, o.layer_label) AS layer_label,
                CASE WHEN p.collective_id IS NOT NULL AND p.attributed_by <> 'none'
                     THEN 'matched:' || p.attributed_by ELSE o.attributed_by END AS attributed_by,
                coalesce(p.backward_op, o.backward_op) AS backward_op)
