@@ -320,3 +320,10 @@ def phase_name_expr(name: pl.Expr) -> pl.Expr:
 LIBRARY_RANGE = (
     r"^(?:nccl[A-Z]\w*|nccl:\w+|record_param_comms|c10d::\w+|_?c10d_functional::\w+|gloo:\w+)"
 )
+
+
+#: Names of the ops that compute a loss, lower-cased: Megatron's ``_VocabParallelCrossEntropy``
+#: (an autograd Function, recorded under its class name), ``aten::cross_entropy_loss``,
+#: ``aten::nll_loss``, a ``loss`` range. A collective inside one (the vocab-parallel cross
+#: entropy's max, target-logit and sum-of-exponentials all-reduces) belongs to the loss.
+LOSS_OP = r"cross_?entropy|nll_?loss|(?:^|[^a-z0-9])loss(?:$|[^a-z0-9])"

@@ -36,6 +36,7 @@ from pipeline.ingest.result import ENGINE, columns, values_at
 from pipeline.ingest.vocab import (
     EMBEDDING_EXCHANGE_RANGE,
     LIBRARY_RANGE,
+    LOSS_OP,
     PHASE_HINTS,
     phase_name_expr,
 )
@@ -178,6 +179,7 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             name.filter(nvtx & ~name.str.contains(LIBRARY_RANGE)).first().alias("nvtx_range"),
             name.filter(autograd).first().alias("backward_op"),
             name.str.extract(_FSDP_UNIT).drop_nulls().first().alias("fsdp_unit"),
+            name.str.to_lowercase().str.contains(LOSS_OP).any().alias("in_loss"),
         )
         .collect(engine=ENGINE)
     )
@@ -330,13 +332,24 @@ def _attributed_by() -> pl.Expr:
         .then(pl.lit("backward_of_forward_op"))
         .when(pl.col("nvtx_range").is_not_null())
         .then(pl.lit("nvtx"))
+        .when(pl.col("in_loss"))
+        .then(pl.lit("loss_op"))
+        .when(_phase() == "optimizer")
+        .then(pl.lit("optimizer"))
     )
 
 
 def _layer() -> pl.Expr:
     """The layer: the first evidence present, strongest first."""
     return pl.coalesce(
-        "given_layer", "module_path", "fsdp_layer", "forward_module_path", "nvtx_range"
+        "given_layer",
+        "module_path",
+        "fsdp_layer",
+        "forward_module_path",
+        "nvtx_range",
+        # named owners of the work outside layers
+        pl.when(pl.col("in_loss")).then(pl.lit("loss")),
+        pl.when(_phase() == "optimizer").then(pl.lit("optimizer")),
     )
 
 
