@@ -16,7 +16,7 @@
 -- names the result collective_links.
 --
 -- reads: _adopted_groups, _filled_sizes, collective_matches, collectives, communicators
--- creates: _layer_index, _layer_names, _links_attributed
+-- creates: _layer_index, _layer_names, _links_attributed, _module_layer, _named_owner
 
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE
@@ -110,6 +110,25 @@ SELECT p.job, p.layer, _layer_index(p.layer) AS layer_index, _layer_kind(p.layer
        coalesce(u.label, p.layer) AS layer_label
 FROM paths p LEFT JOIN unique_tails u USING (job, layer);
 
+-- The named owner of a collective that no layer evidence placed, from its own record's
+-- structure (pipeline/ingest/derive/attribution.py gave 'loss' and 'optimizer'):
+-- 'gradient_bucket', a data-parallel reduction in backward issued outside any autograd node
+-- but gradient accumulation (DDP's AccumulateGrad hooks, FSDP's post-backward
+-- reduce-scatter, Megatron's finalize_model_grads after the schedule): it carries the
+-- gradients of several layers (gradient_bucket_layers.sql splits it); 'parameter_gather',
+-- an all-gather in backward that no layer placed (FSDP1's pre-backward prefetch of a unit's
+-- parameters); 'metrics', an all-reduce inside a step but outside forward, backward and the
+-- optimizer (the loss and metrics a step reports).
+CREATE MACRO _named_owner(layer, phase, op, backward_op, step, launch_op_id) AS CASE
+    WHEN layer IS NOT NULL THEN NULL
+    WHEN phase = 'backward' AND op IN ('all_reduce', 'reduce_scatter')
+         AND (backward_op IS NULL OR backward_op LIKE '%AccumulateGrad%')
+        THEN 'gradient_bucket'
+    WHEN phase = 'backward' AND op = 'all_gather' THEN 'parameter_gather'
+    WHEN phase IS NULL AND op = 'all_reduce' AND step IS NOT NULL
+         AND launch_op_id IS NOT NULL
+        THEN 'metrics' END;
+
 -- What each collective's own record says, with the sizes another source filled.
 CREATE VIEW _own_links AS
 SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
@@ -124,14 +143,16 @@ SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
            WHEN c.op = 'send' AND c.peer < c.rank OR c.op = 'recv' AND c.peer > c.rank
                THEN 'backward'
            ELSE 'other' END) AS phase,
-       -- module path or NVTX range of the layer (a send/recv's cut after its layer)
-       n.layer,
+       -- module path or NVTX range of the layer (a send/recv's cut after its layer), else
+       -- its named owner
+       coalesce(n.layer, c.owner) AS layer,
        -- the number in the path's last numbered layer component (per process: a pipeline
        -- stage's layers count from 0 in PyTorch's module instance names)
        n.layer_index,
        n.layer_kind,
-       n.layer_label,
-       coalesce(c.attributed_by, 'none') AS attributed_by,
+       coalesce(n.layer_label, c.owner) AS layer_label,
+       -- (a named owner is its own evidence)
+       coalesce(c.owner, c.attributed_by, 'none') AS attributed_by,
        -- (a profiler call with no group takes its flight recorder call's, _adopted_groups)
        c.op, coalesce(c.comm, g.comm) AS comm, c.backward_op,
        coalesce(c.bytes, f.bytes) AS bytes, coalesce(c.dtype, f.dtype) AS dtype,
@@ -146,7 +167,8 @@ FROM (
     -- communicator rows of that source say which global rank holds that place. (Joined
     -- here, in the one read of the collectives' columns, not as a table of its own.)
     SELECT c.* REPLACE (
-               CASE WHEN c.source IN ('nccl_log', 'nsys') THEN m.rank ELSE c.peer END AS peer)
+               CASE WHEN c.source IN ('nccl_log', 'nsys') THEN m.rank ELSE c.peer END AS peer),
+           _named_owner(c.layer, c.phase, c.op, c.backward_op, c.step, c.launch_op_id) AS owner
     FROM collectives c
     -- (a place two ranks claim is left unknown: one row per collective, whatever the input)
     LEFT JOIN (SELECT job, source, comm, rank_in_comm, min(rank) AS rank FROM communicators
@@ -186,6 +208,11 @@ CREATE MACRO _dim_evidence(op, layer, layer_kind, backward_op) AS CASE
     WHEN op IN ('all_reduce', 'all_gather', 'reduce_scatter') THEN 'dp'
     ELSE 'unknown' END;
 
+-- The layer when it is a module's or a range's, NULL when it is a named owner of work
+-- outside layers (loss, optimizer, gradient_bucket, parameter_gather, metrics).
+CREATE MACRO _module_layer(layer, attributed_by) AS CASE WHEN NOT regexp_matches(attributed_by,
+    '(?:^|:)(?:loss_op|optimizer|gradient_bucket|parameter_gather|metrics)$') THEN layer END;
+
 -- A matched call takes the profiler's context. parallel_dim starts as the call's own
 -- evidence; communicator_dims.sql puts the communicator's dimension in its place.
 CREATE TEMP TABLE _links_attributed AS
@@ -205,6 +232,8 @@ WITH linked AS (
     FROM _own_links o
     LEFT JOIN _matched_context p USING (job, rank, source, file_id, collective_id)
 )
-SELECT *, _dim_evidence(op, layer, layer_kind, backward_op) AS evidence,
-       _dim_evidence(op, layer, layer_kind, backward_op) AS parallel_dim
+SELECT *, _dim_evidence(op, _module_layer(layer, attributed_by), layer_kind, backward_op)
+              AS evidence,
+       _dim_evidence(op, _module_layer(layer, attributed_by), layer_kind, backward_op)
+              AS parallel_dim
 FROM linked;

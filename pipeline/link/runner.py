@@ -5,7 +5,9 @@ names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim) from the job's rank order, ``_job_facts`` (job,
-tokens_per_step) and ``predictions`` (the analytic model's rows for every rank).
+tokens_per_step), ``predictions`` (the analytic model's rows for every rank) and
+``_gradient_plan`` (the dense gradients each rank reduces over data parallel, in order:
+:func:`pipeline.model.predict.gradient_plan`).
 """
 
 from __future__ import annotations
@@ -177,6 +179,7 @@ def _register_job_inputs(
     layout = {"job": [], "comm": [], "parallel_dim": []}
     facts = {"job": [], "tokens_per_step": []}
     predictions = []
+    plan_rows: dict[str, list] = {k: [] for k in _PLAN_COLUMNS}
     if config is not None:
         from pipeline.model.predict import predictions_table
 
@@ -208,6 +211,7 @@ def _register_job_inputs(
                 layout["parallel_dim"].append(dim)
             facts["job"].append(job)
             facts["tokens_per_step"].append(job_spec.tokens_per_step)
+            _add_gradient_plan(plan_rows, job, job_spec, ranks)
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     con.execute(
@@ -220,11 +224,47 @@ def _register_job_inputs(
         "unnest(?::BIGINT[]) AS tokens_per_step",
         [facts["job"], facts["tokens_per_step"]],
     )
+    con.execute(
+        "CREATE TEMP TABLE _gradient_plan AS SELECT "
+        + ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in _PLAN_COLUMNS.items()),
+        [plan_rows[n] for n in _PLAN_COLUMNS],
+    )
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
+
+
+#: ``_gradient_plan``: per rank, the units of its dense gradients in the order data
+#: parallel reduces them, each the byte range [lo_bytes, hi_bytes) of that sequence.
+_PLAN_COLUMNS = {
+    "job": "VARCHAR",
+    "rank": "BIGINT",
+    "position": "BIGINT",
+    "unit_kind": "VARCHAR",
+    "layer_index": "BIGINT",
+    "local_index": "BIGINT",
+    "lo_bytes": "BIGINT",
+    "hi_bytes": "BIGINT",
+}
+
+
+def _add_gradient_plan(rows: dict[str, list], job: str, spec: Job, ranks: list[int]) -> None:
+    """Each rank's gradient plan (one per pipeline stage, shared by its ranks)."""
+    from pipeline.model.predict import coordinates, gradient_plan
+
+    stages: dict[int, list] = {}
+    for rank in ranks:
+        pp = coordinates(spec, rank)["pp"]
+        if pp not in stages:
+            stages[pp] = gradient_plan(spec, pp)
+        lo = 0
+        for position, unit in enumerate(stages[pp]):
+            values = (job, rank, position, unit.kind, unit.layer, unit.local, lo, lo + unit.bytes)
+            for name, value in zip(_PLAN_COLUMNS, values, strict=True):
+                rows[name].append(value)
+            lo += unit.bytes
 
 
 def _comm_dims_from_layout(

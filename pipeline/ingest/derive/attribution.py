@@ -158,6 +158,7 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
     ancestors = ancestors.with_columns(phase_name_expr(pl.col("name")).alias("lname"))
     name, lname, nvtx = pl.col("name"), pl.col("lname"), pl.col("kind") == "nvtx"
     autograd = name.str.starts_with(_AUTOGRAD)
+    backward_node = name.str.contains("Backward", literal=True)
     return (
         ancestors.group_by("call")
         .agg(
@@ -179,7 +180,10 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             name.filter(nvtx & ~name.str.contains(LIBRARY_RANGE)).first().alias("nvtx_range"),
             name.filter(autograd).first().alias("backward_op"),
             name.str.extract(_FSDP_UNIT).drop_nulls().first().alias("fsdp_unit"),
-            name.str.to_lowercase().str.contains(LOSS_OP).any().alias("in_loss"),
+            # (a forward op: a backward node such as NllLossBackward0 runs hooks of others)
+            (name.str.to_lowercase().str.contains(LOSS_OP) & ~autograd & ~backward_node)
+            .any()
+            .alias("in_loss"),
         )
         .collect(engine=ENGINE)
     )
