@@ -15,8 +15,10 @@
 -- the instance key (_links_keyed), instance_context.sql fills calls across ranks and
 -- names the result collective_links.
 --
--- reads: _adopted_groups, _filled_sizes, collective_matches, collectives, communicators
--- creates: _layer_index, _layer_names, _links_attributed, _module_layer, _named_owner
+-- reads: _adopted_groups, _filled_sizes, _gradient_plan, collective_matches, collectives,
+--        communicators
+-- creates: _layer_index, _layer_names, _links_attributed, _model_layer_numbers, _module_layer,
+--          _named_owner
 
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE
@@ -110,6 +112,32 @@ SELECT p.job, p.layer, _layer_index(p.layer) AS layer_index, _layer_kind(p.layer
        coalesce(u.label, p.layer) AS layer_label
 FROM paths p LEFT JOIN unique_tails u USING (job, layer);
 
+-- With a job.yaml, the model's number of each layer a rank numbers per stage: PyTorch
+-- numbers module instances per process, so a later pipeline stage's layers count from 0
+-- again (TransformerLayer_0 on stage 1 of a 2 x 2-layer model is layer 2). A rank whose
+-- layer numbers are exactly its stage's positions (and not the model's numbers already)
+-- takes the model's (_gradient_plan: each stage's layers with both numbers).
+CREATE TEMP TABLE _model_layer_numbers AS
+WITH seen AS (
+    SELECT c.job, c.rank, list_sort(list(DISTINCT n.layer_index)) AS seen
+    FROM (SELECT DISTINCT job, rank, CASE WHEN attributed_by = 'pp_boundary'
+                 THEN _layer_path(layer) ELSE layer END AS layer
+          FROM collectives WHERE layer IS NOT NULL) c
+    JOIN _layer_names n USING (job, layer)
+    WHERE n.layer_index IS NOT NULL
+    GROUP BY ALL
+),
+stage AS (
+    SELECT job, rank,
+           list_sort(list(local_index) FILTER (WHERE local_index IS NOT NULL)) AS local,
+           list_sort(list(layer_index) FILTER (WHERE layer_index IS NOT NULL)) AS model
+    FROM _gradient_plan GROUP BY ALL
+)
+SELECT p.job, p.rank, p.local_index, p.layer_index
+FROM _gradient_plan p
+JOIN seen USING (job, rank) JOIN stage USING (job, rank)
+WHERE seen.seen = stage.local AND stage.local <> stage.model AND p.local_index IS NOT NULL;
+
 -- The named owner of a collective that no layer evidence placed, from its own record's
 -- structure (pipeline/ingest/derive/attribution.py gave 'loss' and 'optimizer'):
 -- 'gradient_bucket', a data-parallel reduction in backward issued outside any autograd node
@@ -146,9 +174,9 @@ SELECT c.job, c.rank, c.source, c.file_id, c.collective_id, c.step,
        -- module path or NVTX range of the layer (a send/recv's cut after its layer), else
        -- its named owner
        coalesce(n.layer, c.owner) AS layer,
-       -- the number in the path's last numbered layer component (per process: a pipeline
-       -- stage's layers count from 0 in PyTorch's module instance names)
-       n.layer_index,
+       -- the number of the path's innermost layer (the model's, where the path counts per
+       -- pipeline stage and a job.yaml says which stage's layers these are)
+       coalesce(ml.layer_index, n.layer_index) AS layer_index,
        n.layer_kind,
        coalesce(n.layer_label, c.owner) AS layer_label,
        -- (a named owner is its own evidence)
@@ -179,7 +207,9 @@ FROM (
 LEFT JOIN _filled_sizes f USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _adopted_groups g USING (job, rank, source, file_id, collective_id)
 LEFT JOIN _layer_names n ON n.job = c.job AND n.layer = CASE
-    WHEN c.attributed_by = 'pp_boundary' THEN _layer_path(c.layer) ELSE c.layer END;
+    WHEN c.attributed_by = 'pp_boundary' THEN _layer_path(c.layer) ELSE c.layer END
+LEFT JOIN _model_layer_numbers ml
+    ON ml.job = c.job AND ml.rank = c.rank AND ml.local_index = n.layer_index;
 
 -- The profiler's context of each call another source matched to a profiler collective.
 -- (rows only from secondary sources)

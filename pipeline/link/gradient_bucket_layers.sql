@@ -17,17 +17,20 @@
 -- (layers.<i>, embedding, lm_head, root). Without a job.yaml, or beyond the plan, the bucket
 -- is one row under its owner's own name (attributed_by 'gradient_bucket').
 --
--- reads: _gradient_plan, _layer_index, _layer_names, collective_links
+-- reads: _gradient_plan, _layer_index, _layer_names, collective_links, collectives
 -- creates: gradient_bucket_layers
 
 -- The buckets and gathers, each a byte range of its rank's sequence in the step.
 CREATE TEMP TABLE _bucket_ranges AS
 SELECT *, sum(bytes) OVER w - bytes AS lo, sum(bytes) OVER w AS hi
-FROM (SELECT job, rank, source, file_id, collective_id, step, layer AS owner,
-             coalesce(bytes, 0) AS bytes
-      FROM collective_links WHERE layer IN ('gradient_bucket', 'parameter_gather'))
-WINDOW w AS (PARTITION BY job, rank, source, file_id, step, owner ORDER BY collective_id
-             ROWS UNBOUNDED PRECEDING);
+FROM (SELECT l.job, l.rank, l.source, l.file_id, l.collective_id, l.step, l.layer AS owner,
+             coalesce(l.bytes, 0) AS bytes, c.start_ns
+      FROM collective_links l
+      JOIN collectives c USING (job, rank, source, file_id, collective_id)
+      WHERE l.layer IN ('gradient_bucket', 'parameter_gather'))
+-- (in issue order: a file's collective ids need not follow time)
+WINDOW w AS (PARTITION BY job, rank, source, file_id, step, owner
+             ORDER BY start_ns, collective_id ROWS UNBOUNDED PRECEDING);
 
 -- Each rank's layer paths by number and kind, from its own collectives.
 CREATE TEMP TABLE _rank_layers AS
@@ -77,6 +80,7 @@ LEFT JOIN _rank_numbering n USING (job, rank);
 CREATE TABLE gradient_bucket_layers AS
 WITH split AS (
     SELECT b.job, b.rank, b.source, b.file_id, b.collective_id, b.step, b.owner, u.layer,
+           u.layer_index,
            least(b.hi, CASE WHEN u.last_unit THEN b.hi ELSE u.hi_bytes END)
            - greatest(b.lo, u.lo_bytes) AS bytes
     FROM _bucket_ranges b
@@ -85,12 +89,13 @@ WITH split AS (
      AND (u.last_unit OR b.lo < u.hi_bytes)
 ),
 whole AS (  -- (no plan for the rank: the bucket is its own one row)
-    SELECT job, rank, source, file_id, collective_id, step, owner, owner AS layer, bytes
+    SELECT job, rank, source, file_id, collective_id, step, owner, owner AS layer,
+           NULL::BIGINT AS layer_index, bytes
     FROM _bucket_ranges b
     WHERE NOT EXISTS (SELECT 1 FROM _gradient_plan p WHERE p.job = b.job AND p.rank = b.rank)
 )
 SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, s.step, s.owner, s.layer,
-       _layer_index(s.layer) AS layer_index, coalesce(n.layer_kind, CASE
+       s.layer_index, coalesce(n.layer_kind, CASE
            WHEN s.layer LIKE 'layers.%' THEN 'transformer'
            WHEN s.layer IN ('embedding', 'lm_head') THEN s.layer END) AS layer_kind,
        coalesce(n.layer_label, s.layer) AS layer_label, s.bytes,
