@@ -17,7 +17,8 @@
 -- (layers.<i>, embedding, lm_head, root). Without a job.yaml, or beyond the plan, the bucket
 -- is one row under its owner's own name (attributed_by 'gradient_bucket').
 --
--- reads: _gradient_plan, _layer_index, _layer_names, collective_links, collectives
+-- reads: _gradient_plan, _layer_index, _layer_names, _layer_path, collective_links,
+--        collectives
 -- creates: gradient_bucket_layers
 
 -- The buckets and gathers, each a byte range of its rank's sequence in the step.

@@ -45,4 +45,5 @@ def test_recorded_embedding_all_to_alls_take_their_layer_from_torchrec_ranges(tm
         ("embedding/alltoall_bwd_single", "matched:embedding_range", 4),
         ("embedding/alltoall_fwd_single", "matched:embedding_range", 4),
         ("embedding/sparse_data_dist", "matched:embedding_range", 4),
+        ("gradient_bucket", "matched:gradient_bucket", 4),
     ]

@@ -12,7 +12,7 @@ from pipeline.dataset.views import connect
 from pipeline.link.plan import PlanError, SqlFile, created_objects, plan, sql_files, strip_comments
 
 #: the runner's own inputs, registered before any file runs (runner._register_job_inputs)
-RUNNER_INPUTS = {"_job_layout", "_job_facts", "predictions"}
+RUNNER_INPUTS = {"_job_layout", "_job_facts", "_gradient_plan", "predictions"}
 FILES = sql_files()
 MADE = {f.name: created_objects(f.text) for f in FILES}
 
@@ -113,6 +113,7 @@ def test_order_is_valid(external: set[str]) -> None:
         "collective_waits",
         "step_stragglers",
         "straggler_ops",
+        "gradient_bucket_layers",
         "critical_path",
         "token_wire",
         "ledger",

@@ -31,9 +31,9 @@ def test_query_runs(title: str, query: str, linked_sample: Path) -> None:
     if title == "Where observed and predicted traffic differ":
         assert frame.is_empty()  # the sample follows the model exactly
     elif title == "Collectives that could not be attributed to a layer or phase":
-        # Only the loss-report all-reduce after the step, which the model also puts in 'other',
-        # in the profiler traces and (matched to them) in the NCCL logs.
-        assert sorted(frame.rows()) == [("kineto", "all_reduce", 8), ("nccl_log", "all_reduce", 8)]
+        # none: every collective of the sample has an owner (the loss-report all-reduce after
+        # the step, which the model also puts in 'other', is 'metrics')
+        assert frame.is_empty()
     elif title == "Bytes per step by parallel dimension and phase":
         # three sources of every call, counted once: the totals token_wire reports
         wire = pipeline.open(linked_sample).sql("SELECT sum(bytes), sum(calls) FROM token_wire")

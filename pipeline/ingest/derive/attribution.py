@@ -19,10 +19,14 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
   unit's ``FSDP::pre_forward (<unit>)`` runs in (``fsdp_unit``): backward gathers and
   reduce-scatters run in autograd hooks, outside any module scope; for other backward work
   the module path of the forward op with the same autograd sequence number
-  (``backward_of_forward_op``); else the innermost NVTX range (``nvtx``); for an all-to-all
-  that none of those places, the outermost of TorchRec's ranges around its embedding
-  exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`) as
-  ``embedding/<range>`` (``embedding_range``). ``attributed_by`` says which.
+  (``backward_of_forward_op``); else the innermost NVTX range that is not a communication
+  library's own (``nvtx``; :data:`pipeline.ingest.vocab.LIBRARY_RANGE`); else ``loss`` inside
+  a forward op that computes a loss (``loss_op``), ``optimizer`` in the optimizer phase
+  (``optimizer``); for an all-to-all that none of those places, the outermost of TorchRec's
+  ranges around its embedding exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`)
+  as ``embedding/<range>`` (``embedding_range``); for a pipeline send/recv, the layer of the
+  op that produced (send) or consumes (recv) its tensor (``pp_boundary``).
+  ``attributed_by`` says which; link names the rest (gradient buckets, metrics).
 """
 
 from __future__ import annotations
