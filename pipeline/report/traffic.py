@@ -483,24 +483,8 @@ def _layer_rows(data: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
-    """Traffic per layer, from collective_links."""
-    sec = Section("layers", "Traffic per layer")
-    if not traffic.observed_from:
-        return sec.add(Note("No collectives in this job.", "missing"))
-    data = ctx.query("layer_traffic")
-    if data.height == 0:
-        return sec.add(
-            Note(
-                "Needs tokenwire link: the collective_links table ties every collective to the "
-                "layer (module path or NVTX range) that issued it.",
-                "missing",
-            )
-        )
-    data = _layer_rows(data)
-    totals = data.group_by("bar").agg(
-        pl.col("bytes_per_step").sum().alias("t"), pl.col("layer_index").min().alias("i")
-    )
+def _top_layers(data: pl.DataFrame, totals: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` layers' rows by bytes, the others as one ``(n other layers)`` bar."""
     keep = totals.sort("t", "bar", descending=[True, False]).head(top)["bar"]
     rest = data.filter(~pl.col("bar").is_in(keep.to_list()))
     shown = data.filter(pl.col("bar").is_in(keep.to_list()))
@@ -524,6 +508,26 @@ def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
             ],
             how="vertical_relaxed",
         )
+    return shown
+
+
+def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
+    """Traffic per layer, from collective_links."""
+    sec = Section("layers", "Traffic per layer")
+    if not traffic.observed_from:
+        return sec.add(Note("No collectives in this job.", "missing"))
+    data = ctx.query("layer_traffic")
+    if data.height == 0:
+        return sec.add(
+            Note(
+                "Needs tokenwire link: the collective_links table ties every collective to the "
+                "layer (module path or NVTX range) that issued it.",
+                "missing",
+            )
+        )
+    data = _layer_rows(data)
+    totals = data.group_by("bar").agg(pl.col("bytes_per_step").sum().alias("t"))
+    shown = _top_layers(data, totals, top)
     order = (
         shown.group_by("bar")
         .agg(pl.col("layer_index").min())
