@@ -210,30 +210,36 @@ def _engine_threads(host: pl.DataFrame, ops: pa.Table) -> pl.LazyFrame:
     )
 
 
-def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.LazyFrame:
-    """The module path of the first forward op of each of these autograd sequence numbers.
-
-    The one rule that places a backward op (an autograd ``evaluate_function`` and what runs
-    in it) in a layer: its node was created by the forward op of the same sequence number
-    (PyTorch records ``Sequence number`` on both), and that op ran in the module. The model's
-    compute split (``pipeline/model/whatif_layers.sql``) places backward nodes the same way."""
-    wanted = host.rename({"seq_nr": "backward_seq_nr"}).filter(
-        (pl.col("backward_seq_nr") >= 0)
-        & pl.col("backward_seq_nr").is_in(seq_nrs.drop_nulls().unique().implode())
-    )
-    text = values_at(ops, wanted["pos"].to_numpy(), ("name", "module_path"))
+def forward_module_paths(ops: pl.LazyFrame, keys: tuple[str, ...]) -> pl.LazyFrame:
+    """The one rule that places a backward op in a layer: per ``keys`` (a rank's ops) and
+    autograd sequence number, the module path of the first forward op (by ``op_id``) with
+    that number. PyTorch records ``Sequence number`` on the forward op that created an
+    autograd node and on the node's ``evaluate_function``, and the forward op ran in the
+    module. ``ops`` has ``keys``, ``op_id``, ``seq_nr``, ``name`` and ``module_path``; the
+    result (``keys``, ``backward_seq_nr``, ``forward_module_path``). Link's
+    ``backward_of_forward_op`` and the compute split of ``predict --from``
+    (:mod:`pipeline.model.whatif`) both place backward work so."""
     name = pl.col("name")
     return (
-        pl.concat([wanted, text], how="horizontal")
-        .lazy()
-        .filter(
-            pl.col("module_path").is_not_null()
+        ops.filter(
+            (pl.col("seq_nr") >= 0)
+            & pl.col("module_path").is_not_null()
             & ~name.str.contains("Backward", literal=True)
             & ~name.str.starts_with("autograd::")
         )
-        .group_by("rank", "backward_seq_nr")
+        .group_by(*keys, pl.col("seq_nr").alias("backward_seq_nr"))
         .agg(pl.col("module_path").sort_by("op_id").first().alias("forward_module_path"))
     )
+
+
+def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.LazyFrame:
+    """The module path of the forward op of each of these autograd sequence numbers
+    (:func:`forward_module_paths`; text is read only at the ops of these numbers)."""
+    wanted = host.filter(
+        (pl.col("seq_nr") >= 0) & pl.col("seq_nr").is_in(seq_nrs.drop_nulls().unique().implode())
+    )
+    text = values_at(ops, wanted["pos"].to_numpy(), ("name", "module_path"))
+    return forward_module_paths(pl.concat([wanted, text], how="horizontal").lazy(), ("rank",))
 
 
 def _fsdp_unit_layers(host: pl.DataFrame, ops: pa.Table) -> pl.LazyFrame:
