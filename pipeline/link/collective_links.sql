@@ -18,7 +18,7 @@
 -- reads: _adopted_groups, _filled_sizes, _gradient_plan, collective_matches, collectives,
 --        communicators
 -- creates: _layer_index, _layer_names, _layer_path, _links_attributed, _model_layer_numbers,
---          _module_layer, _named_owner
+--          _is_named_owner, _module_layer, _named_owner
 
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE
@@ -238,10 +238,13 @@ CREATE MACRO _dim_evidence(op, layer, layer_kind, backward_op) AS CASE
     WHEN op IN ('all_reduce', 'all_gather', 'reduce_scatter') THEN 'dp'
     ELSE 'unknown' END;
 
--- The layer when it is a module's or a range's, NULL when it is a named owner of work
--- outside layers (loss, optimizer, gradient_bucket, parameter_gather, metrics).
-CREATE MACRO _module_layer(layer, attributed_by) AS CASE WHEN NOT regexp_matches(attributed_by,
-    '(?:^|:)(?:loss_op|optimizer|gradient_bucket|parameter_gather|metrics)$') THEN layer END;
+-- Whether a layer is a named owner of work outside the model's layers (attribution.py gives
+-- loss and optimizer, _named_owner the others), not a module path or a range.
+CREATE MACRO _is_named_owner(layer) AS
+    layer IN ('loss', 'optimizer', 'gradient_bucket', 'parameter_gather', 'metrics');
+
+-- The layer when it is a module's or a range's, NULL when it is a named owner.
+CREATE MACRO _module_layer(layer) AS CASE WHEN NOT _is_named_owner(layer) THEN layer END;
 
 -- A matched call takes the profiler's context. parallel_dim starts as the call's own
 -- evidence; communicator_dims.sql puts the communicator's dimension in its place.
@@ -262,8 +265,8 @@ WITH linked AS (
     FROM _own_links o
     LEFT JOIN _matched_context p USING (job, rank, source, file_id, collective_id)
 )
-SELECT *, _dim_evidence(op, _module_layer(layer, attributed_by), layer_kind, backward_op)
+SELECT *, _dim_evidence(op, _module_layer(layer), layer_kind, backward_op)
               AS evidence,
-       _dim_evidence(op, _module_layer(layer, attributed_by), layer_kind, backward_op)
+       _dim_evidence(op, _module_layer(layer), layer_kind, backward_op)
               AS parallel_dim
 FROM linked;
