@@ -6,7 +6,7 @@
 CREATE VIEW collectives_linked AS
 SELECT c.* EXCLUDE (step, phase, layer, attributed_by, bytes, dtype, size_source),
        l.step, l.step_from, l.bytes, l.dtype, l.size_source, l.phase, l.layer, l.layer_index,
-       l.layer_kind, l.parallel_dim, l.attributed_by, l.instance_comm, l.instance_seq
+       l.layer_label, l.layer_kind, l.parallel_dim, l.attributed_by, l.instance_comm, l.instance_seq
 FROM collectives c
 JOIN collective_links l USING (job, rank, source, file_id, collective_id);
 

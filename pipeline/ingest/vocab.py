@@ -403,3 +403,21 @@ def phase_name_expr(name: pl.Expr) -> pl.Expr:
         .str.replace_all("#", " ", literal=True)
         .str.strip_chars()
     )
+
+
+#: Ranges and ops that a communication library opens around its own calls: NCCL's NVTX
+#: ranges (``ncclAllReduce``, ``ncclSend``, ``ncclGroupStart``; NCCL's src/include/nvtx.h),
+#: PyTorch's ``record_param_comms`` and ``nccl:all_reduce``-style annotations
+#: (torch/csrc/distributed/c10d/ParamCommsUtils.hpp), the ``c10d::`` and
+#: ``_c10d_functional::`` dispatcher ops and gloo's work (``gloo:all_reduce``). They say which
+#: call runs, never which layer issued it, so they are never a layer.
+LIBRARY_RANGE = (
+    r"^(?:nccl[A-Z]\w*|nccl:\w+|record_param_comms|c10d::\w+|_?c10d_functional::\w+|gloo:\w+)"
+)
+
+
+#: Names of the ops that compute a loss, lower-cased: Megatron's ``_VocabParallelCrossEntropy``
+#: (an autograd Function, recorded under its class name), ``aten::cross_entropy_loss``,
+#: ``aten::nll_loss``, a ``loss`` range. A collective inside one (the vocab-parallel cross
+#: entropy's max, target-logit and sum-of-exponentials all-reduces) belongs to the loss.
+LOSS_OP = r"cross_?entropy|nll_?loss|(?:^|[^a-z0-9])loss(?:$|[^a-z0-9])"

@@ -5,7 +5,7 @@
 -- ranks ran the profiler then count every rank's calls in the right step.
 -- (The table built since collective_links.sql, taken under its final name.)
 --
--- reads: _instance_rows, _layer_index, _links_keyed, _source_instances
+-- reads: _instance_rows, _layer_index, _layer_names, _links_keyed, _source_instances
 -- creates: collective_links
 -- takes: _links_keyed
 
@@ -18,19 +18,21 @@ SELECT job, rank, source, file_id, collective_id FROM collective_links WHERE ste
 
 CREATE TEMP TABLE _instance_fill AS
 SELECT u.job, u.rank, u.source, u.file_id, u.collective_id, i.step, i.phase, i.layer,
-       i.layer_kind
+       i.layer_kind, n.layer_label
 FROM _unplaced u
 JOIN _instance_rows r USING (job, rank, source, file_id, collective_id)
 JOIN _source_instances i
   ON i.job = r.job AND i.source = r.source AND i.comm IS NOT DISTINCT FROM r.instance_comm
  AND i.seq = r.instance_seq
+LEFT JOIN _layer_names n ON n.job = i.job AND n.layer = i.layer
 WHERE i.step IS NOT NULL;
 
 UPDATE collective_links l
 SET step = f.step, step_from = 'instance', phase = f.phase,
     layer = coalesce(l.layer, f.layer),
     layer_index = coalesce(l.layer_index, _layer_index(f.layer)),
-    layer_kind = coalesce(l.layer_kind, f.layer_kind), attributed_by = 'instance'
+    layer_kind = coalesce(l.layer_kind, f.layer_kind),
+    layer_label = coalesce(l.layer_label, f.layer_label), attributed_by = 'instance'
 FROM _instance_fill f
 WHERE l.job = f.job AND l.rank = f.rank AND l.source = f.source AND l.file_id = f.file_id
   AND l.collective_id = f.collective_id;

@@ -9,7 +9,9 @@ the traces contradicts it (``layout_check``); ``_job_facts`` (job, tokens_per_st
 bucket_key: the job.yaml key that sets DP's gradient buckets, dims: the dimensions of
 degree above 1); ``_alternative_bytes`` (the ranks' bytes per dimension, op and phase were
 a key given another value: :func:`pipeline.model.predict.alternative_totals`);
-``predictions`` (the analytic model's rows for every rank); ``_layout_ep_groups`` (job,
+``predictions`` (the analytic model's rows for every rank); ``_gradient_plan`` (the dense
+gradients each rank reduces over data parallel, in order:
+:func:`pipeline.model.predict.gradient_plan`); ``_layout_ep_groups`` (job,
 rank, comm: each traced rank's expert-parallel group), ``_layout_ep_members`` (job, comm,
 ranks: each such group's members) and ``_ep_directions`` (purpose, direction of the
 model's expert-parallel items); and always ``_moe_exchange_kernels`` (pattern, direction:
@@ -197,6 +199,7 @@ def _register_job_inputs(
     ep_groups: dict[str, list] = {"job": [], "rank": [], "comm": []}
     ep_members: dict[str, list] = {"job": [], "comm": [], "ranks": []}
     predictions = []
+    plan_rows: dict[str, list] = {k: [] for k in _PLAN_COLUMNS}
     if config is not None:
         from ..model.predict import alternative_totals, predictions_table
 
@@ -221,6 +224,7 @@ def _register_job_inputs(
                 facts[key].append(value)
             alternatives += [(job, *a) for a in alternative_totals(job_spec, ranks)]
             _add_ep_groups(ep_groups, ep_members, job, job_spec, ranks)
+            _add_gradient_plan(plan_rows, job, job_spec, ranks)
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
     _table_of_lists(con, "_job_layout", layout, ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR[]"))
@@ -229,6 +233,11 @@ def _register_job_inputs(
     _table_of_lists(con, "_layout_ep_members", ep_members, ("VARCHAR", "VARCHAR", "BIGINT[]"))
     _register_alternatives(con, alternatives)
     _register_exchange_directions(con, config)
+    con.execute(
+        "CREATE TEMP TABLE _gradient_plan AS SELECT "
+        + ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in _PLAN_COLUMNS.items()),
+        [plan_rows[n] for n in _PLAN_COLUMNS],
+    )
     if predictions:
         con.register("_predictions_arrow", pa.concat_tables(predictions))
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
@@ -367,6 +376,37 @@ def _register_alternatives(con: duckdb.DuckDBPyConnection, rows: list[tuple]) ->
     columns = [[row[i] for row in rows] for i in range(len(names))]
     select = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
     con.execute(f"CREATE TEMP TABLE _alternative_bytes AS SELECT {select}", columns)
+
+
+#: ``_gradient_plan``: per rank, the units of its dense gradients in the order data
+#: parallel reduces them, each the byte range [lo_bytes, hi_bytes) of that sequence.
+_PLAN_COLUMNS = {
+    "job": "VARCHAR",
+    "rank": "BIGINT",
+    "position": "BIGINT",
+    "unit_kind": "VARCHAR",
+    "layer_index": "BIGINT",
+    "local_index": "BIGINT",
+    "lo_bytes": "BIGINT",
+    "hi_bytes": "BIGINT",
+}
+
+
+def _add_gradient_plan(rows: dict[str, list], job: str, spec: Job, ranks: list[int]) -> None:
+    """Each rank's gradient plan (one per pipeline stage, shared by its ranks)."""
+    from ..model.predict import coordinates, gradient_plan
+
+    stages: dict[int, list] = {}
+    for rank in ranks:
+        pp = coordinates(spec, rank)["pp"]
+        if pp not in stages:
+            stages[pp] = gradient_plan(spec, pp)
+        lo = 0
+        for position, unit in enumerate(stages[pp]):
+            values = (job, rank, position, unit.kind, unit.layer, unit.local, lo, lo + unit.bytes)
+            for name, value in zip(_PLAN_COLUMNS, values, strict=True):
+                rows[name].append(value)
+            lo += unit.bytes
 
 
 def _comm_dims_from_layout(

@@ -5,7 +5,7 @@
 -- windows from the first rank's arrival to its own, on its own clock, and the layer it was
 -- busy in.
 --
--- reads: _source_instances, clock_offsets, collective_waits, kernels, ops
+-- reads: _is_named_owner, _source_instances, clock_offsets, collective_waits, kernels, ops
 -- creates: step_stragglers, straggler_ops
 
 -- The wait each late rank caused in each collective (not send/recv) it arrived at last.
@@ -19,10 +19,13 @@ WHERE step IS NOT NULL AND rank <> late_rank AND op NOT IN ('send', 'recv')
 GROUP BY ALL;
 
 -- Per step and late rank: the wait it caused, and where: the layer and the dimension whose
--- collectives it delayed most, summed over them (equal sums: the first by name).
+-- collectives it delayed most, summed over them (equal sums: the first by name). The layer
+-- is one of the model's: a named owner (a gradient bucket of several layers, the loss
+-- report) says no place in the model.
 CREATE TEMP TABLE _step_blame AS
 WITH by_layer AS (
-    SELECT job, step, rank, layer, sum(caused_ns) AS ns FROM _caused GROUP BY ALL
+    SELECT job, step, rank, layer, sum(caused_ns) AS ns FROM _caused
+    WHERE NOT _is_named_owner(layer) GROUP BY ALL
 ),
 by_dim AS (
     SELECT job, step, rank, parallel_dim, sum(caused_ns) AS ns FROM _caused GROUP BY ALL

@@ -804,6 +804,37 @@ def _hsdp(job: Job, rank: int, units: tuple[P.Unit, ...], acc: _Rows) -> None:
                     "gradient shard all-reduce across replicas")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class GradientUnit:
+    """One block of a stage's dense gradients, in the order the data-parallel reduction
+    carries them: ``kind`` is ``embedding``, ``transformer``, ``lm_head`` or ``root`` (FSDP1's
+    root unit); a transformer layer has its global ``layer`` and its ``local`` place on the
+    stage."""
+
+    kind: str
+    layer: int | None
+    local: int | None
+    bytes: int
+
+
+def gradient_plan(job: Job, pp_rank: int) -> list[GradientUnit]:
+    """The dense gradients a rank of stage ``pp_rank`` reduces over data parallel, in the
+    order its buckets or units carry them: reverse registration order, as gradients become
+    ready in backward (PyTorch DDP's and Megatron's buffers walk the parameters in reverse;
+    FSDP reduce-scatters each unit as its backward ends). Buckets cut this sequence into
+    consecutive pieces, so a bucket's bytes fall on the units its range covers."""
+    units = [u for u in P.rank_units(job, pp_rank) if u.group == "dense"]
+    if job.parallel.dp_scheme in ("zero3", "fsdp_no_reshard"):
+        units = [u for u in _fsdp_units(job, tuple(units)) if u.group == "dense"]
+    layers = iter(P.stage_layers(job, pp_rank))
+    out = []
+    for u in units:
+        layer = next(layers) if u.layer_kind == "transformer" else None
+        local = P.stage_layers(job, pp_rank).index(layer) if layer is not None else None
+        out.append(GradientUnit(u.layer_kind, layer, local, u.elements * job.dtypes.e_g))
+    return out[::-1]
+
+
 @functools.lru_cache(maxsize=64)
 def _torch_buckets(job: Job, pp_rank: int) -> tuple[tuple[int, int, str], ...]:
     """(bytes, calls, purpose) of the gradient buckets PyTorch DDP all-reduces: it walks the

@@ -125,6 +125,7 @@ def _shares(con: Any, job: str) -> tuple[tuple[str, float], ...]:
     import duckdb
 
     try:
+        _register_forward_modules(con)
         rows = con.execute(sql_text(__package__, "whatif_layers.sql")).fetchall()
     except duckdb.CatalogException:  # (a dataset of NCCL logs only has no ops table)
         rows = []
@@ -133,6 +134,28 @@ def _shares(con: Any, job: str) -> tuple[tuple[str, float], ...]:
     if not total:
         return (("other", 1.0),)
     return tuple((c, ns[c] / total) for c in CLASSES if c in ns)
+
+
+def _register_forward_modules(con: Any) -> None:
+    """``_forward_modules`` (job, rank, file_id, seq_nr, module_path): the module of the
+    forward op of each autograd sequence number, by the rule that places backward
+    collectives (:func:`pipeline.ingest.derive.attribution.forward_module_paths`)."""
+    import polars as pl
+
+    from ..ingest.derive.attribution import forward_module_paths
+
+    ops = pl.from_arrow(
+        con.sql(
+            "SELECT job, rank, file_id, op_id, seq_nr, name, module_path FROM ops WHERE seq_nr >= 0"
+        ).to_arrow_table()
+    )
+    keys = ("job", "rank", "file_id")
+    found = (
+        forward_module_paths(ops.lazy(), keys)
+        .collect()
+        .rename({"backward_seq_nr": "seq_nr", "forward_module_path": "module_path"})
+    )
+    con.register("_forward_modules", found.to_arrow())
 
 
 def class_work(job: Job, pp_rank: int) -> dict[str, float]:

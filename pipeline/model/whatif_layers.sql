@@ -2,8 +2,9 @@
 -- compute ops of the profiled steps (aten ops, and the autograd engine's backward nodes with
 -- the aten ops they run), per class: transformer layers, the embedding, the LM head, and
 -- other (the optimizer, the loss, anything outside a module). A forward op names its module;
--- a backward node is the module of the forward op with its autograd sequence number (the
--- evidence collective_links.sql calls backward_of_forward_op). The layer patterns are
+-- a backward node is the module of the forward op with its autograd sequence number
+-- (_forward_modules, registered by pipeline/model/whatif.py from the one rule that places
+-- backward collectives, attribution.forward_module_paths). The layer patterns are
 -- those of collective_links.sql's _layer_kind and _layer_index.
 WITH units AS (
     SELECT job, rank, file_id, tid, name, module_path, seq_nr, start_ns, end_ns, dur_ns
@@ -20,18 +21,10 @@ outermost AS (
         FROM units)
     WHERE prev_end IS NULL OR prev_end < end_ns
 ),
-forward_modules AS (
-    -- (the first forward op of the sequence number, so that every run agrees)
-    SELECT job, rank, file_id, seq_nr, arg_min(module_path, (start_ns, op_id)) AS module_path
-    FROM ops
-    WHERE seq_nr IS NOT NULL AND seq_nr >= 0 AND module_path IS NOT NULL
-      AND name NOT LIKE 'autograd::%'
-    GROUP BY ALL
-),
 placed AS (
     SELECT o.job, coalesce(o.module_path, f.module_path) AS path, o.dur_ns
     FROM outermost o
-    LEFT JOIN forward_modules f
+    LEFT JOIN _forward_modules f
         ON o.module_path IS NULL AND o.name LIKE 'autograd::engine::evaluate_function:%'
        AND f.job = o.job AND f.rank = o.rank AND f.file_id = o.file_id AND f.seq_nr = o.seq_nr
 )

@@ -102,19 +102,33 @@ GROUP BY ALL;
 
 -- name: layer_traffic
 -- Bytes per step by layer and phase, from the links of every collective to its layer (one
--- source per rank: primary_sources).
+-- source per rank: primary_sources); a gradient bucket counts under the layers whose
+-- gradients it carries (gradient_bucket_layers), each a share of its call.
 -- (summed per step first: the steps are counted from those sums, not from a second pass
 -- over every link)
-WITH per_step AS (
-    SELECT l.layer, l.phase, l.step, min(l.layer_index) AS layer_index,
-           any_value(l.layer_kind) AS layer_kind, count(*) AS calls, sum(l.bytes) AS bytes
+WITH links AS (
+    SELECT l.step, l.phase, coalesce(g.layer, l.layer) AS layer,
+           coalesce(g.layer_index, l.layer_index) AS layer_index,
+           coalesce(g.layer_kind, l.layer_kind) AS layer_kind,
+           coalesce(g.layer_label, l.layer_label, g.layer, l.layer) AS layer_label,
+           coalesce(g.bytes, l.bytes) AS bytes,
+           1.0 / count(*) OVER (PARTITION BY l.rank, l.source, l.file_id, l.collective_id)
+               AS calls
     FROM collective_links l
     JOIN primary_sources p USING (job, rank, source)
+    LEFT JOIN gradient_bucket_layers g
+        ON g.job = l.job AND g.rank = l.rank AND g.source = l.source
+       AND g.file_id = l.file_id AND g.collective_id = l.collective_id
     WHERE l.job = $job
-    GROUP BY ALL
+),
+per_step AS (
+    SELECT layer, layer_index, phase, step, any_value(layer_kind) AS layer_kind,
+           any_value(layer_label) AS layer_label, sum(calls) AS calls, sum(bytes) AS bytes
+    FROM links GROUP BY ALL
 ),
 steps AS (SELECT greatest(count(DISTINCT step), 1) AS n FROM per_step)
-SELECT coalesce(layer, '(unattributed)') AS layer, min(layer_index) AS layer_index,
+SELECT coalesce(layer, '(unattributed)') AS layer, layer_index,
+       coalesce(any_value(layer_label), '(unattributed)') AS layer_label,
        coalesce(any_value(layer_kind), 'unknown') AS layer_kind, phase,
        sum(calls) / any_value(steps.n) AS calls_per_step,
        coalesce(sum(bytes), 0) / any_value(steps.n) AS bytes_per_step

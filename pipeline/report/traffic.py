@@ -520,6 +520,49 @@ def _phase_chart(phases: pl.DataFrame) -> alt.Chart:
     )
 
 
+def _layer_rows(data: pl.DataFrame) -> pl.DataFrame:
+    """``data`` with ``bar``, the name a layer's bar shows: its label, and its model layer
+    number where one label stands for several (a pipeline stage's layers are numbered from
+    0 in their module paths)."""
+    several = (pl.col("layer_index").n_unique().over("layer_label") > 1) & pl.col(
+        "layer_index"
+    ).is_not_null()
+    return data.with_columns(
+        pl.when(several)
+        .then(pl.format("{} (layer {})", "layer_label", "layer_index"))
+        .otherwise("layer_label")
+        .alias("bar")
+    )
+
+
+def _top_layers(data: pl.DataFrame, totals: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` layers' rows by bytes, the others as one ``(n other layers)`` bar."""
+    keep = totals.sort("t", "bar", descending=[True, False]).head(top)["bar"]
+    rest = data.filter(~pl.col("bar").is_in(keep.to_list()))
+    shown = data.filter(pl.col("bar").is_in(keep.to_list()))
+    if rest.height:
+        n = rest["bar"].n_unique()
+        other = f"({n} other layers)"
+        shown = pl.concat(
+            [
+                shown,
+                rest.group_by("phase")
+                .agg(
+                    pl.lit(other).alias("layer"),
+                    pl.lit(None, pl.Int64).alias("layer_index"),
+                    pl.lit(other).alias("layer_label"),
+                    pl.lit("other").alias("layer_kind"),
+                    pl.col("calls_per_step").sum(),
+                    pl.col("bytes_per_step").sum(),
+                    pl.lit(other).alias("bar"),
+                )
+                .select(shown.columns),
+            ],
+            how="vertical_relaxed",
+        )
+    return shown
+
+
 def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
     """Traffic per layer, from collective_links."""
     sec = Section("layers", "Traffic per layer")
@@ -534,44 +577,25 @@ def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
                 "missing",
             )
         )
-    totals = data.group_by("layer").agg(
-        pl.col("bytes_per_step").sum().alias("t"), pl.col("layer_index").min().alias("i")
-    )
-    keep = totals.sort("t", descending=True).head(top)["layer"]
-    rest = data.filter(~pl.col("layer").is_in(keep.to_list()))
-    shown = data.filter(pl.col("layer").is_in(keep.to_list()))
-    if rest.height:
-        n = rest["layer"].n_unique()
-        shown = pl.concat(
-            [
-                shown,
-                rest.group_by("phase")
-                .agg(
-                    pl.lit(f"({n} other layers)").alias("layer"),
-                    pl.lit(None, pl.Int64).alias("layer_index"),
-                    pl.lit("other").alias("layer_kind"),
-                    pl.col("calls_per_step").sum(),
-                    pl.col("bytes_per_step").sum(),
-                )
-                .select(shown.columns),
-            ],
-            how="vertical_relaxed",
-        )
+    data = _layer_rows(data)
+    totals = data.group_by("bar").agg(pl.col("bytes_per_step").sum().alias("t"))
+    shown = _top_layers(data, totals, top)
     order = (
-        shown.group_by("layer")
+        shown.group_by("bar")
         .agg(pl.col("layer_index").min())
-        .sort("layer_index", "layer", nulls_last=True)["layer"]
+        .sort("layer_index", "bar", nulls_last=True)["bar"]
         .to_list()
     )
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(shown)))
         .mark_bar()
         .encode(
-            y=alt.Y("layer:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
+            y=alt.Y("bar:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
             x=alt.X("sum(bytes_per_step):Q", title="bytes per step (all traced ranks)"),
             color=alt.Color("phase:N"),
             tooltip=[
-                alt.Tooltip("layer:N"),
+                alt.Tooltip("layer:N", title="layer (full path)"),
+                alt.Tooltip("layer_index:Q", title="layer number"),
                 alt.Tooltip("layer_kind:N"),
                 alt.Tooltip("phase:N"),
                 alt.Tooltip("sum(bytes_per_step):Q", format=",.0f", title="bytes per step"),
@@ -586,7 +610,10 @@ def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
             "traffic_per_layer",
             chart,
             f"Top {min(top, totals.height)} of {totals.height} layers by bytes, in layer "
-            "order; '(unattributed)' holds collectives no evidence tied to a layer.",
+            "order, each by the shortest end of its module path that tells it apart (the "
+            "whole path in the tooltip); gradient buckets are split over the layers whose "
+            "gradients they carry; '(unattributed)' holds collectives no evidence tied to "
+            "a layer.",
         )
     )
     if unattributed:

@@ -482,7 +482,12 @@ class Rank:
     seq: dict[str, int] = field(default_factory=dict)  # per-group collective counter
     calls: list[CommCall] = field(default_factory=list)  # every NCCL call, in issue order
     tid: int = 0
-    autograd_seq: int = 0
+    autograd_seq: int = 0  # the last autograd sequence number given to a node
+    # the nodes the running forward created, then those of each micro-batch's forward that
+    # awaits its backward (oldest first), and those of the running backward
+    forward_nodes: list[int] = field(default_factory=list)
+    awaiting_backward: list[list[int]] = field(default_factory=list)
+    backward_nodes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tid = self.main_tid
@@ -504,17 +509,37 @@ class Rank:
         name: str,
         extra: dict[str, Any] | None = None,
         cat: str = "cpu_op",
-        autograd: bool = False,
+        autograd: int | None = None,
         cost: int = 6_000,
+        node: bool = False,
     ) -> Iterator[int]:
+        """A host op; ``node``: a forward op that creates an autograd node (it takes the
+        next sequence number, as PyTorch records it, with forward thread id 0); ``autograd``:
+        the sequence number of the node a backward op runs (its forward thread id is 1)."""
         seqno = None
-        if autograd:
+        if node:
             self.autograd_seq += 1
-            seqno = (self.autograd_seq, 1)
+            self.forward_nodes.append(self.autograd_seq)
+            seqno = (self.autograd_seq, 0)
+        elif autograd is not None:
+            seqno = (autograd, 1)
         ev, ext = self.trace.range_event(cat, name, self.tid, self.cpu_ns, extra, seqno)
         self.cpu(cost // 2)
         yield ext
         self.cpu(cost // 2)
+        self.trace.close(ev, self.cpu_ns)
+
+    @contextmanager
+    def function(self, name: str) -> Iterator[None]:
+        """A custom ``autograd.Function``'s forward: PyTorch records a range named after the
+        class, with the sequence number of the node it creates, around what it runs (it
+        takes no time of its own here, so the job's timings do not depend on it)."""
+        self.autograd_seq += 1
+        self.forward_nodes.append(self.autograd_seq)
+        ev, _ = self.trace.range_event(
+            "cpu_op", name, self.tid, self.cpu_ns, None, (self.autograd_seq, 0)
+        )
+        yield
         self.trace.close(ev, self.cpu_ns)
 
     @contextmanager
@@ -556,9 +581,15 @@ class Rank:
             self.kernel(ext, name, "gemm", 3_500 + flops * 1_000 // 400_000)
 
     def simple(
-        self, op: str, kernel: str, kind: str, dur_ns: int, extra: dict[str, Any] | None = None
+        self,
+        op: str,
+        kernel: str,
+        kind: str,
+        dur_ns: int,
+        extra: dict[str, Any] | None = None,
+        node: bool = False,
     ) -> None:
-        with self.op(op, extra) as ext:
+        with self.op(op, extra, node=node) as ext:
             self.kernel(ext, kernel, kind, dur_ns)
 
     def sync_cpu_to_gpu(self) -> None:

@@ -29,6 +29,7 @@ Communication per rank per step (tensor dims as Megatron holds them, ``[s, b, h]
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..synth import job as J
@@ -124,7 +125,7 @@ def _linear(R: J.Rank, module: str, n_out: int, n_in: int) -> None:
     s, b = R.spec.seq_len, R.spec.micro_batch
     with R.module(module):
         dims = shapes_linear(s, b, n_in, n_out)
-        with R.op("aten::linear", dims):
+        with R.op("aten::linear", dims, node=True):
             R.gemm(
                 J.GEMM_FWD,
                 s * b,
@@ -150,10 +151,16 @@ def shapes_addmm(rows: int, n_in: int, n_out: int) -> dict[str, Any]:
 
 
 def _elementwise(
-    R: J.Rank, op: str, kernel: str, dims: list[int], n_in: int = 2, dur: int = 2_600
+    R: J.Rank,
+    op: str,
+    kernel: str,
+    dims: list[int],
+    n_in: int = 2,
+    dur: int = 2_600,
+    node: bool = False,
 ) -> None:
     inputs = [(dims, BF16)] * n_in
-    R.simple(op, kernel, "elementwise", dur, J.shapes(*inputs))
+    R.simple(op, kernel, "elementwise", dur, J.shapes(*inputs), node=node)
 
 
 def _layer_norm(R: J.Rank, module: str) -> None:
@@ -168,7 +175,7 @@ def _layer_norm(R: J.Rank, module: str) -> None:
             (None, "Scalar"),
             concrete=["", f"[{h}]", "", "", "1.0000000000000001e-05", "True"],
         )
-        with R.op("aten::layer_norm", extra):
+        with R.op("aten::layer_norm", extra, node=True):
             R.simple("aten::native_layer_norm", J.LN_FWD, "ln", 3_200)
 
 
@@ -176,6 +183,7 @@ def forward(R: J.Rank, first: bool, last: bool) -> Gen:
     spec = R.spec
     s, b, h, t = spec.seq_len, spec.micro_batch, spec.hidden, spec.tp
     n_layers = spec.layers_per_stage
+    R.forward_nodes = []
     with R.op("forward", cat="user_annotation", cost=3_000):
         with (
             R.module("DistributedDataParallel_0"),
@@ -193,7 +201,7 @@ def forward(R: J.Rank, first: bool, last: bool) -> Gen:
                             (None, "Scalar"),
                             concrete=["", "", "-1", "False", "False"],
                         )
-                        R.simple("aten::embedding", J.EMBED, "elementwise", 3_800, emb)
+                        R.simple("aten::embedding", J.EMBED, "elementwise", 3_800, emb, node=True)
                         _elementwise(R, "aten::masked_fill_", J.MASKED_FILL, [b, s, h])
                         yield from _ar(R, "tp", "bf16", [b, s, h])
                     with R.module("Embedding_0"):
@@ -205,7 +213,7 @@ def forward(R: J.Rank, first: bool, last: bool) -> Gen:
                             (None, "Scalar"),
                             concrete=["", "", "-1", "False", "False"],
                         )
-                        R.simple("aten::embedding", J.EMBED, "elementwise", 3_000, pos)
+                        R.simple("aten::embedding", J.EMBED, "elementwise", 3_000, pos, node=True)
                     _elementwise(R, "aten::add", J.ADD, [s, b, h])
             with R.module("TransformerBlock_0"):
                 for i in range(n_layers):
@@ -215,7 +223,9 @@ def forward(R: J.Rank, first: bool, last: bool) -> Gen:
             if last:
                 _linear(R, f"ColumnParallelLinear_{2 * n_layers}", spec.vocab // t, h)
         if last:
-            yield from cross_entropy(R)
+            with R.function("_VocabParallelCrossEntropy"):
+                yield from cross_entropy(R)
+    R.awaiting_backward.append(R.forward_nodes)
 
 
 def layer_forward(R: J.Rank, i: int) -> Gen:
@@ -246,9 +256,10 @@ def layer_forward(R: J.Rank, i: int) -> Gen:
                 "flash",
                 dur,
                 extra,
+                node=True,
             )
             with R.module(f"RowParallelLinear_{2 * i}"):
-                with R.op("aten::linear", shapes_linear(s, b, h // t, h)):
+                with R.op("aten::linear", shapes_linear(s, b, h // t, h), node=True):
                     R.gemm(
                         J.GEMM_FWD,
                         s * b,
@@ -262,9 +273,9 @@ def layer_forward(R: J.Rank, i: int) -> Gen:
         _layer_norm(R, f"LayerNorm_{2 * i + 1}")
         with R.module(f"ParallelMLP_{i}"):
             _linear(R, f"ColumnParallelLinear_{2 * i + 1}", f // t, h)
-            _elementwise(R, "aten::gelu", J.GELU, [s, b, f // t], n_in=1)
+            _elementwise(R, "aten::gelu", J.GELU, [s, b, f // t], n_in=1, node=True)
             with R.module(f"RowParallelLinear_{2 * i + 1}"):
-                with R.op("aten::linear", shapes_linear(s, b, f // t, h)):
+                with R.op("aten::linear", shapes_linear(s, b, f // t, h), node=True):
                     R.gemm(
                         J.GEMM_FWD,
                         s * b,
@@ -299,16 +310,21 @@ def cross_entropy(R: J.Rank) -> Gen:
     R.simple("aten::log", J.EXP, "elementwise", 2_600, J.shapes(([s, b], "float")))
 
 
-def _grad_fn(R: J.Rank, name: str) -> Any:
-    """``autograd::engine::evaluate_function: <name>`` wrapping ``<name>`` (autograd thread)."""
-    outer = R.op(f"autograd::engine::evaluate_function: {name}", autograd=True, cost=5_000)
-    return outer
+@contextmanager
+def _grad_fn(R: J.Rank, name: str, cost: int) -> Iterator[int]:
+    """``autograd::engine::evaluate_function: <name>`` wrapping ``<name>`` (autograd thread),
+    both with the sequence number of the forward op that created the node: the backward
+    runs the nodes of its micro-batch's forward in reverse."""
+    seq = R.backward_nodes.pop()
+    with R.op(f"autograd::engine::evaluate_function: {name}", autograd=seq, cost=5_000):
+        with R.op(name, autograd=seq, cost=cost) as ext:
+            yield ext
 
 
 def _linear_backward(R: J.Rank, n_out: int, n_in: int, column: bool) -> Gen:
     s, b = R.spec.seq_len, R.spec.micro_batch
     name = "LinearWithGradAccumulationAndAsyncCommunicationBackward"
-    with _grad_fn(R, name), R.op(name, autograd=True, cost=4_000):
+    with _grad_fn(R, name, cost=4_000):
         R.gemm(
             J.GEMM_DGRAD,
             s * b,
@@ -332,7 +348,7 @@ def _linear_backward(R: J.Rank, n_out: int, n_in: int, column: bool) -> Gen:
 
 
 def _simple_backward(R: J.Rank, name: str, op: str, kernels: list[tuple[str, str, int]]) -> None:
-    with _grad_fn(R, name), R.op(name, autograd=True, cost=3_000):
+    with _grad_fn(R, name, cost=3_000):
         with R.op(op) as ext:
             for kernel, kind, dur in kernels:
                 R.kernel(ext, kernel, kind, dur)
@@ -351,6 +367,7 @@ def backward(R: J.Rank, first: bool, last: bool) -> Gen:
     spec = R.spec
     h, t, f = spec.hidden, spec.tp, spec.ffn_hidden
     d = spec.hidden // spec.heads
+    R.backward_nodes = R.awaiting_backward.pop(0)
     with R.op("backward", cat="user_annotation", cost=3_000):
         R.tid = R.autograd_tid
         if last:
@@ -387,6 +404,8 @@ def backward(R: J.Rank, first: bool, last: bool) -> Gen:
                     [(J.EMBED_BWD, "elementwise", 5_000)],
                 )
         R.tid = R.main_tid
+    if R.backward_nodes:  # the backward runs every node its forward created
+        raise AssertionError(f"rank {R.rank}: backward left nodes {R.backward_nodes}")
 
 
 def finalize_model_grads(R: J.Rank) -> Gen:

@@ -63,8 +63,9 @@ def test_each_rank_of_a_file_matches_its_own_runtime_calls():
     assert got == [
         {"launch_op_id": 2, "phase": "forward", "layer": "encoder",
          "attributed_by": "module_scope", "backward_op": None},
-        {"launch_op_id": 4, "phase": "optimizer", "layer": None,
-         "attributed_by": None, "backward_op": None},
+        # (a collective of the optimizer outside any module is the optimizer's)
+        {"launch_op_id": 4, "phase": "optimizer", "layer": "optimizer",
+         "attributed_by": "optimizer", "backward_op": None},
     ]  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 (tests/data/cpu_gloo/recsys_a2a, scripts/record_torch_runs.py: table-wise sharded embeddings
 and a DDP dense MLP on 2 CPU ranks, TorchRec's ranges around the exchanges), linked without a
 job.yaml: each all-to-all takes its layer from the range around it, kind embedding, dimension
-a2a; the dense gradient all-reduces keep no layer."""
+a2a; each dense gradient all-reduce is a gradient_bucket."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_recorded_embedding_all_to_alls_take_their_layer_from_torchrec_ranges(tm
     ).rows()
     # per rank and profiled step (2 ranks x 2 steps): one of each
     assert rows == [
-        ("all_reduce", "backward", None, None, "none", "dp", _DENSE * 4, 4),
+        ("all_reduce", "backward", "gradient_bucket", None, "gradient_bucket", "dp",
+         _DENSE * 4, 4),
         ("all_to_all", "backward", "embedding/alltoall_bwd_single", "embedding",
          "embedding_range", "a2a", _POOLED, 4),
         ("all_to_all", "forward", "embedding/alltoall_fwd_single", "embedding",
@@ -44,4 +45,5 @@ def test_recorded_embedding_all_to_alls_take_their_layer_from_torchrec_ranges(tm
         ("embedding/alltoall_bwd_single", "matched:embedding_range", 4),
         ("embedding/alltoall_fwd_single", "matched:embedding_range", 4),
         ("embedding/sparse_data_dist", "matched:embedding_range", 4),
+        ("gradient_bucket", "matched:gradient_bucket", 4),
     ]

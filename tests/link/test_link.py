@@ -511,13 +511,13 @@ def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp
     ).rows()
     assert dims == [("all_reduce", "dp", 24), ("all_to_all", "a2a", 40)]
     # no module information: the all-to-alls take their layer from TorchRec's ranges around
-    # them (kind embedding); the gradient buckets of the dense part stay without one
+    # them (kind embedding); the gradient buckets of the dense part are gradient_bucket
     layers = ds.sql(
         "SELECT op, layer, layer_kind, attributed_by, count(*) FROM collectives_linked "
         "GROUP BY ALL ORDER BY ALL"
     ).rows()
     assert layers == [
-        ("all_reduce", None, None, "none", 24),
+        ("all_reduce", "gradient_bucket", None, "gradient_bucket", 24),
         ("all_to_all", "embedding/alltoall_bwd_single", "embedding", "embedding_range", 8),
         ("all_to_all", "embedding/alltoall_fwd_single", "embedding", "embedding_range", 8),
         ("all_to_all", "embedding/sparse_data_dist", "embedding", "embedding_range", 24),

@@ -13,7 +13,8 @@ from pipeline.link.plan import PlanError, SqlFile, created_objects, plan, sql_fi
 
 #: the runner's own inputs, registered before any file runs (runner._register_job_inputs)
 RUNNER_INPUTS = {
-    "_job_layout", "_job_facts", "_alternative_bytes", "predictions",
+    "_job_layout", "_job_facts", "_alternative_bytes", "_gradient_plan",
+    "predictions",
     "_layout_ep_groups", "_layout_ep_members", "_ep_directions",
     "_moe_exchange_kernels", "_moe_library",
 }  # fmt: skip
@@ -117,6 +118,7 @@ def test_order_is_valid(external: set[str]) -> None:
         "collective_waits",
         "step_stragglers",
         "straggler_ops",
+        "gradient_bucket_layers",
         "critical_path",
         "token_wire",
         "ledger",

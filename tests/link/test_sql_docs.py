@@ -222,9 +222,9 @@ def _comm_dims(frame: pl.DataFrame, ds) -> None:
 
 
 def _unattributed(frame: pl.DataFrame, ds) -> None:
-    # Only the loss-report all-reduce after the step, which the model also puts in 'other',
-    # in the profiler traces and (matched to them) in the NCCL logs: 4 ranks x 2 steps.
-    assert sorted(frame.rows()) == [("kineto", "all_reduce", 8), ("nccl_log", "all_reduce", 8)]
+    # none: every collective of the sample has an owner (the loss-report all-reduce after
+    # the step, which the model also puts in 'other', is 'metrics')
+    assert frame.is_empty()
 
 
 def _hosts(frame: pl.DataFrame, ds) -> None:

@@ -338,3 +338,34 @@ def test_json_shape():
     assert t["bytes_per_token"] == t["bytes"] / 2048
     assert set(t["by_dim"]) == {"tp", "pp", "dp"}
     assert set(t["by_dim"]["tp"]) == {"bytes"} | split
+
+
+@pytest.mark.parametrize("rank", [0, 4])
+def test_gradient_plan_is_the_stage_in_reverse_and_adds_up_to_its_buckets(rank: int) -> None:
+    from pipeline.model.predict import coordinates, gradient_plan
+
+    job = load_job(SAMPLE)
+    pp = coordinates(job, rank)["pp"]
+    plan = gradient_plan(job, pp)
+    outer = "embedding" if pp == 0 else "lm_head"
+    assert [(u.kind, u.layer, u.local) for u in plan] == [
+        *([(outer, None, None)] if pp == 1 else []),
+        ("transformer", 2 * pp + 1, 1),
+        ("transformer", 2 * pp, 0),
+        *([(outer, None, None)] if pp == 0 else []),
+    ]
+    buckets = [
+        r for r in predict(job, rank).rows if r.parallel_dim == "dp" and r.phase == "backward"
+    ]
+    assert sum(u.bytes for u in plan) == sum(r.bytes for r in buckets) > 0
+
+
+def test_gradient_plan_of_fsdp1_ends_with_its_root_unit() -> None:
+    from pipeline.model.predict import gradient_plan
+
+    job = load_job(REPO / "tests" / "data" / "cpu_gloo" / "fsdp1" / "job.yaml")
+    assert [(u.kind, u.layer) for u in gradient_plan(job, 0)] == [
+        ("transformer", 1),
+        ("transformer", 0),
+        ("root", None),
+    ]

@@ -707,3 +707,23 @@ def test_a_column_of_durations_or_bytes_is_written_in_one_unit():
         ["a", "0.92", "40.0", "1.0", "37.1"],
         ["b", "1.04", "–", "2.0", "0.5"],
     ]
+
+
+def test_per_layer_chart_shows_each_transformer_layer_forward_and_backward(sample_linked):
+    """The sample's 4 layers (2 a stage; stage 1's named TransformerLayer_0 and _1 again) each
+    forward and backward, by short label with the model's layer number; gradient buckets
+    under their layers; nothing unattributed."""
+    from pipeline.report.page import chart_spec
+
+    chart = _charts_by_name(sample_linked)["traffic_per_layer"]
+    (rows,) = _values(chart_spec(chart.chart))
+    seen = {(r["layer_index"], r["phase"]) for r in rows if r["layer_kind"] != "other"}
+    assert {(i, p) for i in range(4) for p in ("forward", "backward")} <= seen
+    bars = {r["bar"] for r in rows}
+    assert {f"TransformerLayer_{i % 2} (layer {i})" for i in range(4)} <= bars
+    assert not any(b.startswith(("DistributedDataParallel", "(unattributed)")) for b in bars)
+    assert "gradient_bucket" not in bars  # split over its layers
+    full = {r["layer"] for r in rows if r["bar"] == "TransformerLayer_1 (layer 3)"}
+    assert full == {
+        "DistributedDataParallel_0/Float16Module_0/GPTModel_0/TransformerBlock_0/TransformerLayer_1"
+    }

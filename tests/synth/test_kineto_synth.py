@@ -124,8 +124,14 @@ def _shape_index(doc: dict) -> tuple[dict, dict]:
 def test_event_shapes_match_real_traces(traces: dict[int, dict], real_traces: Path) -> None:
     real_keys: dict = defaultdict(set)
     real_args: dict = defaultdict(set)
-    for name in ("a100_rank0of2_nccl_metadata.json.gz", "b200_rank0of8_eager.json.gz"):
-        k, a = _shape_index(load(real_traces / "kineto" / name))
+    # (the A100 and B200 traces have no shapes; the recorded CPU run has forward ops with
+    # both shapes and the autograd sequence number, as record_shapes writes them)
+    for path in (
+        real_traces / "kineto" / "a100_rank0of2_nccl_metadata.json.gz",
+        real_traces / "kineto" / "b200_rank0of8_eager.json.gz",
+        REPO_ROOT / "tests" / "data" / "cpu_gloo" / "tp" / "rank0.pt.trace.json.gz",
+    ):
+        k, a = _shape_index(load(path))
         for cat in k:
             real_keys[cat] |= k[cat]
             real_args[cat] |= a.get(cat, set())
@@ -407,3 +413,24 @@ def test_a_job_on_two_hosts_names_each_host_one_way_in_every_source(tmp_path: Pa
     ]
     hosts = ds.sql("SELECT host, count(*) AS n FROM rank_hosts GROUP BY ALL ORDER BY ALL").rows()
     assert hosts == [("node0", 8), ("node1", 8)]
+
+
+def test_backward_nodes_carry_the_sequence_number_of_their_forward_op(
+    traces: dict[int, dict],
+) -> None:
+    """As PyTorch records them: the forward op that creates a node and the node's
+    evaluate_function share its sequence number (forward thread id 0 on the forward op)."""
+    for rank in (0, 4):
+        ops = [e for e in traces[rank]["traceEvents"] if e.get("cat") == "cpu_op"]
+        forward = Counter(
+            e["args"]["Sequence number"]
+            for e in ops
+            if "Sequence number" in e["args"] and e["args"]["Fwd thread id"] == 0
+        )
+        nodes = [
+            e["args"]["Sequence number"]
+            for e in ops
+            if e["name"].startswith("autograd::engine::evaluate_function:")
+        ]
+        assert nodes and set(forward.values()) == {1}
+        assert Counter(nodes) == forward  # every node once, from its one forward op

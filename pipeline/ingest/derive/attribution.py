@@ -21,10 +21,14 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
   unit's ``FSDP::pre_forward (<unit>)`` runs in (``fsdp_unit``): backward gathers and
   reduce-scatters run in autograd hooks, outside any module scope; for other backward work
   the module path of the forward op with the same autograd sequence number
-  (``backward_of_forward_op``); else the innermost NVTX range (``nvtx``); for an all-to-all
-  that none of those places, the outermost of TorchRec's ranges around its embedding
-  exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`) as
-  ``embedding/<range>`` (``embedding_range``). ``attributed_by`` says which.
+  (``backward_of_forward_op``); else the innermost NVTX range that is not a communication
+  library's own (``nvtx``; :data:`pipeline.ingest.vocab.LIBRARY_RANGE`); else ``loss`` inside
+  a forward op that computes a loss (``loss_op``), ``optimizer`` in the optimizer phase
+  (``optimizer``); for an all-to-all that none of those places, the outermost of TorchRec's
+  ranges around its embedding exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`)
+  as ``embedding/<range>`` (``embedding_range``); for a pipeline send/recv, the layer of the
+  op that produced (send) or consumes (recv) its tensor (``pp_boundary``).
+  ``attributed_by`` says which; link names the rest (gradient buckets, metrics).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from ...ingest.result import ENGINE, columns, values_at
 from ...ingest.vocab import (
     CHUNK_ANNOTATION,
     EMBEDDING_EXCHANGE_RANGE,
+    LIBRARY_RANGE,
+    LOSS_OP,
     PHASE_HINTS,
     chunk_annotation_expr,
     phase_name_expr,
@@ -62,6 +68,7 @@ _OP_KEYS = {
     "seq_nr": pl.Int64,
     "pid": pl.Int64,
     "tid": pl.Int64,
+    "start_ns": pl.Int64,
 }
 #: torch.distributed.pipelining's range around each action of a schedule it runs
 #: (``_get_profiler_function_name``, torch/distributed/pipelining/schedules.py, v2.13.0:
@@ -97,6 +104,7 @@ def attribute_collectives(tables: dict[str, pa.Table]) -> None:
     context = _context(launch, host, calls, ops)
     context = _embedding_exchanges(context, launch, host, collectives, ops)
     context = chunk_annotation_context(context, launch, host, calls, ops)
+    context = _pipeline_boundaries(context, launch, host, collectives, ops)
     out = collectives
     for name in ADDED:
         column = context.get_column(name).to_arrow()
@@ -165,6 +173,7 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
     ancestors = ancestors.with_columns(phase_name_expr(pl.col("name")).alias("lname"))
     name, lname, nvtx = pl.col("name"), pl.col("lname"), pl.col("kind") == "nvtx"
     autograd = name.str.starts_with(_AUTOGRAD)
+    backward_node = name.str.contains("Backward", literal=True)
     return (
         ancestors.group_by("call")
         .agg(
@@ -182,13 +191,18 @@ def _evidence(launch: pl.DataFrame, host: pl.DataFrame, ops: pa.Table) -> pl.Dat
             )
             .first()
             .alias("backward_seq_nr"),
-            name.filter(nvtx).first().alias("nvtx_range"),
+            # (a library's own range names the call, not the layer)
+            name.filter(nvtx & ~name.str.contains(LIBRARY_RANGE)).first().alias("nvtx_range"),
             name.filter(autograd).first().alias("backward_op"),
             name.str.extract(_FSDP_UNIT).drop_nulls().first().alias("fsdp_unit"),
             pl.coalesce(name.str.extract(_PP_ACTION), name.str.extract(CHUNK_ANNOTATION, 2))
             .drop_nulls()
             .first()
             .alias("schedule_action"),
+            # (a forward op: a backward node such as NllLossBackward0 runs hooks of others)
+            (name.str.to_lowercase().str.contains(LOSS_OP) & ~autograd & ~backward_node)
+            .any()
+            .alias("in_loss"),
         )
         .collect(engine=ENGINE)
     )
@@ -211,25 +225,36 @@ def _engine_threads(host: pl.DataFrame, ops: pa.Table) -> pl.LazyFrame:
     )
 
 
-def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.LazyFrame:
-    """The module path of the first forward op of each of these autograd sequence numbers."""
-    wanted = host.rename({"seq_nr": "backward_seq_nr"}).filter(
-        (pl.col("backward_seq_nr") >= 0)
-        & pl.col("backward_seq_nr").is_in(seq_nrs.drop_nulls().unique().implode())
-    )
-    text = values_at(ops, wanted["pos"].to_numpy(), ("name", "module_path"))
+def forward_module_paths(ops: pl.LazyFrame, keys: tuple[str, ...]) -> pl.LazyFrame:
+    """The one rule that places a backward op in a layer: per ``keys`` (a rank's ops) and
+    autograd sequence number, the module path of the first forward op (by ``op_id``) with
+    that number. PyTorch records ``Sequence number`` on the forward op that created an
+    autograd node and on the node's ``evaluate_function``, and the forward op ran in the
+    module. ``ops`` has ``keys``, ``op_id``, ``seq_nr``, ``name`` and ``module_path``; the
+    result (``keys``, ``backward_seq_nr``, ``forward_module_path``). Link's
+    ``backward_of_forward_op`` and the compute split of ``predict --from``
+    (:mod:`pipeline.model.whatif`) both place backward work so."""
     name = pl.col("name")
     return (
-        pl.concat([wanted, text], how="horizontal")
-        .lazy()
-        .filter(
-            pl.col("module_path").is_not_null()
+        ops.filter(
+            (pl.col("seq_nr") >= 0)
+            & pl.col("module_path").is_not_null()
             & ~name.str.contains("Backward", literal=True)
             & ~name.str.starts_with("autograd::")
         )
-        .group_by("rank", "backward_seq_nr")
+        .group_by(*keys, pl.col("seq_nr").alias("backward_seq_nr"))
         .agg(pl.col("module_path").sort_by("op_id").first().alias("forward_module_path"))
     )
+
+
+def _forward_ops(host: pl.DataFrame, ops: pa.Table, seq_nrs: pl.Series) -> pl.LazyFrame:
+    """The module path of the forward op of each of these autograd sequence numbers
+    (:func:`forward_module_paths`; text is read only at the ops of these numbers)."""
+    wanted = host.filter(
+        (pl.col("seq_nr") >= 0) & pl.col("seq_nr").is_in(seq_nrs.drop_nulls().unique().implode())
+    )
+    text = values_at(ops, wanted["pos"].to_numpy(), ("name", "module_path"))
+    return forward_module_paths(pl.concat([wanted, text], how="horizontal").lazy(), ("rank",))
 
 
 def _fsdp_unit_layers(host: pl.DataFrame, ops: pa.Table) -> pl.LazyFrame:
@@ -357,13 +382,24 @@ def _attributed_by() -> pl.Expr:
         .then(pl.lit("backward_of_forward_op"))
         .when(pl.col("nvtx_range").is_not_null())
         .then(pl.lit("nvtx"))
+        .when(pl.col("in_loss"))
+        .then(pl.lit("loss_op"))
+        .when(_phase() == "optimizer")
+        .then(pl.lit("optimizer"))
     )
 
 
 def _layer() -> pl.Expr:
     """The layer: the first evidence present, strongest first."""
     return pl.coalesce(
-        "given_layer", "module_path", "fsdp_layer", "forward_module_path", "nvtx_range"
+        "given_layer",
+        "module_path",
+        "fsdp_layer",
+        "forward_module_path",
+        "nvtx_range",
+        # named owners of the work outside layers
+        pl.when(pl.col("in_loss")).then(pl.lit("loss")),
+        pl.when(_phase() == "optimizer").then(pl.lit("optimizer")),
     )
 
 
@@ -505,4 +541,94 @@ def chunk_annotation_context(
             .alias("attributed_by"),
         )
         .select(context.columns)
+    )
+
+
+def _pipeline_boundaries(
+    context: pl.DataFrame,
+    launch: pl.DataFrame,
+    host: pl.DataFrame,
+    collectives: pa.Table,
+    ops: pa.Table,
+) -> pl.DataFrame:
+    """``context`` with a layer for the pipeline send/recv that nothing else placed.
+
+    A pipeline schedule issues its sends and receives between the stage's forward and
+    backward work, outside any module. The message carries a stage boundary's tensor: a send
+    what the work just before it produced (the last layer's activations after a forward, the
+    first layer's input gradients after a backward), a receive what the work just after it
+    consumes. So a send takes the layer of the rank's last placed op that started before it,
+    a receive that of the first that starts after it (``pp_boundary``); a placed op is a
+    forward op in a module, or a backward node placed by :func:`_forward_ops`. Link cuts the
+    module path to its layer. Neither the direction nor the phase is read, so any schedule
+    (1F1B, interleaved, looped) gives the layer whose tensor crosses.
+    """
+    op = columns(collectives, {"op": pl.String}).get_column("op")
+    unplaced = op.is_in(["send", "recv"]) & context.get_column("layer").is_null()
+    calls = launch.filter(unplaced.fill_null(False) & launch.get_column("pos").is_not_null())
+    if calls.height == 0:
+        return context
+    placed = _placed_ops(host, ops)
+    calls = calls.with_columns(
+        host.get_column("start_ns").gather(calls["pos"]).alias("start_ns"),
+        op.gather(calls["call"]).alias("op"),
+    ).sort("start_ns")
+    found = pl.concat(
+        [
+            calls.filter(pl.col("op") == kind).join_asof(
+                placed, on="start_ns", by="rank", strategy=strategy, check_sortedness=False
+            )
+            for kind, strategy in (("send", "backward"), ("recv", "forward"))
+        ]
+    ).select("call", pl.col("boundary_layer"))
+    hit = pl.col("boundary_layer").is_not_null()
+    return (
+        context.with_row_index("call")
+        .with_columns(pl.col("call").cast(pl.Int64))
+        .join(found, on="call", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(hit).then("boundary_layer").otherwise("layer").alias("layer"),
+            pl.when(hit)
+            .then(pl.lit("pp_boundary"))
+            .otherwise("attributed_by")
+            .alias("attributed_by"),
+        )
+        .drop("call", "boundary_layer")
+    )
+
+
+def _placed_ops(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
+    """(rank, start_ns, boundary_layer), by start: the ops whose layer is known, forward ops
+    in a module (not the module scopes themselves, which open before their first op) and
+    backward nodes through the forward op of their sequence number."""
+    info = columns(ops, {"kind": pl.String, "name": pl.String})
+    has_path = (
+        pl.from_arrow(ops.column("module_path").is_valid())
+        if "module_path" in ops.column_names
+        else pl.repeat(False, ops.num_rows, eager=True)
+    )
+    forward = (has_path & (info.get_column("kind") != "module")).fill_null(False)
+    rows = forward.arg_true().to_numpy()
+    forward_ops = pl.concat(
+        [host.select("rank", "start_ns")[rows], values_at(ops, rows, ("module_path",))],
+        how="horizontal",
+    ).rename({"module_path": "boundary_layer"})
+    nodes = host.with_columns(info.get_column("name")).filter(
+        pl.col("name").str.starts_with(_AUTOGRAD) & (pl.col("seq_nr") >= 0)
+    )
+    backward_ops = (
+        nodes.lazy()
+        .rename({"seq_nr": "backward_seq_nr"})
+        .join(
+            _forward_ops(host, ops, nodes.get_column("seq_nr")),
+            on=["rank", "backward_seq_nr"],
+            how="inner",
+        )
+        .select("rank", "start_ns", pl.col("forward_module_path").alias("boundary_layer"))
+        .collect(engine=ENGINE)
+    )
+    return (
+        pl.concat([forward_ops, backward_ops])
+        .filter(pl.col("boundary_layer").is_not_null() & pl.col("start_ns").is_not_null())
+        .sort("start_ns")
     )
