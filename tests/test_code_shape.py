@@ -50,3 +50,16 @@ def test_sql_files_are_read_one_way() -> None:
         if own_reader.search(p.read_text(encoding="utf-8"))
     )
     assert readers == ["dataset/sql_files.py"]
+
+
+def test_achieved_bus_bandwidth_has_one_definition() -> None:
+    """Bandwidth summed over instances is ``achieved_busbw`` (dataset/measures.sql) in every
+    reader: a median, mean or weighted sum of busbw written elsewhere is a second rule."""
+    package = Path(__file__).resolve().parents[1] / "pipeline"
+    second = re.compile(r"(median|avg|mean|sum)\(\s*busbw", re.IGNORECASE)
+    found = sorted(
+        str(p.relative_to(package))
+        for p in package.rglob("*.sql")
+        if p.name != "measures.sql" and second.search(p.read_text(encoding="utf-8"))
+    )
+    assert found == []

@@ -29,3 +29,9 @@ def named_statements(package: str, file: str) -> dict[str, str]:
     """The named statements of ``file`` of ``package``, by name, in the file's order."""
     parts = NAME_LINE.split(sql_text(package, file))
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def measures_sql() -> str:
+    """``measures.sql``: the macros of measures with one definition (``achieved_busbw``),
+    for every connection that computes them, a dataset's or diff's in-memory one."""
+    return sql_text(__package__, "measures.sql")

@@ -18,7 +18,7 @@ import duckdb
 
 from ..dataset import rank_sets
 from ..dataset.schema import TableSchema, load_schemas
-from ..dataset.sql_files import sql_text
+from ..dataset.sql_files import measures_sql, sql_text
 from ..dataset.store import (
     Manifest,
     read_parts_by_table,
@@ -85,6 +85,7 @@ def connect(
         con.close()
         require_readable(dataset, parts)  # a damaged part is named; anything else is a bug
         raise
+    con.execute(measures_sql())
     con.execute(sql_text(__package__, "sources.sql"))
     if derived:
         con.execute(sql_text(__package__, "views.sql"))

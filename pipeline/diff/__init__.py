@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from ..dataset.sql_files import sql_text
+from ..dataset.sql_files import measures_sql, sql_text
 from ..diff.sides import DiffError, Side, read_side
 
 __all__ = ["VIEWS", "DiffError", "RunDiff", "diff_jobs", "query_diff", "view_descriptions"]
@@ -131,6 +131,7 @@ def _diff_connection(a: Side, b: Side) -> duckdb.DuckDBPyConnection:
                 con.execute(f"CREATE TABLE {prefix}_{name} AS SELECT * FROM _{prefix}_{name}")
                 con.unregister(f"_{prefix}_{name}")
         con.execute("SET enable_external_access = false")
+        con.execute(measures_sql())
         con.execute(diff_sql())
         con.execute("SET lock_configuration = true")
     except BaseException:

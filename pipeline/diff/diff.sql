@@ -50,10 +50,10 @@ WITH t AS (
 ),
 bw AS (  -- (over every layer, one it shares with no call too)
     SELECT 'a' AS side, parallel_dim, op, phase,
-           sum(busbw_gbps * min_dur_ns) / sum(min_dur_ns) AS busbw_gbps
+           achieved_busbw(busbw_gbps, min_dur_ns) AS busbw_gbps
     FROM a_busbw GROUP BY ALL
     UNION ALL
-    SELECT 'b', parallel_dim, op, phase, sum(busbw_gbps * min_dur_ns) / sum(min_dur_ns)
+    SELECT 'b', parallel_dim, op, phase, achieved_busbw(busbw_gbps, min_dur_ns)
     FROM b_busbw GROUP BY ALL
 )
 SELECT t.* EXCLUDE (time_ns_a, time_ns_b, wait_ns_a, wait_ns_b, transfer_ns_a, transfer_ns_b),

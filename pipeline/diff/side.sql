@@ -65,10 +65,10 @@ CROSS JOIN n;
 
 -- name: busbw
 -- busbw: the achieved bus bandwidth per parallel dimension, op and phase, and per layer
--- (collective_instances of the job's timed source): nccl-tests' busbw of each instance
--- weighted by its shortest duration, i.e. bus bytes over transfer time, in GB/s.
+-- (collective_instances of the job's timed source): bus bytes over transfer time, in GB/s
+-- (achieved_busbw, dataset/measures.sql).
 SELECT parallel_dim, op, phase, coalesce(layer, '(none)') AS layer,
-       sum(busbw_gbps * min_dur_ns) / sum(min_dur_ns) AS busbw_gbps,
+       achieved_busbw(busbw_gbps, min_dur_ns) AS busbw_gbps,
        sum(min_dur_ns) AS min_dur_ns
 FROM collective_instances
 WHERE job = $job AND step IS NOT NULL AND busbw_gbps IS NOT NULL AND min_dur_ns > 0

@@ -164,11 +164,13 @@ GROUP BY name, kind ORDER BY total_ns DESC, name LIMIT $limit;
 
 -- name: busbw_instances
 -- Achieved bus bandwidth of matched collective instances, binned by message size (powers
--- of two) and op: median and spread, so a million instances are a few dozen points.
+-- of two) and op: the bins' bus bytes over their transfer time (achieved_busbw,
+-- dataset/measures.sql) and the spread of the instances, so a million instances are a few
+-- dozen points.
 SELECT op, coalesce(parallel_dim, 'unknown') AS parallel_dim,
        CAST(pow(2, floor(log2(bytes))) AS BIGINT) AS size_bytes,
        count(*) AS instances,
-       median(busbw_gbps) AS busbw_gbps,
+       achieved_busbw(busbw_gbps, min_dur_ns) AS busbw_gbps,
        quantile_cont(busbw_gbps, 0.1) AS busbw_p10,
        quantile_cont(busbw_gbps, 0.9) AS busbw_p90,
        max(busbw_gbps) AS busbw_max
@@ -176,27 +178,7 @@ FROM collective_instances
 WHERE job = $job
   -- one source per rank (primary_sources)
   AND source IN (SELECT source FROM primary_sources WHERE job = $job)
-  AND bytes > 0 AND busbw_gbps IS NOT NULL AND busbw_gbps > 0
-GROUP BY ALL ORDER BY op, size_bytes;
-
--- name: busbw_raw
--- The same from each rank's own durations when tokenwire link has not matched instances
--- (a rank's duration includes waiting for the others, so this understates the network).
-SELECT op, 'unknown' AS parallel_dim,
-       CAST(pow(2, floor(log2(bytes))) AS BIGINT) AS size_bytes,
-       count(*) AS instances,
-       median(busbw) AS busbw_gbps,
-       quantile_cont(busbw, 0.1) AS busbw_p10,
-       quantile_cont(busbw, 0.9) AS busbw_p90,
-       max(busbw) AS busbw_max
-FROM (
-    SELECT op, bytes,
-           bytes / dur_ns * CASE
-               WHEN group_size IS NULL OR group_size < 2 THEN 1.0
-               ELSE bus_factor(op, group_size) END AS busbw
-    FROM collectives JOIN primary_sources USING (job, rank, source)
-    WHERE job = $job AND bytes > 0 AND dur_ns > 0 AND source <> 'flight_recorder'
-)
+  AND bytes > 0 AND busbw_gbps IS NOT NULL AND busbw_gbps > 0 AND min_dur_ns > 0
 GROUP BY ALL ORDER BY op, size_bytes;
 
 -- name: bandwidth_tests

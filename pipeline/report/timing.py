@@ -281,14 +281,6 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
     """Achieved bus bandwidth against message size, with the network's peaks."""
     sec = Section("bandwidth", "Achieved bus bandwidth vs message size")
     points = ctx.query("busbw_instances")
-    how = "matched collective instances (shortest duration across ranks)"
-    if points.height == 0:
-        points = ctx.query("busbw_raw")
-        how = (
-            "each rank's own durations (run tokenwire link to match instances across ranks: "
-            "a rank's duration includes waiting for the others, so this understates the "
-            "network)"
-        )
     tests = ctx.query("bandwidth_tests")
     peaks = []
     if ctx.config is not None:
@@ -297,19 +289,29 @@ def bandwidth_section(ctx: Context, no_timing: str | None) -> Section:
             {"peak": "job.yaml intra-node", "busbw_gbps": net.intra_node_GBps},
             {"peak": "job.yaml inter-node", "busbw_gbps": net.inter_node_GBps},
         ]
-    if points.height == 0 and tests.height == 0:
-        return sec.add(
-            Note(
-                no_timing or "No collective in this job has both a size and a duration.", "missing"
-            )
+    if points.height == 0:
+        # (one definition of achieved bandwidth: instances matched across ranks, never a
+        # rank's own duration, which holds its wait for the others)
+        unmatched = Note(
+            no_timing
+            or "No observed bus bandwidth: it is measured on collectives matched across ranks "
+            "with sizes and durations (tokenwire link).",
+            "missing",
         )
+        if tests.height == 0:
+            return sec.add(unmatched)
+        sec.add(unmatched)
     layers = _bandwidth_layers(points, tests, peaks)
     chart = (
         alt.layer(*layers)
         .resolve_scale(color="independent", strokeDash="independent")
         .properties(width=640, height=320, title="Bus bandwidth by message size")
     )
-    caption = "Points: median per power-of-two size bin, bars p10 to p90; from " + how + "."
+    caption = (
+        "Points: bus bytes over transfer time of the matched instances in each power-of-two "
+        "size bin (each instance timed by its shortest duration across ranks), bars p10 to "
+        "p90 of the instances."
+    )
     if peaks:
         caption += " Rules: per-GPU link bandwidth from job.yaml's network."
     if tests.height:
