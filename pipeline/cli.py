@@ -15,7 +15,18 @@ from pathlib import Path
 import click
 
 from pipeline import __version__
-from pipeline.cli_options import DATASET, JOB_NAME, job_choice, job_config, output_format
+from pipeline.cli_options import (
+    DATASET,
+    JOB_NAME,
+    MAX_RANK,
+    MAX_VOCAB,
+    MAX_WORKERS,
+    MIN_VOCAB,
+    job_choice,
+    job_config,
+    output_format,
+    parsed_by,
+)
 from pipeline.errors import TokenwireError, one_line
 
 
@@ -26,8 +37,13 @@ class _Group(click.Group):
     """
 
     def invoke(self, ctx: click.Context) -> object:
+        from pipeline.guards import finish_streams, guard_streams, limit_message
+
+        guard_streams()
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            finish_streams()
+            return result
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except BrokenPipeError:
@@ -35,7 +51,16 @@ class _Group(click.Group):
             # pointed at /dev/null so the interpreter's last flush cannot fail again
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(0) from None
+        except TokenwireError as exc:  # (a command that let one through)
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
         except Exception as exc:
+            from pipeline.dataset.location import part_error
+
+            known = limit_message(exc) or part_error(exc)  # (a resource limit, a damaged part)
+            if known is not None:
+                _fail(str(known))
             if os.environ.get("TOKENWIRE_DEBUG"):
                 raise
             _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
@@ -54,6 +79,8 @@ def cli() -> None:
 
 EXIT_BAD_INPUT = 1
 EXIT_INTERNAL = 3
+#: Ctrl-C: the shell's code for a command ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
 
 
 #: An error or warning line is cut to this many characters: a message quotes paths and
@@ -113,7 +140,7 @@ def _step_marker(value: str | None) -> str | None:
 @click.option(
     "--jobs",
     "workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WORKERS),
     help="Parallel worker processes (default: one per core for large inputs).",
 )
 @click.option(
@@ -164,11 +191,6 @@ def ingest(
             )
     except TokenwireError as exc:
         _fail(str(exc))
-    except Exception as exc:  # a bug: one line and exit 3, never a traceback
-        if os.environ.get("TOKENWIRE_DEBUG"):
-            raise
-        first = (str(exc).splitlines() or [""])[0]
-        _fail(f"internal error: {type(exc).__name__}: {first}", EXIT_INTERNAL)
     _print_summary(summary)
     for folder in summary.unreadable:
         _say("Warning", folder)
@@ -302,8 +324,10 @@ def format_frame(frame, fmt: str) -> str:
         return flatten_nested(frame).write_csv()
     if fmt == "json":
         return frame.write_json() + "\n"
+    from pipeline.guards import terminal_text
+
     with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
-        return str(frame) + "\n"
+        return terminal_text(str(frame)) + "\n"
 
 
 @cli.command("hang")
@@ -333,7 +357,9 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
             report = hang_analysis.analyze_paths(list(paths))
     except TokenwireError as exc:
         _fail(str(exc))
-    click.echo(report.to_json() if fmt == "json" else report.to_text())
+    from pipeline.guards import terminal_text
+
+    click.echo(report.to_json() if fmt == "json" else terminal_text(report.to_text()))
     if report.problem_found:
         raise SystemExit(hang_analysis.EXIT_PROBLEM)
 
@@ -369,7 +395,10 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     type=click.Choice(["fp32", "bf16", "fp16", "fp8"]),
     help="Gradient reduction dtype (Megatron default fp32).",
 )
-@click.option("--rank", default=0, show_default=True, help="Global rank to predict.")
+@click.option(
+    "--rank", default=0, show_default=True, type=click.IntRange(0, MAX_RANK),
+    help="Global rank to predict.",
+)  # fmt: skip
 @output_format(["table", "json"], "table", None)
 @click.option(
     "--step-time", type=float, help="Step time in seconds: adds network requirements and MFU."
@@ -524,6 +553,7 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
 @click.option(
     "--train-vocab",
     default=8192,
+    type=click.IntRange(MIN_VOCAB, MAX_VOCAB),
     show_default=True,
     help="Vocabulary of the BPE trained on the text when no --tokenizer is given.",
 )
@@ -741,11 +771,18 @@ def _diff_text(frame, fmt: str) -> str:
     help="Trace file to write: .json, or .json.gz (gzipped).",
 )  # fmt: skip
 @job_choice("Job to export (needed when the dataset holds several).")
-@click.option("--step", "steps", metavar="N|N-M", help="Only this step, or these steps.")
-@click.option("--ranks", metavar="LIST", help="Only these ranks, e.g. 0-7,12.")
+@click.option(
+    "--step", "steps", metavar="N|N-M", callback=parsed_by("parse_steps"),
+    help="Only this step, or these steps.",
+)  # fmt: skip
+@click.option(
+    "--ranks", metavar="LIST", callback=parsed_by("parse_ranks"),
+    help="Only these ranks, e.g. 0-7,12.",
+)  # fmt: skip
 @click.option(
     "--window",
     metavar="START_NS:END_NS",
+    callback=parsed_by("parse_window"),
     help="Only events overlapping this time window (ns on the job's aligned clock; either "
     "end may be left out).",
 )
@@ -764,9 +801,9 @@ def export(
     dataset: Path,
     output: Path,
     job: str | None,
-    steps: str | None,
-    ranks: str | None,
-    window: str | None,
+    steps: tuple[int, int] | None,
+    ranks: tuple[int, ...] | None,
+    window: tuple[int | None, int | None] | None,
     kernels: bool,
     ops: bool,
     flows: bool,
@@ -799,9 +836,9 @@ def export(
     try:
         scope = ex.Scope(
             job=job,
-            ranks=ex.parse_ranks(ranks) if ranks is not None else None,
-            steps=ex.parse_steps(steps) if steps is not None else None,
-            window=ex.parse_window(window) if window is not None else None,
+            ranks=ranks,
+            steps=steps,
+            window=window,
             kernels=kernels,
             ops=ops,
         )
@@ -830,9 +867,9 @@ def _export_flows(
     dataset: Path,
     output: Path,
     job: str | None,
-    steps: str | None,
-    ranks: str | None,
-    window: str | None,
+    steps: tuple[int, int] | None,
+    ranks: tuple[int, ...] | None,
+    window: tuple[int | None, int | None] | None,
     allow_writes: bool,
 ) -> None:
     """``tokenwire export --flows``: the wire table of a linked job as a flow list."""
@@ -843,9 +880,9 @@ def _export_flows(
     try:
         scope = ex.Scope(
             job=job,
-            ranks=ex.parse_ranks(ranks) if ranks is not None else None,
-            steps=ex.parse_steps(steps) if steps is not None else None,
-            window=ex.parse_window(window) if window is not None else None,
+            ranks=ranks,
+            steps=steps,
+            window=window,
         )
         if not allow_writes:
             refuse_inside(dataset, output)

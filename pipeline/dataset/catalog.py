@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 
 from pipeline.dataset.schema import Column, load_schemas
 from pipeline.dataset.snapshot import read_snapshot
 from pipeline.dataset.store import MANIFEST, read_parts_by_table, require_parts
+from pipeline.dataset.views import parts_select
 from pipeline.errors import DatasetError
 
 
@@ -26,7 +29,7 @@ class TableInfo:
 
 def describe(dataset: Path) -> list[TableInfo]:
     """Every table of ``dataset`` (empty ones too), rows counted from Parquet metadata."""
-    if not (Path(dataset) / MANIFEST).is_file():
+    if not os.path.lexists(Path(dataset) / MANIFEST):  # (a FIFO or folder: named when read)
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
     return read_snapshot(Path(dataset), functools.partial(_describe, Path(dataset)))
 
@@ -35,7 +38,10 @@ def _describe(dataset: Path) -> list[TableInfo]:
     by_table = read_parts_by_table(dataset)
     require_parts(dataset, [p for ps in by_table.values() for p in ps])
     out = []
+    con = duckdb.connect()
     for schema in load_schemas().values():
+        # (each part's columns checked against the schema, as every reader does)
+        parts_select(con, dataset, by_table.get(schema.name, []), schema)
         rows = sum(
             pq.ParquetFile(dataset / p).metadata.num_rows for p in by_table.get(schema.name, [])
         )

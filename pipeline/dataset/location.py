@@ -20,12 +20,15 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, one_line, shown
 
 _PROC_FD = Path("/proc/self/fd")
 _GLOB = re.compile(r"[*?\[\]{}]")
 #: The folder that holds a connection's open dataset, by (connection id, dataset path).
 _ROOTS: dict[tuple[int, str], str] = {}
+#: The dataset each such folder was last opened for, kept after the connection closes: an
+#: error naming a part may reach the command line after its connection is gone.
+_DATASET_OF: dict[str, str] = {}
 
 
 def part_root(con: duckdb.DuckDBPyConnection, dataset: Path) -> str:
@@ -57,6 +60,7 @@ def part_root(con: duckdb.DuckDBPyConnection, dataset: Path) -> str:
         raise DatasetError(f"{dataset}: cannot open the dataset folder: {exc.strerror}") from None
     root = f"{_PROC_FD}/{fd}"
     _ROOTS[key] = root
+    _DATASET_OF[root] = str(dataset)
     weakref.finalize(con, _forget, key, fd)
     return root
 
@@ -83,8 +87,47 @@ def partition_values(rel: str) -> tuple[tuple[str, str], ...]:
     return tuple(_PARTITION.findall(rel))
 
 
-def local_text(con: duckdb.DuckDBPyConnection, dataset: Path, text: str) -> str:
-    """``text`` (a DuckDB message) with the folder ``con`` reads ``dataset`` through written
-    as the dataset's own path."""
-    root = _ROOTS.get((id(con), str(dataset)))
-    return text.replace(root, str(dataset)) if root else text
+def local_text(text: str) -> str:
+    """``text`` (a DuckDB message) with each folder a connection read a dataset through
+    written as the dataset's own path."""
+    for root, dataset in _DATASET_OF.items():
+        text = text.replace(root + "/", dataset + "/")
+    return text
+
+
+_PART_IN = re.compile(r"/([a-z][a-z0-9_]*/job=[^/\"' ]+(?:/rank=-?\d+)?/part-[0-9a-z-]+\.parquet)")
+
+
+def part_error(exc: BaseException) -> DatasetError | None:
+    """A DuckDB error that names a part of a dataset (a Parquet page it cannot decode, text
+    that is not UTF-8) as the one line of bad input it is: the dataset, the part, the column
+    where pyarrow finds the damage, and DuckDB's reason. None for any other error."""
+    text = (str(exc).splitlines() or [""])[0]
+    for root, dataset in _DATASET_OF.items():
+        found = re.search(re.escape(root) + _PART_IN.pattern, text)
+        if found:
+            rel = found.group(1)
+            column = damaged_column(Path(dataset) / rel)
+            where = f"column {shown(column, 60)}: " if column else ""
+            reason = one_line(local_text(text), 300)
+            return DatasetError(f"{dataset}: {rel}: {where}unreadable Parquet part: {reason}")
+    return None
+
+
+def damaged_column(path: Path) -> str | None:
+    """The first column of the Parquet file at ``path`` whose values pyarrow finds invalid
+    (text that is not UTF-8 included), reading it a row group at a time; None when none."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with pq.ParquetFile(path) as f:
+            for batch in f.iter_batches(64 * 1024):
+                for name, column in zip(batch.schema.names, batch.columns, strict=True):
+                    try:
+                        column.validate(full=True)
+                    except pa.ArrowInvalid:
+                        return name
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return None

@@ -192,7 +192,8 @@ def _read_doc(path: Path) -> dict[str, Any]:
 def _manifest_bytes(path: Path) -> bytes:
     """The manifest file's bytes: a regular file (not a link) of a bounded size."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # (without blocking: a FIFO planted as the manifest would wait for a writer)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
         raise DatasetError(f"{path}: cannot read the manifest: {why}") from None
@@ -266,6 +267,9 @@ def _table_parts(path: Path, key: str, value: Any) -> dict[str, list[str]]:
         if not isinstance(rels, list):
             raise _bad(path, f"{key}.{shown(table, 40)}", "expected a list of parts")
         _check_paths(path, f"{key}.{shown(table, 40)}", rels)
+        if len(set(rels)) < len(rels):  # (its rows would be read twice)
+            twice = next(rel for i, rel in enumerate(rels) if rel in rels[:i])
+            raise _bad(path, f"{key}.{shown(table, 40)}", f"{shown(twice)} is listed twice")
     return value
 
 

@@ -63,7 +63,7 @@ def connect(
         When ``dataset`` is not a tokenwire dataset.
     """
     dataset = Path(dataset)
-    if not (dataset / MANIFEST).is_file():
+    if not os.path.lexists(dataset / MANIFEST):  # (a FIFO or folder: named when read)
         raise DatasetError(f"{dataset}: not a tokenwire dataset (no {MANIFEST})")
     schemas = [
         s

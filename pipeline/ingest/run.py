@@ -22,6 +22,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -47,6 +48,7 @@ from pipeline.dataset.store import (
     row_groups,
 )
 from pipeline.errors import TokenwireError, TraceFormatError
+from pipeline.guards import die_with_parent
 from pipeline.ingest.derive.attribution import attribute_collectives
 from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.detect import detect, module_for
@@ -358,12 +360,27 @@ def _parse_in_pool(
 ) -> None:
     """Parse in ``jobs`` spawned processes, each task (a batch of files, see
     :func:`parse_files`) submitted as soon as it is planned."""
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=get_context("spawn"),
+        initializer=die_with_parent,  # (a killed ingest leaves no worker behind)
+        initargs=(os.getpid(),),
+    )
+    with pool:
         with _worker_environment(jobs):  # the workers start while their tasks are submitted
             futures = {pool.submit(parse_files, [a for _, a in t]): t for t in tasks}
         try:
             for future in as_completed(futures):
-                for (i, _), out in zip(futures[future], future.result(), strict=True):
+                try:
+                    results = future.result()
+                except BrokenProcessPool:
+                    path = futures[future][0][1][0]
+                    raise TraceFormatError(
+                        path,
+                        "the worker process parsing it died (killed, or out of memory); "
+                        "nothing of this run was committed",
+                    ) from None
+                for (i, _), out in zip(futures[future], results, strict=True):
                     slots[i] = out
                     _notify(on_file, out)
         except BaseException:

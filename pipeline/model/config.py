@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import ConfigError, one_line, shown
+from pipeline.errors import ConfigError, TraceFormatError, one_line, shown
+from pipeline.guards import require_regular
 from pipeline.ingest.vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
 from pipeline.model.presets import PRESETS, preset
 
@@ -373,6 +374,10 @@ def _load(raw: bytes) -> Any:
 
 
 def _read_bounded(path: Path) -> bytes:
+    try:
+        require_regular(path)
+    except TraceFormatError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_JOB_BYTES + 1)

@@ -249,10 +249,12 @@ def with_fits(job: Job, paths: Iterable[str | Path]) -> Job:
     TraceFormatError
         A file that is not nccl-tests output.
     """
+    from pipeline.guards import require_regular
     from pipeline.ingest.nccl.nccl_tests import parse
 
     fits: list[Fitted] = []
     for path in paths:
+        require_regular(path)
         table = pl.from_arrow(parse(Path(path)).tables["bandwidth_tests"])
         fits += fit(table, Path(path).name)
     if not fits:

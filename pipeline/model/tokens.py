@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, TraceFormatError
+from pipeline.guards import require_regular
 from pipeline.model.config import Job
 from pipeline.model.predict import predict
 
@@ -61,6 +62,7 @@ class EpochTraffic:
 def read_text(path: str | Path) -> str:
     """The file as UTF-8 text; unreadable or non-UTF-8 input is a :class:`TraceFormatError`."""
     path = Path(path)
+    require_regular(path)  # (a FIFO would block, /dev/zero never end)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -132,6 +134,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     ConfigError
         A file the library cannot load, or the library missing.
     """
+    require_regular(path)  # (before a library opens it: a FIFO would block it)
     suffix = Path(path).suffix
     if suffix == ".tiktoken":
         return _tiktoken(Path(path))
