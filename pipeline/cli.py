@@ -624,13 +624,18 @@ def report(
       tokenwire report run42.tw --config job.yaml -o report.html
     """
     _without_jsonschema_format_checkers()
-    from pipeline.output import refuse_inside
+    from pipeline.guards import RENDERER_ADDRESS_SPACE, require_address_space
+    from pipeline.output import make_folder, refuse_inside
     from pipeline.report import build_report
 
     try:
         refuse_inside(dataset, output)
         if png_dir is not None:
             refuse_inside(dataset, png_dir, "--png-dir")
+            # (checked before anything is written: a native abort, or an HTML file and no
+            # images, would be half an output)
+            require_address_space("--png-dir: the chart renderer", RENDERER_ADDRESS_SPACE)
+            make_folder(png_dir)
         result = build_report(dataset, config=config, output=output, png_dir=png_dir, job=job)
     except TokenwireError as exc:
         _fail(str(exc))

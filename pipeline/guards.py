@@ -54,6 +54,10 @@ def require_regular(path: str | Path) -> None:
         raise TraceFormatError(path, f"not a regular file but {kind}")
 
 
+class LimitError(TokenwireError):
+    """A resource limit of the process (``ulimit``) that a step cannot run under."""
+
+
 class StreamError(TokenwireError):
     """A standard stream that cannot be written (full, closed, a size limit) or read."""
 
@@ -217,3 +221,26 @@ def terminal_text(text: str) -> str:
     (ESC, which starts a terminal's commands, BEL, CR, which overwrites a line) written as
     its escape, ``\\x1b``."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+#: Address space the chart renderer (vl-convert's V8) reserves when it starts: it aborts the
+#: process natively below this (measured: it fails at 64 GiB, starts at 128 GiB).
+RENDERER_ADDRESS_SPACE = 128 << 30
+
+
+def require_address_space(what: str, need: int) -> None:
+    """Refuse to start native code that reserves ``need`` bytes of address space (and
+    aborts the whole process, with no error to catch, when it cannot) under a smaller
+    ``ulimit -v``.
+
+    Raises
+    ------
+    LimitError
+        Naming ``what``, what it needs and the limit.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise LimitError(
+            f"{what} needs {need >> 30} GiB of address space and the limit is ulimit -v "
+            f"{soft // 1024:,} KiB; raise it (ulimit -v unlimited) or leave the option out"
+        )

@@ -45,6 +45,9 @@ class Column:
     unit: str
     nullable: bool
     meaning: str
+    #: The values a part may hold (``range: [lo, hi]`` in the schema file; NaN is outside
+    #: any); None where the schema states none.
+    range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ def load_schemas() -> dict[str, TableSchema]:
                 unit=c.get("unit") or "",
                 nullable=bool(c.get("nullable", True)),
                 meaning=c.get("meaning", ""),
+                range=tuple(c["range"]) if "range" in c else None,
             )
             for c in doc["columns"]
         )

@@ -197,10 +197,11 @@ def _manifest_bytes(path: Path) -> bytes:
     except OSError as exc:
         why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
         raise DatasetError(f"{path}: cannot read the manifest: {why}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # (before fdopen, which refuses a folder itself)
+        os.close(fd)
+        raise DatasetError(f"{path}: the manifest is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise DatasetError(f"{path}: the manifest is not a regular file")
         if st.st_size > MAX_MANIFEST_BYTES:
             raise DatasetError(
                 f"{path}: the manifest is {st.st_size:,} bytes, more than any dataset's "

@@ -173,6 +173,7 @@ def parts_select(
             row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM {first}").fetchall()
         }
         _check_columns(dataset, group.parts[0], schema, present, partition)
+        _check_ranges(con, dataset, group, schema, present)
         values = dict(partition)
         casts = ", ".join(
             f"CAST({_value(c.name, present, values)} AS "
@@ -216,6 +217,34 @@ def _check_columns(
         if kind != expected:
             raise DatasetError(
                 f"{where}: {shown(kind, 60)} where the schema of {schema.name} says {expected}"
+            )
+
+
+def _check_ranges(
+    con: duckdb.DuckDBPyConnection,
+    dataset: Path,
+    group: _Group,
+    schema: TableSchema,
+    present: dict[str, str],
+) -> None:
+    """Refuse a part of ``group`` holding a value outside its column's ``range`` in the
+    schema (NaN included): a count of ranks or bytes a few bytes of Parquet can claim, which
+    a view would expand into a list of that many ranks or a query add up past 64 bits."""
+    for column in schema.columns:
+        if column.range is None or column.name not in present:
+            continue
+        lo, hi = column.range
+        name = _ident(column.name)
+        files = "[" + ", ".join(_literal(p) for p in group.paths) + "]"
+        bad = con.execute(
+            f"SELECT filename, {name} FROM read_parquet({files}, filename = true, "
+            f"hive_partitioning = false) WHERE NOT ({name} BETWEEN {lo} AND {hi}) LIMIT 1"
+        ).fetchone()
+        if bad is not None:
+            rel = group.parts[group.paths.index(bad[0])]
+            raise DatasetError(
+                f"{dataset}: {rel}: column {column.name}: {bad[1]:.4g} is outside "
+                f"{lo:,}..{hi:,}, the values the schema of {schema.name} allows"
             )
 
 

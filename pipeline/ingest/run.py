@@ -48,7 +48,7 @@ from pipeline.dataset.store import (
     row_groups,
 )
 from pipeline.errors import TokenwireError, TraceFormatError
-from pipeline.guards import die_with_parent
+from pipeline.guards import die_with_parent, limit_message
 from pipeline.ingest.derive.attribution import attribute_collectives
 from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.detect import detect, module_for
@@ -483,8 +483,13 @@ def _outcome(
         out.error = f"{path}: {exc}"
     except Exception as exc:  # a parser bug must not take the other files down with it
         first = (str(exc).splitlines() or [""])[0]
-        out.error = f"{path}: internal error: {type(exc).__name__}: {first}"
-        out.internal = True
+        limit = limit_message(exc)  # (memory or open files: the limit, not a bug)
+        out.error = (
+            f"{path}: {limit}"
+            if limit
+            else f"{path}: internal error: {type(exc).__name__}: {first}"
+        )
+        out.internal = limit is None
         if os.environ.get("TOKENWIRE_DEBUG"):
             out.traceback = traceback.format_exc()
     if out.status == "failed":

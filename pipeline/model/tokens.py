@@ -11,6 +11,7 @@ parallel dimension puts on the wire, over all ranks, to train one epoch over the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,9 +101,32 @@ def train_bpe(text: str, *, vocab_size: int = 8192, min_frequency: int = 2) -> A
     tk = _tokenizers()
     bpe = tk.ByteLevelBPETokenizer()
     bpe.train_from_iterator(
-        _chunks(text), vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False
+        (_short_words(chunk) for chunk in _chunks(text)),
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=False,
     )
     return bpe
+
+
+#: Longest run of characters without a space the BPE trainer sees as one word. Training
+#: rescans each word for every merge, so one word of n characters (a file of one repeated
+#: letter) costs about n x vocabulary steps: 200,000 letters took 14 s. Words longer than
+#: this (URLs, base64, a repeated letter) are cut into pieces of this length for training;
+#: counting tokens still reads the text as it is.
+MAX_TRAIN_WORD_CHARS = 256
+_LONG_WORD = re.compile(rf"\S{{{MAX_TRAIN_WORD_CHARS + 1},}}")
+
+
+def _short_words(text: str) -> str:
+    """``text`` with each word longer than :data:`MAX_TRAIN_WORD_CHARS` cut by spaces."""
+    return _LONG_WORD.sub(
+        lambda m: " ".join(
+            m.group()[i : i + MAX_TRAIN_WORD_CHARS]
+            for i in range(0, len(m.group()), MAX_TRAIN_WORD_CHARS)
+        ),
+        text,
+    )
 
 
 #: The pre-tokenizer pattern of Llama 3's tiktoken tokenizer (Meta ``llama3/tokenizer.py``

@@ -127,6 +127,7 @@ class Runner:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
+        self.proc.stdout.close()
 
 
 def refused(result: Result, *fragments: str, code: int = 1) -> str:
@@ -228,4 +229,9 @@ def build_world(root: Path) -> World:
     dataset = root / "base" / "ds"
     ok(run("ingest", src, "-o", dataset, "--job", "j"))
     ok(run("link", dataset, "--config", job_yaml))
+    # The report's chart library is built once by V8, which cannot start under the cells'
+    # memory limit: built here, without one, into the session's cache.
+    from pipeline.report.page import javascript_bundle
+
+    javascript_bundle()
     return World(root, src, dataset, job_yaml, text, table_rows(dataset), run)

@@ -766,6 +766,16 @@ def _comm_table(parts, comm_ids: pl.DataFrame, facts: pl.DataFrame, ranked) -> p
     )
 
 
+def _check_negative(coll: pl.DataFrame, count: pl.Expr, nranks: pl.Expr) -> None:
+    """Refuse the first COLL line with a negative count or number of ranks: NCCL prints
+    both as unsigned (``size_t``, ``int`` >= 1), so one below 0 is not NCCL's."""
+    bad = coll.filter((count < 0) | (nranks < 0))
+    if bad.height:
+        raise LineOutOfRange(
+            bad["line_no"].min(), "a negative count or nranks; NCCL counts are never below 0"
+        )
+
+
 def _check_products(coll: pl.DataFrame, fits: pl.Expr) -> None:
     """Refuse the first COLL line where ``fits`` is false: a count x ranks or byte count beyond
     int64, which Polars would wrap into a wrong, even negative, number."""
@@ -834,6 +844,7 @@ def _coll_fields(joined: pl.DataFrame) -> list[pl.Expr]:
     times_n = op.is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"])
     full = pl.when(times_n).then(c * n).otherwise(c)
     # (counts scale with ranks exactly for the times_n ops: count_in / count_out below too)
+    _check_negative(joined, c, n)
     _check_products(joined, (product_fits(c, n) | ~times_n) & product_fits(full, size))
     redop_id = pl.col("redop_id").cast(pl.Int64)
     redop = redop_id.replace_strict(_REDOPS, default="premul_sum", return_dtype=pl.String)
