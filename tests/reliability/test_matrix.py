@@ -219,8 +219,8 @@ def _tokens_full(w: World, tmp: Path) -> None:
 @cell("sql", 2)
 def _sql_unwritable(w: World, tmp: Path) -> None:
     ds = w.copy(tmp / "ds")
-    watch = Watch(tmp)
     under = _under_a_file(tmp, "out.csv")
+    watch = Watch(tmp)
     refused(w.run("sql", ds, "SELECT 1", "--format", "csv", "-o", under), str(under))
     long_name = tmp / ("x" * 300 + ".csv")
     refused(w.run("sql", ds, "SELECT 1", "--format", "csv", "-o", long_name), "too long")
@@ -671,14 +671,15 @@ def _ingest_numbers(w: World, tmp: Path) -> None:
     bad.parent.mkdir()
     bad.write_text("".join(text))
     refused(w.run("ingest", bad, "-o", tmp / "neg.ds"), f"{bad}:{at + 1}:")
-    # gzip with long FNAME and FCOMMENT fields: valid, read as the plain file
-    gz = tmp / "gz" / "rank1.nccl.log.gz"
+    # gzip with name and comment fields longer than a read of the file's head: valid gzip
+    kineto = next(w.src.glob("rank1.*.pt.trace.json.gz"))
+    gz = tmp / "gz" / "rank1.pt.trace.json.gz"
     gz.parent.mkdir()
-    data = _sample("rank1.nccl.log").read_bytes()
-    body = gzip.compress(data, mtime=0)
+    body = gzip.compress(gzip.decompress(kineto.read_bytes()), mtime=0)
     header = bytearray(body[:10])
     header[3] = 0x08 | 0x10  # FNAME, FCOMMENT
-    gz.write_bytes(bytes(header) + b"n" * 70_000 + b"\0" + b"c" * 70_000 + b"\0" + body[10:])
+    fields = b"n" * 300_000 + b"\0" + b"c" * 300_000 + b"\0"
+    gz.write_bytes(bytes(header) + fields + body[10:])
     ok(w.run("ingest", gz, "-o", tmp / "gz.ds"))
 
 
@@ -750,6 +751,7 @@ def _nofile_cell(command: str, args: Callable[[World, Path, Path], list]) -> Non
             capture_output=True,
             text=True,
             timeout=300,
+            preexec_fn=_limits,  # noqa: PLW1509 - the limits must be set in the child
         )
         if done.returncode not in (0, 4):
             line = refused(_as_result(done))
@@ -758,6 +760,16 @@ def _nofile_cell(command: str, args: Callable[[World, Path, Path], list]) -> Non
             watch.unchanged()
 
     CELLS[command, 8] = run
+
+
+def _limits() -> None:
+    """The memory and CPU limits of the forked cells, for a command run on its own."""
+    import resource
+
+    from tests.reliability.hostile import CPU_LIMIT_S, MEMORY_LIMIT
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S))
 
 
 def _as_result(done: subprocess.CompletedProcess):
@@ -781,19 +793,24 @@ _nofile_cell("link", lambda w, ds, o: ["link", ds])
 def _sql_interrupt(w: World, tmp: Path) -> None:
     """Ctrl-C stops a query that would run for hours."""
     ds = w.copy(tmp / "ds")
-    query = "SELECT count(*) FROM range(100000000000) a, range(100000000000) b WHERE a.range + b.range = -1"
+    # (hours of hashing in constant memory)
+    query = "SELECT sum(hash(range)) FROM range(100000000000000)"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "sql", str(ds), query],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_limits,  # noqa: PLW1509 - the limits must be set in the child
     )
-    time.sleep(4)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    line = refused(_as_result_code(proc.returncode, out, err), "interrupted", code=130)
-    assert line
+    try:
+        time.sleep(4)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    refused(_as_result_code(proc.returncode, out, err), "interrupted", code=130)
 
 
 def _as_result_code(code: int, out: str, err: str):
@@ -802,8 +819,7 @@ def _as_result_code(code: int, out: str, err: str):
     return Result(code, out, err)
 
 
-@cell("ingest", 8)
-def _ingest_workers(w: World, tmp: Path) -> None:
+def _parent_killed(w: World, tmp: Path) -> None:
     """The parent of ``ingest --jobs 2`` killed: its workers exit too; the dataset stays as
     the last commit left it (here: not there)."""
     from tests.reliability.procs import make_job
@@ -836,7 +852,58 @@ def _ingest_workers(w: World, tmp: Path) -> None:
     end = time.monotonic() + 30
     while time.monotonic() < end and any(_alive(pid) for pid in children):
         time.sleep(0.1)
-    assert not any(_alive(pid) for pid in children), "workers outlived their parent"
+    left = [pid for pid in children if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "workers outlived their parent"
+
+
+@cell("ingest", 8)
+def _ingest_workers(w: World, tmp: Path) -> None:
+    _parent_killed(w, tmp)
+    _worker_killed(w, tmp)
+
+
+def _worker_killed(w: World, tmp: Path) -> None:
+    """A worker of ``ingest --jobs 2`` killed: one line naming a file, exit 1, no dataset."""
+    from tests.reliability.procs import make_job
+
+    src = make_job(tmp / "job2", events=20_000)
+    argv = ["ingest", str(src), "-o", str(tmp / "ds2"), "--jobs", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *argv],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while time.monotonic() < deadline and not workers:
+            workers = [p for p in _children(proc.pid) if _is_worker(p)]
+            time.sleep(0.05)
+        assert workers, "no worker started"
+        os.kill(workers[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    from tests.reliability.matrix import Result
+
+    result = Result(proc.returncode, "", err)
+    if result.code == 0:  # (the worker had finished its files)
+        return
+    refused(result, str(src), "worker process")
+    assert not (tmp / "ds2").exists()
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"spawn_main" in cmd
 
 
 def _children(pid: int) -> list[int]:
