@@ -56,9 +56,7 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
         except Exception as exc:
-            from pipeline.dataset.location import part_error
-
-            known = limit_message(exc) or part_error(exc)  # (a resource limit, a damaged part)
+            known = limit_message(exc) or _part_error(exc)  # (a resource limit, a damaged part)
             if known is not None:
                 _fail(str(known))
             if os.environ.get("TOKENWIRE_DEBUG"):
@@ -75,6 +73,15 @@ def cli() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")
+
+
+def _part_error(exc: Exception) -> Exception | None:
+    """:func:`pipeline.dataset.location.part_error`, where DuckDB was loaded at all."""
+    if "duckdb" not in sys.modules:
+        return None
+    from pipeline.dataset.location import part_error
+
+    return part_error(exc)
 
 
 EXIT_BAD_INPUT = 1

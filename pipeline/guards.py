@@ -135,6 +135,8 @@ def limit_message(exc: BaseException) -> str | None:
     text = str(exc)
     if (
         isinstance(exc, MemoryError)
+        # (a library that cannot be mapped under ulimit -v fails its import)
+        or (isinstance(exc, ImportError) and "failed to map segment" in text)
         or "out of memory" in text.lower()
         or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
     ):

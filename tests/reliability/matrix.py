@@ -87,6 +87,7 @@ class Runner:
         stdout: str | None = None,
         stdin: str = os.devnull,
         file_bytes: int | None = None,
+        unprivileged: bool = False,
     ) -> Result:
         self.count += 1
         out = stdout or str(self.scratch / f"out-{self.count}")
@@ -98,6 +99,7 @@ class Runner:
             "stdout": out,
             "stderr": err,
             "file_bytes": file_bytes,
+            "unprivileged": unprivileged,
         }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()

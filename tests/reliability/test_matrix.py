@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -225,7 +226,20 @@ def _sql_unwritable(w: World, tmp: Path) -> None:
     long_name = tmp / ("x" * 300 + ".csv")
     refused(w.run("sql", ds, "SELECT 1", "--format", "csv", "-o", long_name), "too long")
     refused(w.run("sql", ds, "SELECT 1", stdout="/dev/full"), "standard output")
+    loop = tmp / "loop"
+    loop.symlink_to(loop)
+    refused(w.run("sql", ds, "SELECT 1", "-o", loop / "x.csv"), "symbolic links")
     _no_output_left(tmp, watch)
+    # the statements from a standard input that is closed
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "sql", str(ds)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.close(0),  # noqa: PLW1509 - closed in the child
+    )
+    refused(_as_result(done), "standard input is closed")
 
 
 @cell("report", 2)
@@ -258,6 +272,11 @@ def _export_efbig(w: World, tmp: Path) -> None:
     watch = Watch(tmp)
     refused(w.run("export", ds, "-o", out / "t.json", file_bytes=4096), str(out / "t.json"))
     _no_output_left(tmp, watch)
+    # a folder without write permission (root's capabilities that pass it dropped)
+    locked = tmp / "locked"
+    locked.mkdir(mode=0o555)
+    refused(w.run("export", ds, "-o", locked / "t.json", unprivileged=True), "Permission denied")
+    assert not list(locked.iterdir())
 
 
 @cell("export-flows", 2)
@@ -811,6 +830,21 @@ def _sql_interrupt(w: World, tmp: Path) -> None:
         proc.kill()
         proc.wait()
     refused(_as_result_code(proc.returncode, out, err), "interrupted", code=130)
+    # under a ulimit -v too small to load its libraries: the limit named, exit 1
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "sql", str(ds), "SELECT count(*) FROM ops"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_small_address_space,  # noqa: PLW1509 - the limit must be set in the child
+    )
+    line = refused(_as_result(done), "out of memory")
+    assert "ulimit -v 307,200" in line, line
+
+
+def _small_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (300 << 20, 300 << 20))
 
 
 def _as_result_code(code: int, out: str, err: str):
