@@ -165,7 +165,7 @@ def interrupt_calls(stop: Callable[[], None]) -> Iterator[None]:
     Python runs its SIGINT handler only between bytecodes of the main thread, which a
     native call (a DuckDB query) holds for as long as it runs. The signal's number is also
     written to the wakeup fd at once, from C: a thread waiting on it calls ``stop``; the
-    ``KeyboardInterrupt`` follows when the call returns.
+    block's error then is a ``KeyboardInterrupt``.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -190,12 +190,20 @@ def interrupt_calls(stop: Callable[[], None]) -> Iterator[None]:
             if not data:
                 return
             if signal.SIGINT in data and not done.is_set():
+                interrupted.set()
                 stop()
 
+    interrupted = threading.Event()
     thread = threading.Thread(target=watch, name="tokenwire-interrupt", daemon=True)
     thread.start()
     try:
         yield
+    except Exception:
+        # (DuckDB reports its interrupted query as an error of its own, a RuntimeError on
+        # some paths, and may have consumed the KeyboardInterrupt)
+        if interrupted.is_set():
+            raise KeyboardInterrupt from None
+        raise
     finally:
         done.set()
         signal.set_wakeup_fd(previous)

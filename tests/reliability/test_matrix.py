@@ -155,6 +155,19 @@ def _ingest_location(w: World, tmp: Path) -> None:
     sibling.unchanged()
 
 
+@pytest.mark.parametrize("where", ["ds*", "r[12]", "rank=7/job=x/ds"])
+def test_each_location_reads_its_own_rows(world: World, tmp_path: Path, where: str) -> None:
+    """Each hostile location alone, read in this process: a sibling the glob would match
+    holds a copy, and the ancestors are ``key=value`` folders."""
+    from pipeline.dataset.views import connect
+
+    ds = world.copy(tmp_path / where)
+    world.copy(tmp_path / where.replace("ds*", "dsX").replace("r[12]", "r1").replace("/ds", "/ds2"))
+    con = connect(ds)
+    got = con.execute("SELECT count(*), min(job), max(job), max(rank) FROM collectives").fetchone()
+    assert got == (world.rows["collectives"], "j", "j", 1)
+
+
 NOT_APPLICABLE["tokens", 1] = (
     "reads a text file and a tokenizer by their paths with Python's open (no dataset, no "
     "glob, no partition)"
@@ -493,12 +506,13 @@ _schema_cell(
     "UTF8",
     args=lambda w, ds, o: ["export", ds, "--ops", "-o", f"{o}.json"],
 )
-_schema_cell(
+_schema_cell(  # a duration near int64's limit: a sum of two would overflow
     "export-flows",
-    "wire",
-    "bytes",
+    "collectives",
+    "dur_ns",
     _near_max,
-    "bytes",
+    "dur_ns",
+    "outside",
     args=lambda w, ds, o: ["export", ds, "--flows", "-o", f"{o}.csv"],
 )
 _schema_cell("hang", "collectives", "", None, "not a column", args=lambda w, ds, o: ["hang", ds])
