@@ -7,13 +7,14 @@ the CLI and the libraries it loads, never starts a thread, and forks one child p
 a fork of the test process itself could inherit thread pools that earlier tests started
 (Polars, Arrow, DuckDB), which a child would wait on forever. Each child gets the limits of
 :func:`tests.reliability.hostile.run_cli` (address space, CPU seconds, optionally a file
-size limit and no capabilities that pass permissions), its own stdin, stdout and stderr, and
+size limit or of open files), its own stdin, stdout and stderr, and
 runs the command as ``python -m pipeline`` would; the server answers with its exit status.
 
 Protocol: one JSON request per line on stdin (``args``, ``cwd``, ``stdin``, ``stdout``,
-``stderr``: paths; ``file_bytes``, ``unprivileged``); two JSON answers per request on stdout:
-``{"pid": P}`` when the child starts (a client that waits too long kills its process group)
-and ``{"code": N}`` when it ends (a negative N: killed by signal -N).
+``stderr``: paths; ``file_bytes``, ``open_files``); two JSON answers per
+request on stdout: ``{"pid": P}`` when the child starts (a client that waits too long
+kills its process group) and ``{"code": N}`` when it ends (a negative N: killed by signal
+-N).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 
 
 def _child(request: dict) -> None:
-    from tests.reliability.hostile import CPU_LIMIT_S, MEMORY_LIMIT, drop_privileges
+    from tests.reliability.hostile import CPU_LIMIT_S, MEMORY_LIMIT
 
     os.setsid()
     os.chdir(request["cwd"])
@@ -46,8 +47,9 @@ def _child(request: dict) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         limit = request["file_bytes"]
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    if request.get("unprivileged"):
-        drop_privileges()
+    if request.get("open_files") is not None:
+        limit = request["open_files"]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # the streams an interpreter starts with (the server's hold its requests, read ahead)
     sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115

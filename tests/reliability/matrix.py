@@ -87,7 +87,7 @@ class Runner:
         stdout: str | None = None,
         stdin: str = os.devnull,
         file_bytes: int | None = None,
-        unprivileged: bool = False,
+        open_files: int | None = None,
     ) -> Result:
         self.count += 1
         out = stdout or str(self.scratch / f"out-{self.count}")
@@ -99,7 +99,7 @@ class Runner:
             "stdout": out,
             "stderr": err,
             "file_bytes": file_bytes,
-            "unprivileged": unprivileged,
+            "open_files": open_files,
         }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
