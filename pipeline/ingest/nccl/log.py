@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from pipeline.dataset.schema import table_schema
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.nccl import lines as L
 from pipeline.ingest.nccl.version import infer_versions
@@ -387,6 +388,8 @@ def _build(parts: dict[str, pl.DataFrame], warns: list[Warnings]) -> list[ParseR
     """The tables of each file of ``parts`` (``warns[file]``: its warnings), all files at once."""
     versions = _versions(parts, warns)
     inits = _inits(parts)
+    for frame in (inits, parts.get("coll")):
+        _check_nranks(frame)
     rank_map, pid_map, sources = _rank_maps(parts, inits, warns)
     facts = _file_facts(inits, versions)
 
@@ -764,6 +767,22 @@ def _comm_table(parts, comm_ids: pl.DataFrame, facts: pl.DataFrame, ranked) -> p
     return ids.join(lists, on=["file", "comm"], how="left").sort(
         "file", "rank", "comm", maintain_order=True
     )
+
+
+def _check_nranks(lines: pl.DataFrame | None) -> None:
+    """Refuse the first line claiming more ranks than the schema allows a communicator
+    (``communicators.nranks``): a few bytes of log would otherwise become a list of that
+    many members (2**30 ranks: 8 GiB)."""
+    if lines is None or "nranks" not in lines.columns:
+        return
+    _, most = table_schema("communicators").column("nranks").range
+    bad = lines.filter(pl.col("nranks").cast(pl.Int64, strict=False) > most)
+    if bad.height:
+        raise LineOutOfRange(
+            bad["line_no"].min(),
+            f"nranks {bad['nranks'][0]} is more than the {int(most):,} ranks a communicator "
+            "may have",
+        )
 
 
 def _check_negative(coll: pl.DataFrame, count: pl.Expr, nranks: pl.Expr) -> None:
