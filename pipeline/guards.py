@@ -81,6 +81,8 @@ class _GuardedOut:
             raise StreamError("standard output is closed; nothing could be written")
         try:
             return action(self._stream)
+        except BrokenPipeError:
+            raise  # (the reader stopped early, `| head`: the command line ends quietly)
         except OSError as exc:
             self._drop()
             raise StreamError(f"standard output: cannot write: {_reason(exc)}") from None
