@@ -189,8 +189,11 @@ def check_ranges(schema: TableSchema, table: pa.Table) -> None:
             continue
         arr = table.column(col.name)
         lo, hi = col.range
-        bad = pc.or_kleene(pc.less(arr, lo), pc.greater(arr, hi))
-        if pa.types.is_floating(arr.type):
+        floating = pa.types.is_floating(arr.type)
+        # (bounds of the column's kind: Arrow refuses an int beyond 2**53 against floats)
+        low, high = (float(lo), float(hi)) if floating else (int(lo), int(hi))
+        bad = pc.or_kleene(pc.less(arr, low), pc.greater(arr, high))
+        if floating:
             bad = pc.or_kleene(bad, pc.is_nan(arr))
         bad = pc.fill_null(bad, False)
         if pc.any(bad).as_py():
