@@ -131,3 +131,25 @@ def damaged_column(path: Path) -> str | None:
     except (OSError, ValueError, pa.ArrowException):
         return None
     return None
+
+
+def overflow_error(dataset: Path, step: str, exc: BaseException) -> None:
+    """Raise a DuckDB error that says a sum or product of the dataset's values went past
+    64-bit integers as the bad input it is: values each within their schema's range (at
+    most 2**62) can still add up past int64 (two of them do).
+
+    Raises
+    ------
+    DatasetError
+        ``DS: STEP: values of the dataset add up past 64-bit integers (...)``, naming the
+        column DuckDB names.
+    """
+    if not isinstance(exc, (duckdb.ConversionException, duckdb.OutOfRangeException)):
+        return
+    text = (str(exc).splitlines() or [""])[0]
+    column = re.search(r"from source column (\w+)", text)
+    where = f" (column {column.group(1)})" if column else ""
+    raise DatasetError(
+        f"{dataset}: {step}: values of the dataset add up past 64-bit integers{where}; "
+        f"its parts hold values near that limit: {one_line(local_text(text), 200)}"
+    ) from None

@@ -529,6 +529,21 @@ _schema_cell(
 )
 
 
+_decimal_link = CELLS["link", 4]
+
+
+@cell("link", 4)
+def _link_out_of_schema(w: World, tmp: Path) -> None:
+    """A DECIMAL(38) column; then values each in their range that add up past int64."""
+    _decimal_link(w, tmp / "decimal")
+    ds = w.copy(tmp / "ds")
+    for rel in json.loads((ds / "manifest.json").read_text())["tables"]["collectives"]:
+        _rewrite(ds / rel, _set_column("bytes", lambda n: pa.array([2**62] * n, pa.int64())))
+    watch = Watch(ds)
+    refused(w.run("link", ds), str(ds), "add up past 64-bit integers", "column bytes")
+    watch.unchanged()
+
+
 @cell("diff", 4)
 def _diff_twice(w: World, tmp: Path) -> None:
     """The same part listed twice in the manifest's index: every row would count twice."""
