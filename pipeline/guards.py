@@ -200,10 +200,11 @@ def interrupt_calls(stop: Callable[[], None]) -> Iterator[None]:
     thread.start()
     try:
         yield
-    except Exception:
+    except Exception as exc:
         # (DuckDB reports its interrupted query as an error of its own, a RuntimeError on
-        # some paths, and may have consumed the KeyboardInterrupt)
-        if interrupted.is_set():
+        # some paths, and may have handled the SIGINT itself: its own handler then ran,
+        # not Python's, and nothing reached the wakeup fd)
+        if interrupted.is_set() or _interrupted_query(exc):
             raise KeyboardInterrupt from None
         raise
     finally:
@@ -212,6 +213,11 @@ def interrupt_calls(stop: Callable[[], None]) -> Iterator[None]:
         os.close(write)  # the watcher's read ends
         thread.join(timeout=5)
         os.close(read)
+
+
+def _interrupted_query(exc: Exception) -> bool:
+    """Whether ``exc`` is DuckDB saying that its query was interrupted (only Ctrl-C does)."""
+    return type(exc).__name__ == "InterruptException" or str(exc).startswith("Query interrupted")
 
 
 def die_with_parent(parent: int) -> None:
