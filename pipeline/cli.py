@@ -15,7 +15,18 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .cli_options import DATASET, JOB_NAME, job_choice, job_config, output_format
+from .cli_options import (
+    DATASET,
+    JOB_NAME,
+    MAX_RANK,
+    MAX_VOCAB,
+    MAX_WORKERS,
+    MIN_VOCAB,
+    job_choice,
+    job_config,
+    output_format,
+    parsed_by,
+)
 from .errors import TokenwireError, one_line
 
 
@@ -26,8 +37,13 @@ class _Group(click.Group):
     """
 
     def invoke(self, ctx: click.Context) -> object:
+        from .guards import finish_streams, guard_streams, limit_message
+
+        guard_streams()
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            finish_streams()
+            return result
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except BrokenPipeError:
@@ -35,7 +51,14 @@ class _Group(click.Group):
             # pointed at /dev/null so the interpreter's last flush cannot fail again
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(0) from None
+        except TokenwireError as exc:  # (a command that let one through)
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
         except Exception as exc:
+            known = limit_message(exc) or _part_error(exc)  # (a resource limit, a damaged part)
+            if known is not None:
+                _fail(str(known))
             if os.environ.get("TOKENWIRE_DEBUG"):
                 raise
             _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
@@ -52,8 +75,19 @@ def cli() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _part_error(exc: Exception) -> Exception | None:
+    """:func:`pipeline.dataset.location.part_error`, where DuckDB was loaded at all."""
+    if "duckdb" not in sys.modules:
+        return None
+    from .dataset.location import part_error
+
+    return part_error(exc)
+
+
 EXIT_BAD_INPUT = 1
 EXIT_INTERNAL = 3
+#: Ctrl-C: the shell's code for a command ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
 
 
 #: An error or warning line is cut to this many characters: a message quotes paths and
@@ -113,7 +147,7 @@ def _step_marker(value: str | None) -> str | None:
 @click.option(
     "--jobs",
     "workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WORKERS),
     help="Parallel worker processes (default: one per core for large inputs).",
 )
 @click.option(
@@ -165,11 +199,6 @@ def ingest(
             )
     except TokenwireError as exc:
         _fail(str(exc))
-    except Exception as exc:  # a bug: one line and exit 3, never a traceback
-        if os.environ.get("TOKENWIRE_DEBUG"):
-            raise
-        first = (str(exc).splitlines() or [""])[0]
-        _fail(f"internal error: {type(exc).__name__}: {first}", EXIT_INTERNAL)
     _print_summary(summary)
     for folder in summary.unreadable:
         _say("Warning", folder)
@@ -338,10 +367,12 @@ def format_frame(frame, fmt: str) -> str:
         # (Polars writes a decimal as a JSON string)
         decimals = [c for c, t in frame.schema.items() if isinstance(t, pl.Decimal)]
         return frame.with_columns(pl.col(decimals).cast(pl.Float64)).write_json() + "\n"
+    from .guards import terminal_text
+
     with pl.Config(
         tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200, fmt_float="full"
     ):
-        return str(frame) + "\n"
+        return terminal_text(str(frame)) + "\n"
 
 
 @cli.command("hang")
@@ -371,7 +402,9 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
             report = hang_analysis.analyze_paths(list(paths))
     except TokenwireError as exc:
         _fail(str(exc))
-    click.echo(report.to_json() if fmt == "json" else report.to_text())
+    from .guards import terminal_text
+
+    click.echo(report.to_json() if fmt == "json" else terminal_text(report.to_text()))
     if report.problem_found:
         raise SystemExit(hang_analysis.EXIT_PROBLEM)
 
@@ -407,7 +440,10 @@ def hang(paths: tuple[Path, ...], fmt: str, job: str | None) -> None:
     type=click.Choice(["fp32", "bf16", "fp16", "fp8"]),
     help="Gradient reduction dtype (Megatron default fp32).",
 )
-@click.option("--rank", default=0, show_default=True, help="Global rank to predict.")
+@click.option(
+    "--rank", default=0, show_default=True, type=click.IntRange(0, MAX_RANK),
+    help="Global rank to predict.",
+)  # fmt: skip
 @click.option(
     "--world-size",
     type=int,
@@ -626,6 +662,7 @@ def _measured_mfu(base, obs, acc, peak):  # noqa: ANN001, ANN202
 @click.option(
     "--train-vocab",
     default=8192,
+    type=click.IntRange(MIN_VOCAB, MAX_VOCAB),
     show_default=True,
     help="Vocabulary of the BPE trained on the text when no --tokenizer is given.",
 )
@@ -698,13 +735,18 @@ def report(
       tokenwire report run42.tw --config job.yaml -o report.html
     """
     _without_jsonschema_format_checkers()
-    from .output import refuse_inside
+    from .guards import RENDERER_ADDRESS_SPACE, require_address_space
+    from .output import make_folder, refuse_inside
     from .report import build_report
 
     try:
         refuse_inside(dataset, output)
         if png_dir is not None:
             refuse_inside(dataset, png_dir, "--png-dir")
+            # (checked before anything is written: a native abort, or an HTML file and no
+            # images, would be half an output)
+            require_address_space("--png-dir: the chart renderer", RENDERER_ADDRESS_SPACE)
+            make_folder(png_dir)
         result = build_report(dataset, config=config, output=output, png_dir=png_dir, job=job)
     except TokenwireError as exc:
         _fail(str(exc))
@@ -920,11 +962,18 @@ def _table_width(frame) -> int:
     help="Trace file to write: .json, or .json.gz (gzipped).",
 )  # fmt: skip
 @job_choice("Job to export (needed when the dataset holds several).")
-@click.option("--step", "steps", metavar="N|N-M", help="Only this step, or these steps.")
-@click.option("--ranks", metavar="LIST", help="Only these ranks, e.g. 0-7,12.")
+@click.option(
+    "--step", "steps", metavar="N|N-M", callback=parsed_by("parse_steps"),
+    help="Only this step, or these steps.",
+)  # fmt: skip
+@click.option(
+    "--ranks", metavar="LIST", callback=parsed_by("parse_ranks"),
+    help="Only these ranks, e.g. 0-7,12.",
+)  # fmt: skip
 @click.option(
     "--window",
     metavar="START_NS:END_NS",
+    callback=parsed_by("parse_window"),
     help="Only events overlapping this time window (ns on the job's aligned clock; either "
     "end may be left out).",
 )
@@ -943,9 +992,9 @@ def export(
     dataset: Path,
     output: Path,
     job: str | None,
-    steps: str | None,
-    ranks: str | None,
-    window: str | None,
+    steps: tuple[int, int] | None,
+    ranks: tuple[int, ...] | None,
+    window: tuple[int | None, int | None] | None,
     kernels: bool,
     ops: bool,
     flows: bool,
@@ -978,9 +1027,9 @@ def export(
     try:
         scope = ex.Scope(
             job=job,
-            ranks=ex.parse_ranks(ranks) if ranks is not None else None,
-            steps=ex.parse_steps(steps) if steps is not None else None,
-            window=ex.parse_window(window) if window is not None else None,
+            ranks=ranks,
+            steps=steps,
+            window=window,
             kernels=kernels,
             ops=ops,
         )
@@ -1009,9 +1058,9 @@ def _export_flows(
     dataset: Path,
     output: Path,
     job: str | None,
-    steps: str | None,
-    ranks: str | None,
-    window: str | None,
+    steps: tuple[int, int] | None,
+    ranks: tuple[int, ...] | None,
+    window: tuple[int | None, int | None] | None,
     allow_writes: bool,
 ) -> None:
     """``tokenwire export --flows``: the wire table of a linked job as a flow list."""
@@ -1022,9 +1071,9 @@ def _export_flows(
     try:
         scope = ex.Scope(
             job=job,
-            ranks=ex.parse_ranks(ranks) if ranks is not None else None,
-            steps=ex.parse_steps(steps) if steps is not None else None,
-            window=ex.parse_window(window) if window is not None else None,
+            ranks=ranks,
+            steps=steps,
+            window=window,
         )
         if not allow_writes:
             refuse_inside(dataset, output)

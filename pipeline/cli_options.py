@@ -16,6 +16,15 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: ``ingest --jobs``: worker processes at most (each a Python process of its own).
+MAX_WORKERS = 1024
+#: ``predict --rank``: a rank of the largest layout a job.yaml may describe (2**30 ranks).
+MAX_RANK = (1 << 30) - 1
+#: ``tokens --train-vocab``: the 256 bytes at the least; 2**20 tokens at most (the largest
+#: real vocabularies hold 256K; training time and memory grow with it).
+MIN_VOCAB = 256
+MAX_VOCAB = 1 << 20
+
 DATASET = click.argument("dataset", type=click.Path(path_type=Path))
 """The dataset folder a command reads (and link writes its derived tables into)."""
 
@@ -47,3 +56,21 @@ def output_format(
         show_default=True,
         help=help_text,
     )
+
+
+def parsed_by(name: str) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    """An option callback: the value read by ``pipeline.export.scope.<name>`` (``--step``,
+    ``--ranks``, ``--window``), or click's usage error naming the option (exit 2)."""
+
+    def callback(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
+        from .errors import TokenwireError
+        from .export import scope
+
+        try:
+            return getattr(scope, name)(value)
+        except TokenwireError as exc:
+            raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+
+    return callback

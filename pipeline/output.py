@@ -57,7 +57,9 @@ def atomic_output(path: Path) -> Iterator[Path]:
         ``path`` is a folder, its folder is missing, or the disk refused the write.
     """
     path = Path(path)
-    if path.is_dir():
+    with _errors(path):  # (a name too long, a folder on the way that is a file)
+        is_folder = path.is_dir()
+    if is_folder:
         raise OutputError(f"{path}: is a folder; give a file name")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -75,7 +77,9 @@ def atomic_output(path: Path) -> Iterator[Path]:
                 os.close(fd)
             os.replace(tmp, path)
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        # (OSError: a folder on the way that is a file, a name too long; the error that
+        # stopped the write is the one to report)
+        with contextlib.suppress(OSError):
             tmp.unlink()
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ import polars as pl
 
 from ..dataset.schema import conform
 from ..errors import DatasetError, TraceFormatError
+from ..guards import require_regular
 from ..ingest.detect import read_head
 from ..ingest.flight_recorder import parse as flight_recorder
 
@@ -677,6 +679,8 @@ def dump_files(paths: Sequence[Path]) -> list[Path]:
             out.extend(found)
         elif p.is_file():
             out.append(p)
+        elif os.path.lexists(p):
+            require_regular(p)  # (a FIFO, a device: named, never opened)
         else:
             raise TraceFormatError(p, "no such file or folder")
     return out

@@ -6,11 +6,13 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 
 from ..dataset.schema import Column, load_schemas
 from ..dataset.snapshot import read_snapshot
 from ..dataset.store import read_parts_by_table, require_dataset, require_parts
+from ..dataset.views import parts_select
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,10 @@ def _describe(dataset: Path) -> list[TableInfo]:
     by_table = read_parts_by_table(dataset)
     require_parts(dataset, [p for ps in by_table.values() for p in ps])
     out = []
+    con = duckdb.connect()
     for schema in load_schemas().values():
+        # (each part's columns checked against the schema, as every reader does)
+        parts_select(con, dataset, by_table.get(schema.name, []), schema)
         rows = sum(
             pq.ParquetFile(dataset / p).metadata.num_rows for p in by_table.get(schema.name, [])
         )

@@ -220,8 +220,17 @@ class _Lock:
         raise DatasetError(f"{self.dataset}: could not take the writer lock {self.path}")
 
     def _open(self) -> int:
+        # Looked at before it is opened, and opened without blocking (a FIFO) or following a
+        # link: a device would act on the open. A hard link to a file elsewhere (more than
+        # one name) is refused before the truncation that writes the pid.
+        with contextlib.suppress(FileNotFoundError):
+            self._refuse_odd(os.lstat(self.path))
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+            fd = os.open(
+                self.path,
+                os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o644,
+            )
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise DatasetError(
@@ -230,10 +239,27 @@ class _Lock:
                 ) from None
             with _write_errors(self.dataset, LOCK):
                 raise
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            self._refuse_odd(os.fstat(fd))
+        except DatasetError:
             os.close(fd)
-            raise DatasetError(f"{self.path}: the lock file is not a regular file")
+            raise
         return fd
+
+    def _refuse_odd(self, st: os.stat_result) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            raise DatasetError(
+                f"{self.path}: the lock file is a symbolic link; tokenwire never makes "
+                "one (remove it if nothing is writing the dataset)"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise DatasetError(f"{self.path}: the lock file is not a regular file")
+        if st.st_nlink > 1:
+            raise DatasetError(
+                f"{self.path}: the lock file has {st.st_nlink} names (a hard link to a file "
+                "elsewhere); tokenwire never makes one and will not write it (remove it if "
+                "nothing is writing the dataset)"
+            )
 
     def release(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -266,7 +292,7 @@ def _lock_holder(path: Path) -> int | None:
     # The holder writes its pid just after taking the flock: give it a moment.
     for _ in range(20):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
         except OSError:

@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from ..dataset.commit import PartWriter
+from ..dataset.location import part_paths
 from ..dataset.schema import TableSchema, conform, load_schemas
 from ..dataset.store import (
     ROW_GROUP_ROWS,
@@ -91,13 +92,11 @@ def _small_parts(
     if len(parts) < 2:
         return []
     require_parts(dataset, parts)
+    paths = part_paths(con, dataset, parts)
     rows = dict(
-        con.execute(
-            "SELECT file_name, num_rows FROM parquet_file_metadata(?)",
-            [[str(dataset / p) for p in parts]],
-        ).fetchall()
+        con.execute("SELECT file_name, num_rows FROM parquet_file_metadata(?)", [paths]).fetchall()
     )
-    return [p for p in parts if rows[str(dataset / p)] < SMALL_PART_ROWS]
+    return [p for p, path in zip(parts, paths, strict=True) if rows[path] < SMALL_PART_ROWS]
 
 
 def _merge(

@@ -9,9 +9,11 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from ..dataset.location import local_text, part_error
 from ..dataset.snapshot import read_snapshot
 from ..dataset.views import connect
 from ..errors import TokenwireError
+from ..guards import interrupt_calls
 
 
 class QueryError(TokenwireError):
@@ -62,17 +64,18 @@ def run_queries(
         return read_snapshot(dataset, functools.partial(_run, dataset, text, allow_writes=False))
     except duckdb.PermissionException as exc:
         raise QueryError(
-            f"{str(exc).splitlines()[0]}; tokenwire sql reads only the dataset's own files "
-            "(--allow-writes lifts this)"
+            f"{local_text(str(exc).splitlines()[0])}; tokenwire sql reads only the dataset's "
+            "own files (--allow-writes lifts this)"
         ) from exc
     except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from exc
+        raise part_error(exc) or QueryError(local_text(str(exc).splitlines()[0])) from exc
 
 
 def _run(dataset: Path, text: str, *, allow_writes: bool) -> list[pl.DataFrame | None]:
     con = connect(dataset, read_only=not allow_writes)
     try:
-        return statement_results(con, text, allow_writes=allow_writes)
+        with interrupt_calls(con.interrupt):  # (Ctrl-C stops a query that runs for hours)
+            return statement_results(con, text, allow_writes=allow_writes)
     finally:
         con.close()
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import yaml
 
 from ..dataset.arrow_convert import string_scalar
+from ..errors import DatasetError
 
 #: libyaml's loader where PyYAML was built with it: the pure-Python one takes 0.19 s to read
 #: the schemas, in every process that touches the dataset (each ingest worker too).
@@ -45,6 +46,9 @@ class Column:
     unit: str
     nullable: bool
     meaning: str
+    #: The values a part may hold (``range: [lo, hi]`` in the schema file; NaN is outside
+    #: any); None where the schema states none.
+    range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ def load_schemas() -> dict[str, TableSchema]:
                 unit=c.get("unit") or "",
                 nullable=bool(c.get("nullable", True)),
                 meaning=c.get("meaning", ""),
+                range=tuple(c["range"]) if "range" in c else None,
             )
             for c in doc["columns"]
         )
@@ -136,6 +141,7 @@ def conform(name: str, table: pa.Table, **constants: str) -> pa.Table:
     """
     schema = table_schema(name)
     if table.schema.equals(schema.arrow):  # (conformed already: a batch's parts of one file)
+        check_ranges(schema, table)
         return _with_constants(name, table, schema, constants)
     known = {c.name for c in schema.columns}
     unknown = [c for c in table.column_names if c not in known]
@@ -161,7 +167,41 @@ def conform(name: str, table: pa.Table, **constants: str) -> pa.Table:
         if not col.nullable and arr.null_count:
             raise ValueError(f"table {name}: required column {col.name} has nulls")
         arrays.append(arr)
-    return pa.Table.from_arrays(arrays, schema=schema.arrow)
+    out = pa.Table.from_arrays(arrays, schema=schema.arrow)
+    check_ranges(schema, out)
+    return out
+
+
+def check_ranges(schema: TableSchema, table: pa.Table) -> None:
+    """Refuse a value of ``table`` outside its column's ``range`` (NaN included): what a
+    reader of the dataset would refuse is never written.
+
+    Raises
+    ------
+    DatasetError
+        ``TABLE.COLUMN: VALUE is outside LO..HI``: the input claimed it (an ingest names
+        the file in front).
+    """
+    import pyarrow.compute as pc
+
+    for col in schema.columns:
+        if col.range is None or col.name not in table.column_names:
+            continue
+        arr = table.column(col.name)
+        lo, hi = col.range
+        floating = pa.types.is_floating(arr.type)
+        # (bounds of the column's kind: Arrow refuses an int beyond 2**53 against floats)
+        low, high = (float(lo), float(hi)) if floating else (int(lo), int(hi))
+        bad = pc.or_kleene(pc.less(arr, low), pc.greater(arr, high))
+        if floating:
+            bad = pc.or_kleene(bad, pc.is_nan(arr))
+        bad = pc.fill_null(bad, False)
+        if pc.any(bad).as_py():
+            value = arr.filter(bad)[0].as_py()
+            raise DatasetError(
+                f"{schema.name}.{col.name}: {value:.4g} is outside {lo:,}..{hi:,}, the values "
+                f"the schema of {schema.name} allows"
+            )
 
 
 def _with_constants(

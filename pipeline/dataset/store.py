@@ -192,14 +192,16 @@ def _read_doc(path: Path) -> dict[str, Any]:
 def _manifest_bytes(path: Path) -> bytes:
     """The manifest file's bytes: a regular file (not a link) of a bounded size."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # (without blocking: a FIFO planted as the manifest would wait for a writer)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
         raise DatasetError(f"{path}: cannot read the manifest: {why}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # (before fdopen, which refuses a folder itself)
+        os.close(fd)
+        raise DatasetError(f"{path}: the manifest is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise DatasetError(f"{path}: the manifest is not a regular file")
         if st.st_size > MAX_MANIFEST_BYTES:
             raise DatasetError(
                 f"{path}: the manifest is {st.st_size:,} bytes, more than any dataset's "
@@ -266,6 +268,9 @@ def _table_parts(path: Path, key: str, value: Any) -> dict[str, list[str]]:
         if not isinstance(rels, list):
             raise _bad(path, f"{key}.{shown(table, 40)}", "expected a list of parts")
         _check_paths(path, f"{key}.{shown(table, 40)}", rels)
+        if len(set(rels)) < len(rels):  # (its rows would be read twice)
+            twice = next(rel for i, rel in enumerate(rels) if rel in rels[:i])
+            raise _bad(path, f"{key}.{shown(table, 40)}", f"{shown(twice)} is listed twice")
     return value
 
 
@@ -487,7 +492,8 @@ def require_dataset(dataset: Path) -> None:
     """Refuse ``dataset`` unless it is a tokenwire dataset, saying why: it does not exist,
     is not a folder, or is a folder without a manifest."""
     check_dataset_folder(dataset, must_exist=True)
-    if not (dataset / MANIFEST).is_file():
+    # (lexists: a FIFO or folder planted as the manifest is named when it is read)
+    if not os.path.lexists(dataset / MANIFEST):
         raise DatasetError(not_a_dataset(dataset))
 
 

@@ -1,31 +1,30 @@
 """DuckDB over the dataset: one view per table, named after it, reading the manifest's parts.
 
-Views read only the parts the manifest lists, with the partition columns (``job``, ``rank``)
-taken from the folder names and every column cast to its schema type, so an empty table is
-still a typed view and queries never depend on which sources a job happened to have.
+Views read only the parts the manifest lists, by their paths inside the dataset folder and
+never as a glob (:mod:`pipeline.dataset.location`), with the partition columns (``job``,
+``rank``) taken from the manifest's part paths and every column cast to its schema type, so
+an empty table is still a typed view and queries never depend on which sources a job
+happened to have. Each part's columns are checked against the schema when a view is made:
+a column of another type or of no column of the table is one error naming the part.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import tempfile
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from ..dataset import rank_sets
+from ..dataset.location import part_paths, partition_values
 from ..dataset.schema import TableSchema, load_schemas
 from ..dataset.sql_files import measures_sql, sql_text
-from ..dataset.store import (
-    Manifest,
-    read_parts_by_table,
-    require_dataset,
-    require_parts,
-)
-from ..errors import DatasetError
+from ..dataset.store import Manifest, read_parts_by_table, require_dataset, require_parts
+from ..errors import DatasetError, shown
 
 _DUCKDB_TYPES = {
     "string": "VARCHAR",
@@ -94,7 +93,7 @@ def connect(
         # folder: one of its own, unguessable and not there yet, which it removes on close
         spill = Path(tempfile.gettempdir()) / f"tokenwire-sql-{secrets.token_hex(8)}"
         con.execute("SET temp_directory = ?", [str(spill)])
-        con.execute("SET allowed_paths = ?", [[str(dataset / rel) for rel in parts]])
+        con.execute("SET allowed_paths = ?", [part_paths(con, dataset, parts)])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return con
@@ -152,52 +151,134 @@ def parts_select(
     them: every column of its schema, with its type.
 
     Parts written before a column was added to the schema lack it; the select gives NULL
-    there. Parts are read in groups of the same columns, each without ``union_by_name``:
-    with it, DuckDB reads the schema of every part again each time a query names the view
-    (measured: 0.2 s per reference of a table of 2,048 parts, more than the scan itself).
+    there. Parts are read in groups of the same columns and partition values, each without
+    ``union_by_name`` and without hive partitioning (the values are the manifest's, written
+    as constants): with ``union_by_name``, DuckDB reads the schema of every part again each
+    time a query names the view (measured: 0.2 s per reference of a table of 2,048 parts,
+    more than the scan itself).
+
+    Raises
+    ------
+    DatasetError
+        A part holding a column the table does not have, or one of another type.
     """
     if not parts:
         return empty_select(schema)
     selects = []
-    for folders, group in _parts_by_columns(con, dataset, parts):
-        # version 2 parts have a rank folder and no rank column; version 3 the other way
-        hive_types = ", ".join(
-            f"{_literal(c)}: '{_DUCKDB_TYPES[schema.column(c).type_name]}'"
-            for c in schema.partition
-            if c in folders
-        )
-        files = "[" + ", ".join(_literal(p) for p in group) + "]"
-        options = f"hive_partitioning = true, hive_types = {{{hive_types}}}"
-        first = f"read_parquet([{_literal(group[0])}], {options})"
-        present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {first}").fetchall()}
+    for partition, group in _parts_by_columns(con, dataset, parts):
+        files = "[" + ", ".join(_literal(p) for p in group.paths) + "]"
+        source = f"read_parquet({files}, hive_partitioning = false)"
+        first = f"read_parquet([{_literal(group.paths[0])}], hive_partitioning = false)"
+        present = {
+            row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM {first}").fetchall()
+        }
+        _check_columns(dataset, group.parts[0], schema, present, partition)
+        _check_ranges(con, dataset, group, schema, present)
+        values = dict(partition)
         casts = ", ".join(
-            f"CAST({_ident(c.name) if c.name in present else 'NULL'} AS "
+            f"CAST({_value(c.name, present, values)} AS "
             f"{_DUCKDB_TYPES[c.type_name]}) AS {_ident(c.name)}"
             for c in schema.columns
         )
-        selects.append(f"SELECT {casts} FROM read_parquet({files}, {options})")
+        selects.append(f"SELECT {casts} FROM {source}")
     return "\nUNION ALL\n".join(selects)
+
+
+def _value(name: str, present: dict[str, str], partition: dict[str, str]) -> str:
+    """The SQL of column ``name`` of a group of parts: the manifest's partition value, the
+    part's column, or NULL."""
+    if name in partition:
+        return _literal(partition[name])
+    return _ident(name) if name in present else "NULL"
+
+
+def _check_columns(
+    dataset: Path,
+    rel: str,
+    schema: TableSchema,
+    present: dict[str, str],
+    partition: tuple[tuple[str, str], ...],
+) -> None:
+    """Refuse part ``rel`` when a column it holds is not one of ``schema``'s, is a partition
+    column its path gives, or has another type than the schema's (a float where integers
+    belong, a decimal, a timestamp where nanoseconds are integers)."""
+    folders = {key for key, _ in partition}
+    for name, kind in present.items():
+        where = f"{dataset}: {rel}: column {shown(name, 60)}"
+        try:
+            column = schema.column(name)
+        except KeyError:
+            raise DatasetError(f"{where}: not a column of table {schema.name}") from None
+        if name in folders:
+            raise DatasetError(
+                f"{where}: the part's folder gives this column; a part never holds it"
+            )
+        expected = _DUCKDB_TYPES[column.type_name]
+        if kind != expected:
+            raise DatasetError(
+                f"{where}: {shown(kind, 60)} where the schema of {schema.name} says {expected}"
+            )
+
+
+def _check_ranges(
+    con: duckdb.DuckDBPyConnection,
+    dataset: Path,
+    group: _Group,
+    schema: TableSchema,
+    present: dict[str, str],
+) -> None:
+    """Refuse a part of ``group`` holding a value outside its column's ``range`` in the
+    schema (NaN included): a count of ranks or bytes a few bytes of Parquet can claim, which
+    a view would expand into a list of that many ranks or a query add up past 64 bits."""
+    for column in schema.columns:
+        if column.range is None or column.name not in present:
+            continue
+        lo, hi = column.range
+        name = _ident(column.name)
+        files = "[" + ", ".join(_literal(p) for p in group.paths) + "]"
+        bad = con.execute(
+            f"SELECT filename, {name} FROM read_parquet({files}, filename = true, "
+            f"hive_partitioning = false) WHERE NOT ({name} BETWEEN {lo} AND {hi}) LIMIT 1"
+        ).fetchone()
+        if bad is not None:
+            rel = group.parts[group.paths.index(bad[0])]
+            raise DatasetError(
+                f"{dataset}: {rel}: column {column.name}: {bad[1]:.4g} is outside "
+                f"{lo:,}..{hi:,}, the values the schema of {schema.name} allows"
+            )
+
+
+@dataclass
+class _Group:
+    """Parts of one table read by one ``read_parquet``: same columns, same partition."""
+
+    parts: list[str]
+    paths: list[str]
 
 
 def _parts_by_columns(
     con: duckdb.DuckDBPyConnection, dataset: Path, parts: list[str]
-) -> list[tuple[list[str], list[str]]]:
-    """``parts`` (relative paths) grouped by their Parquet columns (names and types) and
-    partition folders: (partition folders, absolute paths in the order of ``parts``) per
-    group, which is read without ``union_by_name``. One read of every footer (which a
-    connection with ``parquet_metadata_cache`` keeps for the queries after)."""
-    paths = [str(dataset / p) for p in parts]
+) -> list[tuple[tuple[tuple[str, str], ...], _Group]]:
+    """``parts`` (relative paths) grouped by their Parquet columns (names, types and logical
+    types) and partition values (from the manifest's paths): (partition values, the group's
+    parts in the order of ``parts``) per group, which is read without ``union_by_name``.
+    One read of every footer (which a connection with ``parquet_metadata_cache`` keeps for
+    the queries after)."""
+    paths = part_paths(con, dataset, parts)
     rows = con.execute(
-        "SELECT file_name, list(name || ':' || coalesce(type, '') ORDER BY name, type) "
-        "FROM parquet_schema(?) GROUP BY file_name",
+        "SELECT file_name, list(name || ':' || coalesce(type, '') || ':' "
+        "|| coalesce(converted_type, '') || ':' || coalesce(CAST(logical_type AS VARCHAR), '') "
+        "ORDER BY name, type) FROM parquet_schema(?) GROUP BY file_name",
         [paths],
     ).fetchall()
     columns_of = {file: tuple(columns) for file, columns in rows}
-    groups: dict[tuple, tuple[list[str], list[str]]] = {}
+    groups: dict[tuple, tuple[tuple[tuple[str, str], ...], _Group]] = {}
     for rel, path in zip(parts, paths, strict=True):
-        folders = re.findall(r"(\w+)=[^/]*/", rel)
-        key = (columns_of[path], tuple(folders))
-        groups.setdefault(key, (folders, []))[1].append(path)
+        partition = partition_values(rel)
+        key = (columns_of[path], partition)
+        group = groups.setdefault(key, (partition, _Group([], [])))[1]
+        group.parts.append(rel)
+        group.paths.append(path)
     return list(groups.values())
 
 

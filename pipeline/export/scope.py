@@ -70,6 +70,7 @@ def parse_ranks(text: str) -> tuple[int, ...]:
         lo, hi = int(match[1]), int(match[2] if match[2] is not None else match[1])
         if hi < lo:
             raise ExportError(f"--ranks: range {part.strip()!r} ends before it starts")
+        _require_int64("--ranks", hi)
         if hi - lo + len(ranks) >= MAX_RANKS:
             raise ExportError(f"--ranks: more than {MAX_RANKS:,} ranks")
         ranks.update(range(lo, hi + 1))
@@ -90,7 +91,16 @@ def parse_steps(text: str) -> tuple[int, int]:
     lo, hi = int(match[1]), int(match[2] if match[2] is not None else match[1])
     if hi < lo:
         raise ExportError(f"--step: range {text.strip()!r} ends before it starts")
+    _require_int64("--step", hi)
     return lo, hi
+
+
+def _require_int64(option: str, *values: int | None) -> None:
+    """Steps, ranks and times are 64-bit integers in the dataset; a value beyond cannot
+    match one (and DuckDB refuses to compare with it)."""
+    for value in values:
+        if value is not None and not -(2**63) <= value < 2**63:
+            raise ExportError(f"{option}: {value:.3g} is outside 64-bit integers")
 
 
 def parse_window(text: str) -> tuple[int | None, int | None]:
@@ -112,6 +122,7 @@ def parse_window(text: str) -> tuple[int | None, int | None]:
             f"--window: {text.strip()!r} is not START_NS:END_NS (ns on the aligned clock; "
             "either end may be left out)"
         ) from None
+    _require_int64("--window", lo, hi)
     if lo is not None and hi is not None and hi < lo:
         raise ExportError(f"--window: {text.strip()!r} ends before it starts")
     return lo, hi

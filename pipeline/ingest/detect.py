@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import TraceFormatError
-from ..ingest.gz import gunzip
+from ..ingest.gz import GzipStream, gunzip
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -48,6 +48,11 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
         raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from exc
     if not raw.startswith(GZIP_MAGIC):
         return raw[:size]
+    if len(raw) == 4 * size:
+        # more may follow: inflate from the file, a chunk at a time (a header whose name or
+        # comment field is longer than the read is valid gzip)
+        with GzipStream(path, partial=True) as stream:
+            return stream.read(size)
     head = gunzip(path, raw, limit=size)
     if len(head) < size and len(raw) < 4 * size:
         # The whole (small) file is in ``raw``: a cut-off or damaged stream is reported here,

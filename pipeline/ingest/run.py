@@ -22,6 +22,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -47,6 +48,7 @@ from ..dataset.store import (
     row_groups,
 )
 from ..errors import TokenwireError, TraceFormatError
+from ..guards import die_with_parent, limit_message
 from ..ingest.derive.attribution import attribute_collectives
 from ..ingest.derive.time_breakdown import add_time_breakdown
 from ..ingest.detect import detect, module_for
@@ -400,12 +402,27 @@ def _parse_in_pool(
 ) -> None:
     """Parse in ``jobs`` spawned processes, each task (a batch of files, see
     :func:`parse_files`) submitted as soon as it is planned."""
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=get_context("spawn"),
+        initializer=die_with_parent,  # (a killed ingest leaves no worker behind)
+        initargs=(os.getpid(),),
+    )
+    with pool:
         with _worker_environment(jobs):  # the workers start while their tasks are submitted
             futures = {pool.submit(parse_files, [a for _, a in t]): t for t in tasks}
         try:
             for future in as_completed(futures):
-                for (i, _), out in zip(futures[future], future.result(), strict=True):
+                try:
+                    results = future.result()
+                except BrokenProcessPool:
+                    path = futures[future][0][1][0]
+                    raise TraceFormatError(
+                        path,
+                        "the worker process parsing it died (killed, or out of memory); "
+                        "nothing of this run was committed",
+                    ) from None
+                for (i, _), out in zip(futures[future], results, strict=True):
                     slots[i] = out
                     _notify(on_file, out)
         except BaseException:
@@ -508,8 +525,13 @@ def _outcome(
         out.error = f"{path}: {exc}"
     except Exception as exc:  # a parser bug must not take the other files down with it
         first = (str(exc).splitlines() or [""])[0]
-        out.error = f"{path}: internal error: {type(exc).__name__}: {first}"
-        out.internal = True
+        limit = limit_message(exc)  # (memory or open files: the limit, not a bug)
+        out.error = (
+            f"{path}: {limit}"
+            if limit
+            else f"{path}: internal error: {type(exc).__name__}: {first}"
+        )
+        out.internal = limit is None
         if os.environ.get("TOKENWIRE_DEBUG"):
             out.traceback = traceback.format_exc()
     if out.status == "failed":

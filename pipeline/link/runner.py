@@ -30,6 +30,7 @@ import duckdb
 import pyarrow as pa
 
 from ..dataset.commit import SPILL, Transaction, write_part
+from ..dataset.location import overflow_error
 from ..dataset.rank_sets import STORED_VIEW
 from ..dataset.schema import conform, load_schemas, table_schema
 from ..dataset.store import part_columns, part_path
@@ -96,6 +97,7 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
                 _run_file(con, sql, secondary=secondary)
             except duckdb.Error as exc:  # a damaged part (named here), else a bug in our SQL
                 require_readable(dataset, txn.manifest.all_parts())
+                overflow_error(dataset, sql.name, exc)
                 raise RuntimeError(f"link step {sql.name} failed: {exc}") from exc
             # (working tables no later file reads are freed at once, so that the next
             # files' tables do not sit beside them: link's peak memory on a big job)

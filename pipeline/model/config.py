@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError, one_line, shown
+from ..errors import ConfigError, TraceFormatError, one_line, shown
+from ..guards import require_regular
 from ..ingest.vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
 from ..model.presets import PRESETS, preset
 
@@ -405,6 +406,10 @@ def _load(raw: bytes) -> Any:
 
 
 def _read_bounded(path: Path) -> bytes:
+    try:
+        require_regular(path)
+    except TraceFormatError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_JOB_BYTES + 1)

@@ -250,10 +250,12 @@ def with_fits(job: Job, paths: Iterable[str | Path]) -> Job:
     TraceFormatError
         A file that is not nccl-tests output.
     """
+    from ..guards import require_regular
     from ..ingest.nccl.nccl_tests import parse
 
     fits: list[Fitted] = []
     for path in paths:
+        require_regular(path)
         table = pl.from_arrow(parse(Path(path)).tables["bandwidth_tests"])
         fits += fit(table, Path(path).name)
     if not fits:

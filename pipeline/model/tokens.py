@@ -11,12 +11,14 @@ parallel dimension puts on the wire, over all ranks, to train one epoch over the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, TraceFormatError
+from ..guards import require_regular
 from ..model.config import Job
 from ..model.predict import predict
 
@@ -61,6 +63,7 @@ class EpochTraffic:
 def read_text(path: str | Path) -> str:
     """The file as UTF-8 text; unreadable or non-UTF-8 input is a :class:`TraceFormatError`."""
     path = Path(path)
+    require_regular(path)  # (a FIFO would block, /dev/zero never end)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -98,9 +101,32 @@ def train_bpe(text: str, *, vocab_size: int = 8192, min_frequency: int = 2) -> A
     tk = _tokenizers()
     bpe = tk.ByteLevelBPETokenizer()
     bpe.train_from_iterator(
-        _chunks(text), vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False
+        (_short_words(chunk) for chunk in _chunks(text)),
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=False,
     )
     return bpe
+
+
+#: Longest run of characters without a space the BPE trainer sees as one word. Training
+#: rescans each word for every merge, so one word of n characters (a file of one repeated
+#: letter) costs about n x vocabulary steps: 200,000 letters took 14 s. Words longer than
+#: this (URLs, base64, a repeated letter) are cut into pieces of this length for training;
+#: counting tokens still reads the text as it is.
+MAX_TRAIN_WORD_CHARS = 256
+_LONG_WORD = re.compile(rf"\S{{{MAX_TRAIN_WORD_CHARS + 1},}}")
+
+
+def _short_words(text: str) -> str:
+    """``text`` with each word longer than :data:`MAX_TRAIN_WORD_CHARS` cut by spaces."""
+    return _LONG_WORD.sub(
+        lambda m: " ".join(
+            m.group()[i : i + MAX_TRAIN_WORD_CHARS]
+            for i in range(0, len(m.group()), MAX_TRAIN_WORD_CHARS)
+        ),
+        text,
+    )
 
 
 #: The pre-tokenizer pattern of Llama 3's tiktoken tokenizer (Meta ``llama3/tokenizer.py``
@@ -132,6 +158,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     ConfigError
         A file the library cannot load, or the library missing.
     """
+    require_regular(path)  # (before a library opens it: a FIFO would block it)
     suffix = Path(path).suffix
     if suffix == ".tiktoken":
         return _tiktoken(Path(path))

@@ -103,6 +103,10 @@ def javascript_bundle() -> str:
     if cache is not None:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             return cache.read_text(encoding="utf-8")
+    from ..guards import RENDERER_ADDRESS_SPACE, require_address_space
+
+    # (V8 aborts the process natively when it cannot reserve its address space)
+    require_address_space("building the report's chart library", RENDERER_ADDRESS_SPACE)
     import vl_convert
 
     js = vl_convert.javascript_bundle(vl_version=VL_VERSION)

@@ -38,12 +38,8 @@ def test_writes_a_gzipped_trace_and_says_what(linked: Path, tmp_path: Path) -> N
     [
         (["--step", "9"], "Error: --step: job 'sample' has no step 9 on the ranks asked for "
          "(its steps: 2-3)\n"),
-        (["--step", "3-2"], "Error: --step: range '3-2' ends before it starts\n"),
-        (["--ranks", "0-3,x"], "Error: --ranks: 'x' is not a rank or a range (e.g. 0-7,12)\n"),
         (["--ranks", "6-12"], "Error: {ds}: --ranks: job 'sample' has no rank 8-12 "
          "(its ranks: 0-7)\n"),
-        (["--window", "12"], "Error: --window: '12' is not START_NS:END_NS (ns on the aligned "
-         "clock; either end may be left out)\n"),
         (["--job", "other"], "Error: {ds}: no job 'other' in the dataset (jobs: sample)\n"),
     ],
 )  # fmt: skip
@@ -68,6 +64,29 @@ def test_window_outside_the_data_names_the_job_s_window(linked: Path, tmp_path: 
     assert found, result.stderr
     result = _run(linked, "-o", out, "--window", f"{found[1]}:{found[2]}")
     assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--step", "3-2"], "Error: Invalid value for '--step': range '3-2' ends before it "
+         "starts\n"),
+        (["--step", "99999999999999999999"], "Error: Invalid value for '--step': 1e+20 is "
+         "outside 64-bit integers\n"),
+        (["--ranks", "0-3,x"], "Error: Invalid value for '--ranks': 'x' is not a rank or a range "
+         "(e.g. 0-7,12)\n"),
+        (["--window", "12"], "Error: Invalid value for '--window': '12' is not START_NS:END_NS "
+         "(ns on the aligned clock; either end may be left out)\n"),
+    ],
+)  # fmt: skip
+def test_a_scope_that_is_not_one_is_a_usage_error(
+    linked: Path, tmp_path: Path, args: list, message: str
+) -> None:
+    out = tmp_path / "t.json"
+    result = _run(linked, "-o", out, *args)
+    assert result.exit_code == 2
+    assert result.stderr.endswith(message), result.stderr
+    assert not out.exists()
 
 
 def test_unlinked_dataset_is_refused(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from ...dataset.schema import table_schema
 from ...errors import TraceFormatError
 from ...ingest.nccl import lines as L
 from ...ingest.nccl.version import infer_versions
@@ -387,6 +388,8 @@ def _build(parts: dict[str, pl.DataFrame], warns: list[Warnings]) -> list[ParseR
     """The tables of each file of ``parts`` (``warns[file]``: its warnings), all files at once."""
     versions = _versions(parts, warns)
     inits = _inits(parts)
+    for frame in (inits, parts.get("coll")):
+        _check_nranks(frame)
     rank_map, pid_map, sources = _rank_maps(parts, inits, warns)
     facts = _file_facts(inits, versions)
 
@@ -766,6 +769,32 @@ def _comm_table(parts, comm_ids: pl.DataFrame, facts: pl.DataFrame, ranked) -> p
     )
 
 
+def _check_nranks(lines: pl.DataFrame | None) -> None:
+    """Refuse the first line claiming more ranks than the schema allows a communicator
+    (``communicators.nranks``): a few bytes of log would otherwise become a list of that
+    many members (2**30 ranks: 8 GiB)."""
+    if lines is None or "nranks" not in lines.columns:
+        return
+    _, most = table_schema("communicators").column("nranks").range
+    bad = lines.filter(pl.col("nranks").cast(pl.Int64, strict=False) > most)
+    if bad.height:
+        raise LineOutOfRange(
+            bad["line_no"].min(),
+            f"nranks {bad['nranks'][0]} is more than the {int(most):,} ranks a communicator "
+            "may have",
+        )
+
+
+def _check_negative(coll: pl.DataFrame, count: pl.Expr, nranks: pl.Expr) -> None:
+    """Refuse the first COLL line with a negative count or number of ranks: NCCL prints
+    both as unsigned (``size_t``, ``int`` >= 1), so one below 0 is not NCCL's."""
+    bad = coll.filter((count < 0) | (nranks < 0))
+    if bad.height:
+        raise LineOutOfRange(
+            bad["line_no"].min(), "a negative count or nranks; NCCL counts are never below 0"
+        )
+
+
 def _check_products(coll: pl.DataFrame, fits: pl.Expr) -> None:
     """Refuse the first COLL line where ``fits`` is false: a count x ranks or byte count beyond
     int64, which Polars would wrap into a wrong, even negative, number."""
@@ -834,6 +863,7 @@ def _coll_fields(joined: pl.DataFrame) -> list[pl.Expr]:
     times_n = op.is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"])
     full = pl.when(times_n).then(c * n).otherwise(c)
     # (counts scale with ranks exactly for the times_n ops: count_in / count_out below too)
+    _check_negative(joined, c, n)
     _check_products(joined, (product_fits(c, n) | ~times_n) & product_fits(full, size))
     redop_id = pl.col("redop_id").cast(pl.Int64)
     redop = redop_id.replace_strict(_REDOPS, default="premul_sum", return_dtype=pl.String)
