@@ -145,10 +145,11 @@ XLA_COLLECTIVES: dict[str, str] = {
 #: ``collective_instances``, ``wire``, ``token_wire``, ``ledger``, ``predictions`` alike; the
 #: instance of a send and its recv is the transfer, ``send``): the names above map into it.
 #: ``send_recv`` is NCCL's grouped send/recv where nothing says the direction, ``hypercube``
-#: an nccl-tests test.
+#: an nccl-tests test, ``notify`` an MoE library's metadata exchange (METADATA_OPS).
 OPS: tuple[str, ...] = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-    "send", "recv", "send_recv", "barrier", "gather", "scatter", "hypercube", "unknown",
+    "send", "recv", "send_recv", "barrier", "notify", "gather", "scatter", "hypercube",
+    "unknown",
 )  # fmt: skip
 
 #: Bytes per element of every dtype name the dataset holds: the one table of element sizes

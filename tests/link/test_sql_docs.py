@@ -46,24 +46,65 @@ def _per_step(rows: list[tuple], schema: list[str]) -> pl.DataFrame:
     )
 
 
+#: The layer paths of the sample, cut to what tells them apart (PyTorch numbers modules per
+#: process: stage 1's layers are TransformerLayer_0 and _1 again).
+_TAIL = r"(TransformerLayer_\d(?:/\w+?_\d/\w+?_\d)?$|VocabParallelEmbedding_0$|gradient_bucket)"
+
+
 def _top_layers(frame: pl.DataFrame, ds) -> None:
-    # A forward TP all-reduce carries its layer: the attention and MLP output of each of a
-    # stage's 2 layers (the local index restarts per stage: TransformerLayer_0 is layer 0 on
-    # stage 0 and layer 2 on stage 1), 4 micro-batches, 8 ranks, 2 steps: 64 calls of ACT;
-    # the embedding's, stage 0 only: 32.
-    got = _ints(frame).select(pl.col("layer").str.extract(r"(TransformerLayer_\d/\w+?_\d|Embed)"),
-                              "layer_kind", "calls", "bytes")  # fmt: skip
+    # 2 steps, 8 ranks. The gradient buckets (named owner): 8 per step, 4 x GRAD0 + 4 x GRAD1.
+    # Then ten owners of 64 calls of ACT (4 micro-batches x 8 ranks x 2 steps, or 4 x 2 x 4
+    # ranks x 2 for a pipeline boundary): each layer's attention and MLP output all-reduce
+    # forward (RowParallelLinear, module scope) and input-gradient all-reduce backward
+    # (ColumnParallelLinear, through the forward op); the pp sends and receives at the stage
+    # boundary, TransformerLayer_1 on stage 0 and TransformerLayer_0 on stage 1 (2 a rank
+    # and micro-batch, 4 ranks). Ties by path: the last of the ten is left out by LIMIT 10.
+    got = _ints(frame).select(pl.col("layer").str.extract(_TAIL), "calls", "bytes")
+    eight = sorted(
+        [f"TransformerLayer_{i}/Parallel{p}_{i}/{k}ParallelLinear_{2 * i + j}"
+         for i in (0, 1) for j, p in ((0, "Attention"), (1, "MLP")) for k in ("Row", "Column")]
+    )  # fmt: skip
+    assert len(eight) == 8
+    boundary = ["TransformerLayer_0", "TransformerLayer_1"]
     expected = pl.DataFrame(
         {
-            "layer": ["Embed", "TransformerLayer_0/ParallelAttention_0",
-                      "TransformerLayer_0/ParallelMLP_0", "TransformerLayer_1/ParallelAttention_1",
-                      "TransformerLayer_1/ParallelMLP_1"],
-            "layer_kind": ["embedding", "attention", "mlp", "attention", "mlp"],
-            "calls": [32, 64, 64, 64, 64],
-            "bytes": [32 * ACT, 64 * ACT, 64 * ACT, 64 * ACT, 64 * ACT],
+            "layer": ["gradient_bucket", *sorted(boundary + eight)[:9]],
+            "calls": [16] + [64] * 9,
+            "bytes": [8 * (GRAD0 + GRAD1)] + [64 * ACT] * 9,
         }
-    )  # fmt: skip
-    assert_frame_equal(got.sort("layer"), expected, check_dtypes=False)
+    )
+    assert_frame_equal(got, expected, check_dtypes=False)
+
+
+def _bytes_per_layer(frame: pl.DataFrame, ds) -> None:
+    # step 2, one source per rank, buckets split over their layers (GRAD0 = the two layers'
+    # 791,296 B each + the embedding's 2,162,688 B; GRAD1 = two layers + the LM head's
+    # 2,098,176 B), 4 ranks a stage:
+    layer, emb, head = 791_296, 2_162_688, 2_098_176
+    assert (2 * layer + emb, 2 * layer + head) == (GRAD0, GRAD1)
+    tp_row = 4 * 8 * ACT  # an all-reduce of each of 4 micro-batches on 8 ranks
+    boundary = 4 * 4 * ACT  # a send or recv of each of 4 micro-batches on 4 ranks
+    expected = {
+        ("VocabParallelEmbedding_0", "backward"): 4 * emb,
+        # a layer's bucket share on both stages, and the pipeline boundary backward
+        ("TransformerLayer_0", "backward"): 8 * layer + boundary,
+        ("TransformerLayer_1", "backward"): 8 * layer + boundary,
+        ("lm_head", "backward"): 4 * head,
+        ("TransformerLayer_0", "forward"): boundary,
+        ("TransformerLayer_1", "forward"): boundary,
+        ("ColumnParallelLinear_4", "backward"): 4 * 4 * ACT,  # LM head input gradient, stage 1
+        ("VocabParallelEmbedding_0", "forward"): 4 * 4 * ACT,  # embedding output, stage 0
+        ("loss", "forward"): 4 * 12 * 1024,  # 3 cross-entropy all-reduces a micro-batch
+        ("metrics", "other"): 4 * 8,  # the loss report, stage 1
+    }
+    for i in (0, 1):
+        for j, part in ((0, "Attention"), (1, "MLP")):
+            expected[f"TransformerLayer_{i}/Parallel{part}_{i}/RowParallelLinear_{2 * i + j}",
+                     "forward"] = tp_row  # fmt: skip
+            expected[f"TransformerLayer_{i}/Parallel{part}_{i}/ColumnParallelLinear_{2 * i + j}",
+                     "backward"] = tp_row  # fmt: skip
+    got = {(r["layer"], r["phase"]): r["bytes"] for r in frame.iter_rows(named=True)}
+    assert got == expected
 
 
 def _bytes_per_step(frame: pl.DataFrame, ds) -> None:
@@ -362,6 +403,7 @@ CHECKS: dict[str, Callable[[pl.DataFrame, object], None]] = {
     "Exposed communication per step": _exposed,
     "Hosts, ranks and devices, each counted once across sources": _hosts,
     "Which parallel dimension each communicator serves": _comm_dims,
+    "Bytes per layer, gradient buckets split over the layers they carry": _bytes_per_layer,
     "Collectives that could not be attributed to a layer or phase": _unattributed,
     "Tokens and step time per rank": _tokens,
     "Where the sizes came from": _size_sources,
