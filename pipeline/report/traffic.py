@@ -586,12 +586,15 @@ def layer_section(ctx: Context, traffic: Traffic, top: int = 30) -> Section:
         .sort("layer_index", "bar", nulls_last=True)["bar"]
         .to_list()
     )
+    # (the axis in the unit of the largest bar, as a table column of them would be)
+    unit, labels = fmt.axis_unit(totals["t"].to_list(), "bytes")
+    axis = alt.Axis(title=f"{unit} per step (all traced ranks)", labelExpr=labels)
     chart = (
         alt.Chart(alt.Data(values=fmt.rows(shown)))
         .mark_bar()
         .encode(
             y=alt.Y("bar:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
-            x=alt.X("sum(bytes_per_step):Q", title="bytes per step (all traced ranks)"),
+            x=alt.X("sum(bytes_per_step):Q", axis=axis),
             color=alt.Color("phase:N"),
             tooltip=[
                 alt.Tooltip("layer:N", title="layer (full path)"),
