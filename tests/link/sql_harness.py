@@ -14,7 +14,7 @@ import duckdb
 import polars as pl
 
 from pipeline.dataset.schema import load_schemas, table_schema
-from pipeline.dataset.sql_files import sql_text
+from pipeline.dataset.sql_files import measures_sql, sql_text
 from pipeline.dataset.views import typed_columns
 from pipeline.link.plan import SqlFile, created_objects, sql_files
 from pipeline.link.runner import _run_file
@@ -64,12 +64,15 @@ def _file(name: str) -> SqlFile:
 
 
 def _macros_read(sql: SqlFile) -> dict[str, str]:
-    """The statements that make the macros ``sql`` reads from other link files."""
+    """The statements that make the macros of the other link files (those ``sql`` reads and
+    those they call)."""
     made = {}
     for other in sql_files():
         for statement in duckdb.extract_statements(other.text):
             for obj, kind in created_objects(statement.query).items():
-                if kind == "macro" and obj in sql.reads and other.name != sql.name:
+                # (every macro of the other files, in their order: a macro read may call
+                # others, _layer_index calls _token_layers)
+                if kind == "macro" and other.name != sql.name:
                     made[obj] = statement.query
     return made
 
@@ -86,17 +89,24 @@ def run_file(
     sql = _file(name)
     macros = _macros_read(sql)
     needed = {*sql.reads, *sql.takes} - _SOURCES_OBJECTS - set(macros)
-    assert set(inputs) - {"collectives"} <= needed, f"{name} does not read {set(inputs) - needed}"
+    assert set(inputs) - {"collectives", "ranks"} <= needed, (
+        f"{name} does not read {set(inputs) - needed}"
+    )
     assert needed <= set(inputs), f"{name} reads {needed - set(inputs)}: give them"
     con = duckdb.connect()
     con.execute("SET threads = 1")  # (one thread: row order of ties as on a small job)
     given = dict(inputs)
-    # sources.sql's views read the collectives: an empty typed table where a file needs none
-    given.setdefault("collectives", rows("collectives", **{c.name: [] for c in _columns()}))
+    # sources.sql's views read the collectives and the ranks (rank_hosts): an empty typed
+    # table where a file needs none, the schema's other columns NULL where a test gives some
+    for table in ("collectives", "ranks"):
+        given[table] = _whole(table, given.get(table))
+    schemas = load_schemas()
+    given = {t: _whole(t, f) if t in schemas else f for t, f in given.items()}
     for table, frame in given.items():
         con.register("_given", frame.to_arrow())
         con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM _given")
         con.unregister("_given")
+    con.execute(measures_sql())
     con.execute(sql_text("pipeline.dataset", "sources.sql"))
     for statement in macros.values():
         con.execute(statement)
@@ -106,6 +116,18 @@ def run_file(
         ).fetchone()
     _run_file(con, sql, secondary=secondary)
     return con
+
+
+def _whole(table: str, frame: pl.DataFrame | None) -> pl.DataFrame:
+    """``frame`` with every column of ``table``'s schema, those it lacks NULL (no rows where
+    ``frame`` is None)."""
+    columns = table_schema(table).columns
+    if frame is None:
+        return rows(table, **{c.name: [] for c in columns})
+    missing = [c.name for c in columns if c.name not in frame.columns]
+    return frame.with_columns(
+        pl.lit(None, _column_type(table, name, ())).alias(name) for name in missing
+    )
 
 
 def _columns():
@@ -129,3 +151,40 @@ def created(
     got = con.sql(f"SELECT {select} FROM {table}").pl()
     con.close()
     return got.sort(order_by, nulls_last=True)
+
+
+def no_gradient_plan() -> pl.DataFrame:
+    """``_gradient_plan`` of a job linked without a job.yaml: no rows (runner._PLAN_COLUMNS)."""
+    from pipeline.link.runner import _PLAN_COLUMNS
+
+    types = {"VARCHAR": pl.String, "BIGINT": pl.Int64}
+    return pl.DataFrame(schema={n: types[t] for n, t in _PLAN_COLUMNS.items()})
+
+
+def no_job_facts() -> pl.DataFrame:
+    """``_job_facts`` with no row: no job of the test has the degrees of a job.yaml
+    (runner._facts_row)."""
+    return pl.DataFrame(
+        schema={"job": pl.String, "tokens_per_step": pl.Int64, "bucket_key": pl.String,
+                "dims": pl.List(pl.String)}
+    )  # fmt: skip
+
+
+def job_facts(job: str, bucket_key: str, dims: list[str]) -> pl.DataFrame:
+    """``_job_facts`` of one job linked with a job.yaml (runner._facts_row): the key that
+    sets its gradient buckets and its dimensions of degree above 1."""
+    return pl.DataFrame(
+        {"job": [job], "tokens_per_step": [None], "bucket_key": [bucket_key], "dims": [dims]},
+        schema={"job": pl.String, "tokens_per_step": pl.Int64, "bucket_key": pl.String,
+                "dims": pl.List(pl.String)},
+    )  # fmt: skip
+
+
+def no_alternatives() -> pl.DataFrame:
+    """``_alternative_bytes`` with no row: no other value of a key is tried
+    (runner._register_alternatives)."""
+    return pl.DataFrame(
+        schema={"job": pl.String, "key": pl.String, "value": pl.String, "what": pl.String,
+                "ranks": pl.List(pl.Int64), "parallel_dim": pl.String, "op": pl.String,
+                "phase": pl.String, "bytes": pl.Int64}
+    )  # fmt: skip

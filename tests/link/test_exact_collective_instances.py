@@ -71,7 +71,8 @@ def test_instances_across_ranks_and_sources() -> None:
     )
     got = created(
         "collective_instances.sql",
-        {"_instance_rows": calls, "clock_offsets": offsets, "collective_matches": matches},
+        {"_instance_rows": calls, "clock_offsets": offsets, "collective_matches": matches,
+         "communicator_dims": rows("communicator_dims", job=[])},  # (no group sizes known)
         "collective_instances",
         order_by=["source", "comm", "seq"],
         secondary=True,
@@ -81,7 +82,7 @@ def test_instances_across_ranks_and_sources() -> None:
     # c#0: aligned starts 100 and 130: skew 30, rank 1 last; durations 20..50; step 1.
     #      Its log twin is left out and named in sources.
     # c#5: one rank: no late rank, no skew.
-    # send 0->1: aligned 200 (send) and 190 (recv): the sender last, skew 10; send_recv.
+    # send 0->1: aligned 200 (send) and 190 (recv): the sender last, skew 10; op send.
     # 0xabc#1: starts 500 and 505: rank 1 last; all_reduce and broadcast tie, the first by
     #      name stands; not consistent (the ranks disagree on the op).
     # size_source: estimated where any rank's is (c#0, rank 1's), else the first by name of
@@ -91,7 +92,7 @@ def test_instances_across_ranks_and_sources() -> None:
         source=["kineto", "kineto", "kineto", "nccl_log"],
         comm=["c", "c", "c p2p 0->1", "0xabc"],
         seq=[0, 5, 0, 1],
-        op=["all_reduce", "all_reduce", "send_recv", "all_reduce"],
+        op=["all_reduce", "all_reduce", "send", "all_reduce"],
         ranks_seen=[2, 1, 2, 2],
         consistent=[True, True, True, False],
         first_start_ns=[100, 400, 190, 500],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from tests.link.sql_harness import created, rows
+from tests.link.sql_harness import created, no_gradient_plan, rows
 
 ATTN, MOE = "model/layers.1/attn", "model/layers.0/moe/experts"
 
@@ -84,6 +84,7 @@ def test_each_calls_context_and_evidence() -> None:
             "collective_matches": matches,
             "collectives": collectives,
             "communicators": communicators,
+            "_gradient_plan": no_gradient_plan(),
         },
         "_links_attributed",
         order_by=["collective_id"],
@@ -104,7 +105,10 @@ def test_each_calls_context_and_evidence() -> None:
                       "backward", "other"],
             "layer_index": [1, None, None, 0, None, 1, None, None],
             "layer_kind": ["attention", None, None, "moe", "loss", "attention", None, None],
-            "attributed_by": ["module"] * 5 + ["matched:module", "none", "none"],
+            # (2: a backward all-reduce with no layer, from gradient accumulation: the named
+            # owner gradient_bucket, _named_owner)
+            "attributed_by": ["module", "gradient_bucket"] + ["module"] * 3
+            + ["matched:module", "none", "none"],
             "peer": [None, None, 4, None, None, None, 4, None],
             "bytes": [100, 4000, 64, 512, 8, 100, 64, 32],
             "size_source": ["kernel_args"] * 4 + ["nccl_log"] * 4,

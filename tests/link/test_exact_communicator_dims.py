@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from tests.link.sql_harness import created, rows, run_file
+from tests.link.sql_harness import created, no_job_facts, rows, run_file
 
 COMMS = ("communicators",)
 NAMED = "groups named tp (tp) are dp|ep groups of the layout dp=2 x ep=2"
@@ -80,7 +80,9 @@ def _inputs() -> dict[str, pl.DataFrame]:
         "_comm_sets": comm_sets,
         "_comm_map": comm_map,
         "_job_layout": layout,
+        "_job_facts": no_job_facts(),
         "_links_attributed": links_attributed,
+        "communicators": rows("communicators", job=[]),  # (no process group names)
         "collectives": collectives,
         "ranks": ranks,
     }

@@ -4,6 +4,7 @@ order in the log, the edges only as far as the rank's fullest step reaches."""
 
 from __future__ import annotations
 
+import polars as pl
 from polars.testing import assert_frame_equal
 
 from tests.link.sql_harness import created, rows
@@ -35,6 +36,7 @@ def test_log_calls_take_their_instances_step_and_then_their_order() -> None:
         layer=["model/layers.3/attn"] + [None] * (n - 1),
         layer_index=[3] + [None] * (n - 1),
         layer_kind=["attention"] + [None] * (n - 1),
+        layer_label=["layers.3/attn"] + [None] * (n - 1),
         parallel_dim=["dp"] * n,
         attributed_by=["trace"] + [None] * (n - 1),
         bytes=[64] * n,
@@ -68,7 +70,11 @@ def test_log_calls_take_their_instances_step_and_then_their_order() -> None:
     )
     got = created(
         "instance_context.sql",
-        {"_links_keyed": links, "_instance_rows": instance_rows, "_source_instances": instances},
+        {"_links_keyed": links, "_instance_rows": instance_rows, "_source_instances": instances,
+         # (short labels are collective_links.sql's: none here, the layers keep their paths)
+         "_layer_names": pl.DataFrame(schema={"job": pl.String, "layer": pl.String,
+                                              "layer_index": pl.Int64, "layer_kind": pl.String,
+                                              "layer_label": pl.String})},
         "collective_links",
         order_by=["rank", "collective_id"],
     ).select("rank", "collective_id", "step", "step_from", "phase", "layer", "layer_index",

@@ -8,9 +8,12 @@ from __future__ import annotations
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from tests.link.sql_harness import created, rows
+from tests.link.sql_harness import created, job_facts, no_alternatives, rows
 
-BUCKETS = "the same bytes in other calls: gradient buckets cut elsewhere"
+#: (the key that sets torch DDP's buckets, _job_facts.bucket_key)
+BUCKETS = (
+    "the same bytes in other calls: gradient buckets cut elsewhere (conventions.ddp_bucket_mb)"
+)
 
 
 def test_every_status_and_reason() -> None:
@@ -71,6 +74,8 @@ def test_every_status_and_reason() -> None:
             "collectives": collectives,
             "communicator_dims": dims,
             "predictions": predictions,
+            "_job_facts": job_facts("j", "conventions.ddp_bucket_mb", ["dp", "tp"]),
+            "_alternative_bytes": no_alternatives(),
         },
         "ledger",
         order_by=["parallel_dim", "op", "phase", "status"],
@@ -178,6 +183,8 @@ def test_a_layout_the_traces_contradict_is_the_reason_of_every_row_that_differs(
             "collectives": collectives,
             "communicator_dims": communicator_dims,
             "predictions": predictions,
+            "_job_facts": job_facts("j", "conventions.ddp_bucket_mb", ["dp", "tp"]),
+            "_alternative_bytes": no_alternatives(),
         },
         "ledger",
         order_by=["parallel_dim", "op", "phase", "status"],
