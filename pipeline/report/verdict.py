@@ -230,29 +230,44 @@ def _model_chart(ctx: Context) -> Chart | None:
     dims = ctx.query("ledger_dims")
     if dims.height == 0:
         return None
+    sides = (("observed", "bytes"), ("predicted", "predicted_bytes"))
+    chart = _sides_chart(dims, sides, "MB", 1e6, "MB per step", "Bytes per step", 170)
+    return Chart("verdict_model", chart, "Collective message bytes per step (the ledger).")
+
+
+def _sides_chart(
+    dims: pl.DataFrame,
+    sides: tuple[tuple[str, str], ...],
+    unit: str,
+    size: float,
+    axis: str,
+    title: str,
+    width: int,
+) -> alt.Chart:
+    """Bars of each dimension, observed beside predicted (``sides``: side, column), in
+    ``unit`` (``size`` bytes)."""
     rows = [
-        {"dimension": r["parallel_dim"], "side": side, "MB": r[col] / 1e6}
+        {"dimension": r["parallel_dim"], "side": side, unit: r[col] / size}
         for r in dims.iter_rows(named=True)
-        for side, col in (("observed", "bytes"), ("predicted", "predicted_bytes"))
+        for side, col in sides
         if r[col] is not None
     ]
-    chart = (
+    return (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
             y=alt.Y("dimension:N", title=None, sort=None),
             yOffset=alt.YOffset("side:N", sort=_SIDES),
-            x=alt.X("MB:Q", title="MB per step"),
+            x=alt.X(f"{unit}:Q", title=axis),
             color=_side_color(),
             tooltip=[
                 alt.Tooltip("dimension:N"),
                 alt.Tooltip("side:N"),
-                alt.Tooltip("MB:Q", format=",.2f"),
+                alt.Tooltip(f"{unit}:Q", format=",.2f"),
             ],
         )
-        .properties(width=170, height=alt.Step(11), title="Bytes per step")
+        .properties(width=width, height=alt.Step(11), title=title)
     )
-    return Chart("verdict_model", chart, "Collective message bytes per step (the ledger).")
 
 
 def _rank_chart(ctx: Context) -> Chart | None:
@@ -309,28 +324,8 @@ def _token_chart(data: traffic.Traffic, table: pl.DataFrame) -> Chart | None:
     if per_token is None:
         return None
     dims = per_token[0].sort("bytes_per_token", descending=True)
-    rows = [
-        {"dimension": r["parallel_dim"], "side": side, "kB": r[col] / 1e3}
-        for r in dims.iter_rows(named=True)
-        for side, col in (("observed", "bytes_per_token"), ("predicted", "predicted_per_token"))
-        if r[col] is not None
-    ]
-    chart = (
-        alt.Chart(alt.Data(values=rows))
-        .mark_bar()
-        .encode(
-            y=alt.Y("dimension:N", title=None, sort=None),
-            yOffset=alt.YOffset("side:N", sort=_SIDES),
-            x=alt.X("kB:Q", title="kB per token"),
-            color=_side_color(),
-            tooltip=[
-                alt.Tooltip("dimension:N"),
-                alt.Tooltip("side:N"),
-                alt.Tooltip("kB:Q", format=",.2f"),
-            ],
-        )
-        .properties(width=150, height=alt.Step(11), title="Bytes per token")
-    )
+    sides = (("observed", "bytes_per_token"), ("predicted", "predicted_per_token"))
+    chart = _sides_chart(dims, sides, "kB", 1e3, "kB per token", "Bytes per token", 150)
     return Chart("verdict_tokens", chart, "Collective message bytes per token on the wire.")
 
 
