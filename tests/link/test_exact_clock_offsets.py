@@ -28,7 +28,11 @@ def _links(calls: list[dict]) -> pl.DataFrame:
 
 
 def _ranks(job: str, hosts: dict[int, str | None]) -> pl.DataFrame:
-    return rows("ranks", job=[job] * len(hosts), rank=list(hosts), host=list(hosts.values()))
+    """Each rank's host as its profiler trace names it (rank_hosts: one source, its name)."""
+    n = len(hosts)
+    return rows(
+        "ranks", job=[job] * n, rank=list(hosts), source=["kineto"] * n, host=list(hosts.values())
+    )
 
 
 def test_a_hosts_offset_and_the_residual_come_out_exactly() -> None:

@@ -1,7 +1,7 @@
 """collective_instances.sql on hand-made rows: arrival skew, late rank and durations of an
-instance on the aligned clock, a send and its recv as one instance, the op most ranks
-report, a log's instance that matched the profiler's left out, its source listed, and
-where its size came from.
+instance on the aligned clock, a send and its recv as one instance (op send), the op most
+ranks report, a log's instance that matched the profiler's left out, its source listed,
+where its size came from, and its group size.
 (The bandwidth columns are left to their own tests: their definition is one rule of the
 package, checked where it is defined.)"""
 
@@ -17,9 +17,9 @@ CALL = ("collective_links", "collectives")
 
 def _calls(calls: list[tuple]) -> pl.DataFrame:
     """_instance_rows: (source, rank, collective_id, comm, seq, op, start_ns, dur_ns, step,
-    size_source)."""
+    size_source, group_size)."""
     cols = ["source", "rank", "collective_id", "instance_comm", "instance_seq", "op"]
-    cols += ["start_ns", "dur_ns", "step", "size_source"]
+    cols += ["start_ns", "dur_ns", "step", "size_source", "group_size"]
     data = {c: [call[i] for call in calls] for i, c in enumerate(cols)}
     n = len(calls)
     return rows(
@@ -28,7 +28,6 @@ def _calls(calls: list[tuple]) -> pl.DataFrame:
         job=["j"] * n,
         file_id=[f"{c[0]}{c[1]}" for c in calls],
         bytes=[64] * n,
-        group_size=[2] * n,
         phase=[None if c[8] is None else "forward" for c in calls],
         layer=[None] * n,
         layer_kind=[None] * n,
@@ -44,19 +43,23 @@ def test_instances_across_ranks_and_sources() -> None:
     # The NCCL log's 0xabc#0 is c#0 (its calls matched the profiler's); its 0xabc#1, which
     # rank 0 logged as an all_reduce and rank 1 as a broadcast, matched nothing.
     # Sizes: c#0's is the model's on rank 1 (estimated), the others' the sources' own.
+    # Group sizes: c#0's calls say 2; c#5's call says none, and communicator_dims knows c
+    # has 2 ranks; the send/recv and the log's calls say none.
+    kn, nl = "kineto", "nccl_log"
     calls = _calls(
         [
-            ("kineto", 0, 0, "c", 0, "all_reduce", 100, 50, 1, "kernel_args"),
-            ("kineto", 1, 1, "c", 0, "all_reduce", 1130, 20, 1, "estimated"),
-            ("kineto", 0, 2, "c p2p 0->1", 0, "send", 200, 15, 1, "record_param_comms"),
-            ("kineto", 1, 3, "c p2p 0->1", 0, "recv", 1190, 25, 1, "record_param_comms"),
-            ("kineto", 0, 4, "c", 5, "all_reduce", 400, 10, 1, "kernel_args"),
-            ("nccl_log", 0, 10, "0xabc", 0, "all_reduce", 100, 50, None, "kernel_args"),
-            ("nccl_log", 1, 11, "0xabc", 0, "all_reduce", 1130, 20, None, "kernel_args"),
-            ("nccl_log", 0, 12, "0xabc", 1, "all_reduce", 500, 5, None, "record_param_comms"),
-            ("nccl_log", 1, 13, "0xabc", 1, "broadcast", 1505, 5, None, "kernel_args"),
+            (kn, 0, 0, "c", 0, "all_reduce", 100, 50, 1, "kernel_args", 2),
+            (kn, 1, 1, "c", 0, "all_reduce", 1130, 20, 1, "estimated", 2),
+            (kn, 0, 2, "c p2p 0->1", 0, "send", 200, 15, 1, "record_param_comms", None),
+            (kn, 1, 3, "c p2p 0->1", 0, "recv", 1190, 25, 1, "record_param_comms", None),
+            (kn, 0, 4, "c", 5, "all_reduce", 400, 10, 1, "kernel_args", None),
+            (nl, 0, 10, "0xabc", 0, "all_reduce", 100, 50, None, "kernel_args", None),
+            (nl, 1, 11, "0xabc", 0, "all_reduce", 1130, 20, None, "kernel_args", None),
+            (nl, 0, 12, "0xabc", 1, "all_reduce", 500, 5, None, "record_param_comms", None),
+            (nl, 1, 13, "0xabc", 1, "broadcast", 1505, 5, None, "kernel_args", None),
         ]
     )
+    dims = rows("communicator_dims", job=["j"], comm=["c"], nranks=[2])
     offsets = rows("clock_offsets", job=["j", "j"], rank=[0, 1], offset_ns=[0, 1000])
     matches = rows(
         "collective_matches",
@@ -71,22 +74,29 @@ def test_instances_across_ranks_and_sources() -> None:
     )
     got = created(
         "collective_instances.sql",
-        {"_instance_rows": calls, "clock_offsets": offsets, "collective_matches": matches,
-         "communicator_dims": rows("communicator_dims", job=[])},  # (no group sizes known)
+        {
+            "_instance_rows": calls,
+            "clock_offsets": offsets,
+            "collective_matches": matches,
+            "communicator_dims": dims,
+        },
         "collective_instances",
         order_by=["source", "comm", "seq"],
         secondary=True,
     ).select("source", "comm", "seq", "op", "ranks_seen", "consistent", "first_start_ns",
              "last_start_ns", "skew_ns", "late_rank", "min_dur_ns", "max_dur_ns", "step",
-             "sources", "size_source")  # fmt: skip
+             "sources", "size_source", "group_size")  # fmt: skip
     # c#0: aligned starts 100 and 130: skew 30, rank 1 last; durations 20..50; step 1.
     #      Its log twin is left out and named in sources.
     # c#5: one rank: no late rank, no skew.
-    # send 0->1: aligned 200 (send) and 190 (recv): the sender last, skew 10; op send.
+    # send 0->1: aligned 200 (send) and 190 (recv): the sender last, skew 10; op send (the
+    #      transfer, whichever side recorded it).
     # 0xabc#1: starts 500 and 505: rank 1 last; all_reduce and broadcast tie, the first by
     #      name stands; not consistent (the ranks disagree on the op).
     # size_source: estimated where any rank's is (c#0, rank 1's), else the first by name of
     #      its ranks' (0xabc#1: kernel_args before record_param_comms).
+    # group_size: the calls' own (c#0: 2), else communicator_dims' nranks (c#5: c's 2), else
+    #      a dropped twin's (none here): the send/recv's pair and 0xabc have none.
     expected = rows(
         "collective_instances",
         source=["kineto", "kineto", "kineto", "nccl_log"],
@@ -104,5 +114,6 @@ def test_instances_across_ranks_and_sources() -> None:
         step=[1, 1, 1, None],
         sources=[["kineto", "nccl_log"], ["kineto"], ["kineto"], ["nccl_log"]],
         size_source=["estimated", "kernel_args", "record_param_comms", "kernel_args"],
+        group_size=[2, 2, None, None],
     )
     assert_frame_equal(got, expected)

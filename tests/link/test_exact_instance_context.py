@@ -1,10 +1,10 @@
 """instance_context.sql on hand-made rows: an unprofiled rank's log calls take the step,
-phase and layer of their instance; the calls between and after those are placed by their
-order in the log, the edges only as far as the rank's fullest step reaches."""
+phase and layer of their instance (the layer's label from _layer_names); the calls between
+and after those are placed by their order in the log, the edges only as far as the rank's
+fullest step reaches."""
 
 from __future__ import annotations
 
-import polars as pl
 from polars.testing import assert_frame_equal
 
 from tests.link.sql_harness import created, rows
@@ -68,18 +68,31 @@ def test_log_calls_take_their_instances_step_and_then_their_order() -> None:
         layer=["model/layers.3/attn", "model/layers.3/attn", "model/layers.2/mlp"],
         layer_kind=["attention", "attention", "mlp"],
     )
+    # The job's layer paths as collective_links.sql names them: the shortest unique tail
+    # from the innermost layer's component (layers.3, layers.2) on.
+    names = rows(
+        "_layer_names",
+        like=LINKS,
+        job=["j", "j"],
+        layer=["model/layers.3/attn", "model/layers.2/mlp"],
+        layer_index=[3, 2],
+        layer_kind=["attention", "mlp"],
+        layer_label=["layers.3/attn", "layers.2/mlp"],
+    )
     got = created(
         "instance_context.sql",
-        {"_links_keyed": links, "_instance_rows": instance_rows, "_source_instances": instances,
-         # (short labels are collective_links.sql's: none here, the layers keep their paths)
-         "_layer_names": pl.DataFrame(schema={"job": pl.String, "layer": pl.String,
-                                              "layer_index": pl.Int64, "layer_kind": pl.String,
-                                              "layer_label": pl.String})},
+        {
+            "_links_keyed": links,
+            "_instance_rows": instance_rows,
+            "_source_instances": instances,
+            "_layer_names": names,
+        },
         "collective_links",
         order_by=["rank", "collective_id"],
     ).select("rank", "collective_id", "step", "step_from", "phase", "layer", "layer_index",
-             "layer_kind", "attributed_by")  # fmt: skip
-    # 102 and 104 take their instances' context (layer index 3 and 2 from the paths).
+             "layer_kind", "layer_label", "attributed_by")  # fmt: skip
+    # 102 and 104 take their instances' context (layer index 3 and 2 from the paths, the
+    # label of the layer from _layer_names).
     # Then the log's order: 103 lies between a step 1 call and a step 2 call: step 1.
     # Steps of the record: step 1 holds 102, 103 (2 calls, the fullest), step 2 holds 104
     # (1 call). Before 102, step 1 takes 2 - 2 = 0 more calls: 100, 101 stay unplaced.
@@ -97,6 +110,8 @@ def test_log_calls_take_their_instances_step_and_then_their_order() -> None:
         layer=[m, None, None, None, m, None, a, None, None],
         layer_index=[3, None, None, None, 3, None, 2, None, None],
         layer_kind=["attention", None, None, None, "attention", None, "mlp", None, None],
+        layer_label=["layers.3/attn", None, None, None, "layers.3/attn", None, "layers.2/mlp",
+                     None, None],
         attributed_by=["trace", None, None, None, "instance", None, "instance", None, None],
     )  # fmt: skip
     assert_frame_equal(got, expected)
