@@ -18,8 +18,8 @@
 --
 -- reads: _adopted_groups, _filled_sizes, _gradient_plan, collective_matches, collectives,
 --        communicators
--- creates: _layer_index, _layer_names, _layer_path, _links_attributed, _model_layer_numbers,
---          _is_named_owner, _module_layer, _named_owner
+-- creates: _layer_index, _layer_kind, _layer_names, _layer_path, _links_attributed,
+--          _model_layer_numbers, _is_named_owner, _module_layer, _named_owner
 
 -- A layer kind from one module path component (class name or NVTX text), NULL if none.
 CREATE MACRO _component_kind(c) AS CASE

@@ -17,8 +17,8 @@
 -- (layers.<i>, embedding, lm_head, root). Without a job.yaml, or beyond the plan, the bucket
 -- is one row under its owner's own name (attributed_by 'gradient_bucket').
 --
--- reads: _gradient_plan, _layer_index, _layer_names, _layer_path, collective_links,
---        collectives
+-- reads: _gradient_plan, _layer_index, _layer_kind, _layer_names, _layer_path,
+--        collective_links, collectives
 -- creates: gradient_bucket_layers
 
 -- The buckets and gathers, each a byte range of its rank's sequence in the step.
@@ -78,7 +78,18 @@ SELECT p.*, max(p.hi_bytes) OVER (PARTITION BY p.job, p.rank) = p.hi_bytes AS la
 FROM _gradient_plan p
 LEFT JOIN _rank_numbering n USING (job, rank);
 
-CREATE TABLE gradient_bucket_layers AS
+-- The kind and label of a layer path cut after its layer (the name _rank_layers gives a
+-- unit), where no collective names that path itself: its kind as collective_links.sql gives
+-- a path's, its label that of the job's paths under it, cut after the same layer
+-- (layers.1/attn -> layers.1).
+CREATE TEMP TABLE _cut_layer_names AS
+SELECT job, _layer_path(layer) AS layer, _layer_kind(_layer_path(layer)) AS layer_kind,
+       min(_layer_path(layer_label)) AS layer_label
+FROM _layer_names
+WHERE layer_index IS NOT NULL
+GROUP BY ALL;
+
+CREATE TEMP TABLE gradient_bucket_layers AS
 WITH split AS (
     SELECT b.job, b.rank, b.source, b.file_id, b.collective_id, b.step, b.owner, u.layer,
            u.layer_index,
@@ -96,11 +107,12 @@ whole AS (  -- (no plan for the rank: the bucket is its own one row)
     WHERE NOT EXISTS (SELECT 1 FROM _gradient_plan p WHERE p.job = b.job AND p.rank = b.rank)
 )
 SELECT s.job, s.rank, s.source, s.file_id, s.collective_id, s.step, s.owner, s.layer,
-       s.layer_index, coalesce(n.layer_kind, CASE
+       s.layer_index, coalesce(n.layer_kind, cut.layer_kind, CASE
            WHEN s.layer LIKE 'layers.%' THEN 'transformer'
            WHEN s.layer IN ('embedding', 'lm_head') THEN s.layer END) AS layer_kind,
-       coalesce(n.layer_label, s.layer) AS layer_label, s.bytes,
+       coalesce(n.layer_label, cut.layer_label, s.layer) AS layer_label, s.bytes,
        CASE WHEN s.owner = s.layer THEN s.owner ELSE 'bucket_plan' END AS attributed_by
 FROM (SELECT * FROM split UNION ALL SELECT * FROM whole) s
 LEFT JOIN _layer_names n ON n.job = s.job AND n.layer = s.layer
+LEFT JOIN _cut_layer_names cut ON cut.job = s.job AND cut.layer = s.layer
 WHERE s.bytes > 0;

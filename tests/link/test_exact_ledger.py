@@ -14,6 +14,13 @@ from tests.link.sql_harness import created, job_facts, no_alternatives, rows
 BUCKETS = (
     "the same bytes in other calls: gradient buckets cut elsewhere (conventions.ddp_bucket_mb)"
 )
+ALTERNATIVE_COLUMNS = no_alternatives().schema
+
+
+def _alternatives(rows_: list[tuple]) -> pl.DataFrame:
+    """_alternative_bytes (the runner's): (job, key, value, what, ranks, parallel_dim, op,
+    phase, bytes of each rank listed)."""
+    return pl.DataFrame(rows_, schema=ALTERNATIVE_COLUMNS, orient="row")
 
 
 def test_every_status_and_reason() -> None:
@@ -59,6 +66,15 @@ def test_every_status_and_reason() -> None:
     collectives = rows(
         "collectives", job=["j"] * n, rank=[x[0] for x in calls], source=[x[1] for x in calls]
     )
+    # Were model.linear_bias 'all', each rank's items would be: tp forward 150 B, the rest
+    # as predicted (and no all_gather).
+    alt = ("j", "model.linear_bias", "all", "the linear layers' biases", [0, 1])
+    alternatives = _alternatives(
+        [(*alt, "dp", "all_reduce", "backward", 1000),
+         (*alt, "tp", "all_reduce", "forward", 150),
+         (*alt, "tp", "all_reduce", "backward", 400),
+         (*alt, "pp", "send", "forward", 50)]
+    )  # fmt: skip
     # job.yaml's layout agrees with j's traces; job k's contradict it (no row of j's says so)
     dims = rows(
         "communicator_dims",
@@ -70,22 +86,27 @@ def test_every_status_and_reason() -> None:
     got = created(
         "ledger.sql",
         {
+            "_alternative_bytes": alternatives,
+            "_job_facts": job_facts("j", "conventions.ddp_bucket_mb", ["dp", "tp"]),
             "collective_links": links,
             "collectives": collectives,
             "communicator_dims": dims,
             "predictions": predictions,
-            "_job_facts": job_facts("j", "conventions.ddp_bucket_mb", ["dp", "tp"]),
-            "_alternative_bytes": no_alternatives(),
         },
         "ledger",
         order_by=["parallel_dim", "op", "phase", "status"],
     )
     # dp: 1,000 B predicted twice; seen 600 twice and 400 twice: 600 pairs with 1,000 (size
-    #     differs), 400 is left (unpredicted); 2,000 B on both sides: buckets cut elsewhere.
+    #     differs), 400 is left (unpredicted); 2,000 B on both sides: buckets cut elsewhere,
+    #     named by the key that sets them (_job_facts.bucket_key). (linear_bias 'all' gives
+    #     2,000 B too, but so does the prediction: no reason of its.)
     # pp send: predicted on both ranks, never seen: missing.
     # all_gather: seen, no item: unpredicted, named by its layer.
     # tp backward: 800 B against 400: size differs, twice the size.
-    # tp forward: 100 B seen 3 times, predicted 4 (2 a rank): calls differ.
+    # tp forward: 100 B seen 3 times, predicted 4 (2 a rank): calls differ; 300 B in all,
+    #     which linear_bias 'all' gives (150 B on each of the 2 ranks) and the prediction
+    #     (400 B) does not: that key is the reason. (tp backward's 1,600 B, pp's 0 and the
+    #     all_gather's 64 are not what it gives: 800, 100, none.)
     # size_source: estimated where any call's is (tp backward, rank 0's), else the first by
     # name of its calls' (tp forward: kernel_args before record_param_comms); none where
     # nothing was seen (pp send).
@@ -108,7 +129,7 @@ def test_every_status_and_reason() -> None:
         bytes=[1200, 800, 0, 64, 1600, 300],
         ranks=[2, 2, None, 1, 2, 2],
         reason=[BUCKETS, BUCKETS, None, None, "twice the predicted size: check the dtypes",
-                None],
+                "the linear layers' biases: the bytes match model.linear_bias: all"],
         size_source=["kernel_args", "kernel_args", None, "kernel_args", "estimated",
                      "kernel_args"],
     )  # fmt: skip
@@ -179,12 +200,12 @@ def test_a_layout_the_traces_contradict_is_the_reason_of_every_row_that_differs(
     got = created(
         "ledger.sql",
         {
+            "_alternative_bytes": no_alternatives(),
+            "_job_facts": job_facts("j", "conventions.ddp_bucket_mb", ["dp", "tp"]),
             "collective_links": links,
             "collectives": collectives,
             "communicator_dims": communicator_dims,
             "predictions": predictions,
-            "_job_facts": job_facts("j", "conventions.ddp_bucket_mb", ["dp", "tp"]),
-            "_alternative_bytes": no_alternatives(),
         },
         "ledger",
         order_by=["parallel_dim", "op", "phase", "status"],
@@ -213,6 +234,59 @@ def test_a_layout_the_traces_contradict_is_the_reason_of_every_row_that_differs(
         ],
         schema=["parallel_dim", "op", "phase", "status", "predicted_message_bytes", "calls",
                 "message_bytes", "reason"],
+        orient="row",
+    )  # fmt: skip
+    assert_frame_equal(got, expected)
+
+
+def test_an_item_never_seen_is_explained_by_a_value_that_does_not_predict_it() -> None:
+    # Step 1 of rank 0. Items: dp all_reduce backward 1 x 1,000 (gradient bucket); tp
+    # all_reduce forward 1 x 200 (vocab-parallel loss), never seen: 0 B observed.
+    # Were conventions.framework 'torch', or model.linear_bias 'none', the model would issue
+    # the same gradients and no tp all-reduce at all (no row in _alternative_bytes); with
+    # model.linear_bias 'all' a tp all-reduce of 300 B.
+    items = [("dp", "all_reduce", "backward", 1, 1000, "gradient bucket"),
+             ("tp", "all_reduce", "forward", 1, 200, "loss")]  # fmt: skip
+    cols = ["rank", "parallel_dim", "op", "phase", "calls", "bytes", "purpose"]
+    pred = [(0, *i) for i in items]
+    predictions = rows(
+        "predictions", job=["j"] * 2, **{c: [p[k] for p in pred] for k, c in enumerate(cols)}
+    )
+    links = rows("collective_links", job=["j"], step=[1], rank=[0], source=["kineto"],
+                 parallel_dim=["dp"], op=["all_reduce"], phase=["backward"], bytes=[1000],
+                 instance_comm=["dp0"], layer=[None], size_source=["kernel_args"])  # fmt: skip
+    collectives = rows("collectives", job=["j"], rank=[0], source=["kineto"])
+    torch = ("j", "conventions.framework", "torch", "what the framework issues", [0])
+    no_bias = ("j", "model.linear_bias", "none", "the linear layers' biases", [0])
+    all_bias = ("j", "model.linear_bias", "all", "the linear layers' biases", [0])
+    alternatives = _alternatives(
+        [(*torch, "dp", "all_reduce", "backward", 1000),
+         (*no_bias, "dp", "all_reduce", "backward", 1000),
+         (*all_bias, "dp", "all_reduce", "backward", 1000),
+         (*all_bias, "tp", "all_reduce", "forward", 300)]
+    )  # fmt: skip
+    got = created(
+        "ledger.sql",
+        {
+            "_alternative_bytes": alternatives,
+            "_job_facts": job_facts("j", "conventions.ddp_bucket_mb", ["dp", "tp"]),
+            "collective_links": links,
+            "collectives": collectives,
+            "communicator_dims": rows("communicator_dims", job=[]),
+            "predictions": predictions,
+        },
+        "ledger",
+        order_by=["parallel_dim", "op", "phase", "status"],
+    ).select("parallel_dim", "op", "status", "predicted_bytes", "bytes", "reason")
+    # dp: matched, no reason. tp: missing, 200 B predicted, 0 B seen: the framework 'torch'
+    # and linear_bias 'none' give 0 B there (they issue no such call; _alternative_bytes
+    # lists every item a value predicts), linear_bias 'all' 300 B. Of the two that give
+    # the 0 B seen, the first by key: conventions.framework.
+    expected = pl.DataFrame(
+        [("dp", "all_reduce", "matched", 1000, 1000, None),
+         ("tp", "all_reduce", "missing", 200, 0,
+          "what the framework issues: the bytes match conventions.framework: torch")],
+        schema=got.schema,
         orient="row",
     )  # fmt: skip
     assert_frame_equal(got, expected)
