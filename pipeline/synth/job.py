@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..gcpause import gc_paused
-from ..ingest.vocab import DTYPE_SIZES, bus_factor
 from ..synth.kineto import Event, KinetoTrace, render_trace
+from ..synth.wire import ELEMENT_BYTES, ring_bytes_per_byte
 
 COMPUTE_STREAM = 7
 NCCL_VERSION = "2.26.2"
@@ -45,9 +45,9 @@ def host_name(rank: int) -> str:
 TRACE_START_US = 2_315_420_000_000  # first ``ts``: Kineto ts are large µs offsets
 
 DTYPE = {  # torch dtype -> (record_param_comms dtype, Input type, bytes, NCCL kernel type)
-    "bf16": ("BFloat16", "c10::BFloat16", DTYPE_SIZES["bfloat16"], "bf16"),
-    "fp32": ("Float", "float", DTYPE_SIZES["float32"], "f32"),
-    "int32": ("Int", "int", DTYPE_SIZES["int32"], "u32"),  # NCCL sums ints in the u32 kernel
+    "bf16": ("BFloat16", "c10::BFloat16", ELEMENT_BYTES["bf16"], "bf16"),
+    "fp32": ("Float", "float", ELEMENT_BYTES["fp32"], "f32"),
+    "int32": ("Int", "int", ELEMENT_BYTES["int32"], "u32"),  # NCCL sums ints in the u32 kernel
 }
 
 
@@ -241,7 +241,7 @@ def comm_duration_ns(op: str, nbytes: int, n: int, key: tuple[Any, ...]) -> int:
         alpha = 6_000 + 1_000 * (n - 1)
     else:  # send / recv
         alpha = 5_500
-    wire = bus_factor(op, n) * nbytes
+    wire = ring_bytes_per_byte(op, n) * nbytes
     busbw = 280e9 * nbytes / (nbytes + 512 * 1024)  # small messages reach less bandwidth
     jitter = zlib.crc32(repr(key).encode()) % 900
     return int(alpha + wire / busbw * 1e9) + jitter

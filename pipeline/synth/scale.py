@@ -39,9 +39,9 @@ from typing import IO
 
 import numpy as np
 
-from ..ingest.vocab import OP_NAMES
 from ..synth import job as J
 from ..synth.kineto import Event, Slot, _Micro, render_trace
+from ..synth.wire import NCCL_FUNCS
 
 FORMATS = ("kineto", "nccl", "nsys")
 _MARK = re.compile(r"@@(\d+)@@")
@@ -216,11 +216,8 @@ def write_kineto(
 
 
 # -- NCCL debug log ---------------------------------------------------------------------------
-#: op -> NCCL's name of it in ``<Func>: opCount`` lines (vocab.OP_NAMES)
-NCCL_OPS = {
-    OP_NAMES[func]: func
-    for func in ("AllReduce", "Broadcast", "Send", "Recv", "AllGather", "ReduceScatter")
-}
+#: op -> NCCL's name of it in ``<Func>: opCount`` lines
+NCCL_OPS = NCCL_FUNCS
 #: torch dtype key of job.DTYPE -> ncclDataType_t
 NCCL_DTYPES = {"bf16": 9, "fp32": 7, "fp16": 6, "int64": 4, "int32": 2}
 
