@@ -42,19 +42,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_traces)
 
 
+#: Why a test on ../shared/real_traces did not run.
+ABSENT = "../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)"
+LEFT_OUT = "real-trace tests left out (TOKENWIRE_REAL_TRACES is set empty)"
+
+
+def require_real_traces() -> Path:
+    """For a module of tests on ../shared/real_traces alone (``test_real_traces.py``): the
+    folder, else the whole module is skipped, one skip with the reason."""
+    path = real_traces_dir()
+    if path is None:
+        reason = LEFT_OUT if os.environ.get("TOKENWIRE_REAL_TRACES") == "" else ABSENT
+        pytest.skip(reason, allow_module_level=True)
+    return path
+
+
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 (pytest's own type)
-    """One line: how many of the tests on ../shared/real_traces ran, so that a CI log shows
-    whether they did."""
+    """One line: how many of the tests on ../shared/real_traces ran, and how many of them
+    and of their modules were skipped, so that a CI log shows whether they did."""
     outcomes: dict[str, set[str]] = {}
+    modules = 0
     for outcome in ("passed", "failed", "skipped", "error"):
         for report in terminalreporter.stats.get(outcome, []):
             if "real_traces" in getattr(report, "keywords", {}):
                 outcomes.setdefault(outcome, set()).add(report.nodeid)
+            elif outcome == "skipped" and report.when == "collect":
+                modules += any(r in str(report.longrepr) for r in (ABSENT, LEFT_OUT))
     ran = outcomes.get("passed", set()) | outcomes.get("failed", set())
     skipped = outcomes.get("skipped", set()) - ran
-    if ran or skipped:
+    if ran or skipped or modules:
         terminalreporter.write_line(
             f"tests on ../shared/real_traces: {len(ran)} ran, {len(skipped)} skipped"
+            + (f", {modules} modules of them skipped" if modules else "")
         )
 
 
@@ -63,9 +82,7 @@ def real_traces() -> Path:
     """The real traces folder; the test is skipped where it is absent (a user's own clone)."""
     path = real_traces_dir()
     if path is None:
-        if os.environ.get("TOKENWIRE_REAL_TRACES") == "":
-            pytest.skip("real-trace tests left out (TOKENWIRE_REAL_TRACES is set empty)")
-        pytest.skip("../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)")
+        pytest.skip(LEFT_OUT if os.environ.get("TOKENWIRE_REAL_TRACES") == "" else ABSENT)
     return path
 
 

@@ -68,17 +68,6 @@ def test_a_batch_gives_each_file_its_own_tables() -> None:
         _assert_same(result, _alone(path))
 
 
-def test_a_batch_of_real_ranks(real_traces: Path) -> None:
-    files = sorted((real_traces / "kineto" / "dlrm_v100_8ranks").glob("*.json.gz"))
-    if not files:
-        pytest.skip("no DLRM ranks among the real traces")
-    files += sorted((real_traces / "kineto_cpu_gloo").rglob("*.pt.trace.json.gz"))
-    files += _gloo_files()[:4]
-    for path, result in zip(files, kineto.parse_batch(files, derive=True), strict=True):
-        assert isinstance(result, ParseResult), path
-        _assert_same(result, _alone(path))
-
-
 def test_a_batch_with_step_markers(tmp_path: Path) -> None:
     """Files without ProfilerStep ranges take their steps from the marker, or the whole
     trace, each on its own, whatever the other files of the batch have."""

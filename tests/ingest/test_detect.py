@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pipeline.ingest.detect import detect
-
 
 def _expected(rel: str) -> str | None:
     if rel.startswith("nccl_logs/") and rel.endswith(".log"):
@@ -23,15 +19,3 @@ def _expected(rel: str) -> str | None:
     if rel.startswith("nsys/") and rel.endswith((".sqlite", ".json.gz")):
         return "nsys"
     return None
-
-
-def test_every_real_file_is_detected_as_its_format(real_traces: Path) -> None:
-    checked = 0
-    for path in sorted(p for p in real_traces.rglob("*") if p.is_file()):
-        rel = path.relative_to(real_traces).as_posix()
-        expected = _expected(rel)
-        if expected is None:
-            continue
-        assert detect(path) == expected, rel
-        checked += 1
-    assert checked >= 50

@@ -11,10 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.dataset.schema import conform
 from pipeline.ingest.derive.time_breakdown import add_time_breakdown
 from pipeline.ingest.kineto import parse as kineto
-from tests.conftest import real_kineto_files
 
 DTYPE_BYTES = {
     "float": 4,
@@ -100,77 +98,6 @@ def _expected_bytes(doc: dict) -> int:
     return total
 
 
-@pytest.mark.parametrize("rel", real_kineto_files())
-def test_real_trace(rel: str, real_traces: Path) -> None:
-    path = real_traces / rel
-    doc = _raw(path)
-    result = kineto.parse(path)
-    tables = {
-        n: conform(n, t, job="j", source="kineto", file_id="f") for n, t in result.tables.items()
-    }
-    info = doc["distributedInfo"]
-
-    ranks = pl.from_arrow(tables["ranks"])
-    assert ranks["rank"].to_list() == [info["rank"]]
-    assert ranks["world_size"].to_list() == [info["world_size"]]
-    assert result.rank_source == "distributedInfo"
-
-    colls = pl.from_arrow(tables["collectives"])
-    assert Counter(colls["op"].to_list()) == +_expected_collectives(doc)
-    # (DeepEP's kernels record no size: link estimates it, tests/link/test_deepep.py)
-    assert colls["bytes"].null_count() == len(_deepep(doc["traceEvents"]))
-    assert colls["bytes"].sum() == _expected_bytes(doc)
-    assert colls["rank"].unique().to_list() == [info["rank"]]
-
-    step_names = {
-        e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
-    }
-    steps = pl.from_arrow(tables["steps"])
-    # (a trace without ProfilerStep ranges is one step, 0)
-    want = sorted(int(n.split("#")[1]) for n in step_names) or [0]
-    assert sorted(steps["step"].to_list()) == want
-
-    comms = pl.from_arrow(tables["communicators"])
-    assert sorted(comms["pg_name"].to_list()) == sorted(
-        g["pg_name"] for g in info.get("pg_config", [])
-    )
-
-    n_kernels = sum(
-        1
-        for e in doc["traceEvents"]
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-    )
-    assert tables["kernels"].num_rows == n_kernels
-
-
-def test_metadata_kernels_keep_process_group(real_traces: Path) -> None:
-    path = real_traces / "kineto/b200_rank0of8_eager.json.gz"
-    colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
-    row = colls.filter(pl.col("op") == "all_gather").row(0, named=True)
-    assert (row["op"], row["comm"], row["dtype"], row["count"], row["out_count"], row["bytes"]) == (
-        "all_gather",
-        "pg:3",
-        "bfloat16",
-        25136,
-        201088,
-        201088 * 2,
-    )
-    assert row["size_source"] == "kernel_args"
-
-
-def test_symmetric_memory_all_reduces_are_collectives(real_traces: Path) -> None:
-    # vLLM's tensor-parallel all-reduces on the B200 run as symm_mem multimem kernels; the
-    # launching symm_mem:: op's Input Dims give the size
-    path = real_traces / "kineto/b200_rank0of8_eager.json.gz"
-    colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
-    reduces = colls.filter(pl.col("op") == "all_reduce")
-    assert reduces.height == 73
-    assert reduces["bytes"].sum() == 385_661_952
-    assert set(reduces["op_name"]) == {"symm_mem::multimem_all_reduce_"}
-    assert set(reduces["size_source"]) == {"input_dims"}
-    assert set(reduces["dtype"]) == {"bfloat16"}
-
-
 def test_collective_kernels_beyond_nccl_take_their_launching_op(tmp_path: Path) -> None:
     kernel = "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(...)"
     events = [
@@ -193,43 +120,6 @@ def test_collective_kernels_beyond_nccl_take_their_launching_op(tmp_path: Path) 
         8192,
     )
     assert pl.from_arrow(tables["kernels"])["kind"].to_list() == ["comm"]
-
-
-def test_dlrm_sizes_come_from_annotations(real_traces: Path) -> None:
-    path = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
-    colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
-    assert set(colls["size_source"]) == {"input_dims"}
-    assert set(colls["op_name"]) == {"c10d::allreduce_", "c10d::alltoall_base_"}
-    assert colls.filter(pl.col("op") == "all_reduce")["count"].sort().to_list() == [
-        112,
-        226960,
-        394241,
-    ]
-
-
-def test_gloo_send_recv_peers(real_traces: Path) -> None:
-    for r, peer in ((0, 1), (1, 0)):
-        path = next((real_traces / "kineto_cpu_gloo/pp/ws2").glob(f"rank{r}.*.pt.trace.json.gz"))
-        colls = pl.from_arrow(kineto.parse(path).tables["collectives"])
-        assert set(colls["op"]) == {"send", "recv"}
-        assert colls["peer"].to_list() == [peer] * colls.height
-        assert colls["enqueue_ns"].null_count() == 0
-        assert (colls["bytes"] == 4 * 64 * 128 * 4).all()
-
-
-def test_module_scopes_and_tokens(real_traces: Path) -> None:
-    path = next((real_traces / "kineto_cpu_gloo/tp_manual/ws2").glob("rank0.*.pt.trace.json.gz"))
-    result = kineto.parse(path)
-    ops = pl.from_arrow(result.tables["ops"])
-    linear = ops.filter(pl.col("name") == "aten::linear").drop_nulls("module_path")
-    # the 4-layer GPT (tests/model/test_conventions.py): Q, K, V, O, FC1, FC2 a layer and
-    # the LM head, each step of 2, every one inside its module
-    assert linear.height == 2 * (4 * 6 + 1)
-    assert linear["module_path"].str.contains("Block_0/").any()
-    modules = ops.filter(pl.col("kind") == "module")
-    assert modules["name"].str.starts_with("nn.Module: ").all()
-    steps = pl.from_arrow(result.tables["steps"])
-    assert steps["tokens"].to_list() == [512, 512]  # micro-batch 8 x seq 64
 
 
 def test_rank_from_file_name(tmp_path: Path) -> None:
@@ -314,23 +204,6 @@ def _table_rows(table, columns: tuple[str, ...]) -> Counter:
     return Counter((r["name"], *(value(r[c]) for c in columns)) for r in rows)
 
 
-@pytest.mark.parametrize("rel", real_kineto_files())
-def test_args_land_on_the_events_that_keep_them(rel: str, real_traces: Path) -> None:
-    """Each kernel's and each host range's args, against the raw events (args are read only
-    from the events whose tables keep them)."""
-    path = real_traces / rel
-    events = [e for e in _raw(path)["traceEvents"] if e.get("ph") == "X"]
-    result = kineto.parse(path)
-    gpu = [e for e in events if e.get("cat") in kineto.GPU_KINDS]
-    gpu_keys = ("device", "correlation", "External id", "grid", "block", "bytes")
-    gpu_columns = ("device", "correlation", "external_id", "grid", "block", "bytes")
-    assert _table_rows(result.tables["kernels"], gpu_columns) == _arg_rows(gpu, gpu_keys)
-    host = [e for e in events if e.get("cat") in kineto.HOST_KINDS]
-    host_keys = ("External id", "Sequence number", "Fwd thread id", "Input Dims", "Input type")
-    host_columns = ("external_id", "seq_nr", "fwd_tid", "input_dims", "input_types")
-    assert _table_rows(result.tables["ops"], host_columns) == _arg_rows(host, host_keys)
-
-
 def test_a_trace_without_profiler_steps_is_one_step(tmp_path: Path) -> None:
     # an inference run: no ProfilerStep#N, so one step 0 spans the trace, and the breakdown
     # is there
@@ -355,25 +228,6 @@ def test_a_trace_without_profiler_steps_is_one_step(tmp_path: Path) -> None:
     assert breakdown.select(
         "step", "timeline", "window_ns", "compute_ns", "exposed_comm_ns", "idle_ns"
     ).rows() == [(0, "host", 51_000, 30_000, 20_000, 1_000)]
-
-
-def test_the_b200_inference_trace_gets_a_breakdown(real_traces: Path) -> None:
-    tables = kineto.parse(real_traces / "kineto/b200_rank0of8_eager.json.gz").tables
-    add_time_breakdown(tables)
-    assert pl.from_arrow(tables["steps"]).select("step", "marker").rows() == [(0, "whole_trace")]
-    assert set(pl.from_arrow(tables["collectives"])["step"]) == {0}
-    breakdown = pl.from_arrow(tables["time_breakdown"])
-    assert breakdown.select("step", "timeline").rows() == [(0, "gpu")]
-    row = breakdown.row(0, named=True)
-    parts = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "idle_ns")
-    assert sum(row[p] for p in parts) == row["window_ns"]
-    # vLLM decoding, one step of the whole trace: a window of 87.1 ms, 9.5 ms of compute, 2.1 ms of
-    # communication (its 74 collective kernels, one after another, none overlapping compute)
-    assert [row["window_ns"], *(row[p] for p in parts)] == [
-        87_128_842, 9_454_981, 0, 2_141_501, 75_532_360,
-    ]  # fmt: skip
-    kernels = pl.from_arrow(tables["kernels"]).filter(pl.col("kind") == "comm")
-    assert (kernels.height, kernels["dur_ns"].sum()) == (74, row["exposed_comm_ns"])
 
 
 def _nccl_trace(path: Path, with_kernel: bool, pg_config: list | None = None) -> Path:
@@ -411,20 +265,6 @@ def test_all_gather_sizes_from_the_launching_op(tmp_path: Path, with_kernel: boo
     got = (row["op"], row["count"], row["out_count"], row["group_size"], row["bytes"])
     assert got == ("all_gather", 256, 1024, 4, 4096)
     assert not [m for m in result.warnings.messages() if "size metadata" in m]
-
-
-def test_dlrm_without_cuda_activities_keeps_its_collectives(real_traces: Path, tmp_path: Path):
-    src = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
-    doc = _raw(src)
-    full = pl.from_arrow(kineto.parse(src).tables["collectives"])
-    gpu = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
-    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in gpu]
-    path = tmp_path / "worker0.json"
-    path.write_text(json.dumps(doc))
-    host = pl.from_arrow(kineto.parse(path).tables["collectives"])
-    assert host.height == full.height == 8
-    assert sorted(host["op"]) == sorted(full["op"])
-    assert host["bytes"].sum() == full["bytes"].sum()
 
 
 def _marked_trace(tmp_path: Path, *, profiler_step: bool = False) -> Path:
@@ -504,22 +344,6 @@ def test_ingest_step_marker_option(tmp_path: Path) -> None:
     assert "--step-marker" in bad.output and "not a regular expression" in bad.output
 
 
-def test_the_b200_trace_takes_steps_from_a_named_marker(real_traces: Path) -> None:
-    # its one vLLM execute_context range bounds the step instead of the whole trace
-    path = real_traces / "kineto/b200_rank0of8_eager.json.gz"
-    tables = kineto.parse(path, step_marker=r"execute_context_.*").tables
-    steps = pl.from_arrow(tables["steps"])
-    assert steps.select("step", "marker").rows() == [(0, "execute_context_.*")]
-    events = _raw(path)["traceEvents"]
-    # (the GPU's copy of the range, gpu_user_annotation, is no marker)
-    (marked,) = [
-        e
-        for e in events
-        if e.get("cat") == "user_annotation" and e["name"].startswith("execute_context_")
-    ]
-    assert steps["dur_ns"].item() == round(marked["dur"] * 1000)
-
-
 def _launch(ts: int, corr: int, name: str, *, cat: str = "kernel") -> list[dict]:
     """A runtime call on the host thread at ``ts`` and the GPU activity it launched."""
     return [
@@ -559,26 +383,3 @@ def test_an_unnamed_kernel_a_collective_op_launched_is_communication(tmp_path: P
         ("all_reduce", 115_000, 1024),
         ("broadcast", 315_000, 1024),
     ]
-
-
-def test_dlrm_collectives_with_unnamed_kernels_are_found_from_their_ops(
-    real_traces: Path, tmp_path: Path
-) -> None:
-    # rank 0 of DLRM with its NCCL kernels renamed to a name no list knows: the nccl:
-    # annotations around their launches still make them the same 8 collectives, same bytes
-    src = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
-    doc = _raw(src)
-    renamed = 0
-    for e in doc["traceEvents"]:
-        if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_"):
-            e["name"] = "vendor_collective_kernel"
-            renamed += 1
-    path = tmp_path / "worker0.json"
-    path.write_text(json.dumps(doc))
-
-    def calls(trace: Path) -> list:
-        frame = pl.from_arrow(kineto.parse(trace).tables["collectives"])
-        return frame.group_by("op").agg(pl.len(), pl.col("bytes").sum()).sort("op").rows()
-
-    assert renamed == 8
-    assert calls(path) == calls(src) == [("all_reduce", 3, 2_485_252), ("all_to_all", 5, 64_448)]

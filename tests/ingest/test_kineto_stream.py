@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.kineto import parse as kineto
-from tests.conftest import REPO_ROOT, real_kineto_files
+from tests.conftest import REPO_ROOT
 
 WHOLE = 1 << 40  # one batch: the whole file decoded at once
 
@@ -27,18 +27,6 @@ def _same(a, b) -> None:
         assert_frame_equal(pl.from_arrow(a.tables[name]), pl.from_arrow(b.tables[name]))
     assert a.warnings.messages() == b.warnings.messages()
     assert (a.format_version, a.rank_source) == (b.format_version, b.rank_source)
-
-
-@pytest.mark.parametrize("rel", real_kineto_files())
-def test_batches_do_not_change_the_tables(rel: str, real_traces: Path) -> None:
-    path = real_traces / rel
-    whole = kineto.parse(path, batch_bytes=WHOLE)
-    _same(whole, kineto.parse(path, batch_bytes=64 * 1024))
-
-
-def test_tiny_batches_on_a_real_trace(real_traces: Path) -> None:
-    path = next((real_traces / "kineto" / "dlrm_v100_8ranks").glob("worker0*"))
-    _same(kineto.parse(path, batch_bytes=WHOLE), kineto.parse(path, batch_bytes=1500))
 
 
 def _event(i: int, **extra) -> dict:

@@ -94,12 +94,6 @@ def test_batch_is_each_file_alone_on_a_generated_job(tmp_path):
     _same(logs)
 
 
-def test_batch_is_each_file_alone_on_real_logs(real_traces):
-    logs = sorted((real_traces / "nccl_logs").glob("*.log"))
-    _same(logs)
-    _same(logs[::-1])
-
-
 def test_a_bad_file_fails_alone(tmp_path):
     good = sorted((REPO / "sample_traces").glob("*.nccl.log"))[:3]
     empty = tmp_path / "empty.log"

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
 import re
-from collections import Counter
 from pathlib import Path
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
 
 from pipeline.dataset.schema import conform
 from pipeline.errors import TraceFormatError
@@ -46,173 +43,6 @@ def _parse(path: Path) -> dict[str, pl.DataFrame]:
 
 def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").splitlines()
-
-
-def test_every_real_log_collectives_comms_transports(real_traces):
-    for path in _logs(real_traces):
-        lines = _lines(path)
-        t = _parse(path)
-        # One collectives row per COLL line, counted here independently.
-        assert t["collectives"].height == sum(bool(COLL_LINE.search(x)) for x in lines), path.name
-        # Communicators: every Init / nRanks line's (comm, rank in comm, nranks) is a row.
-        inits = [m for x in lines if (m := INIT_LINE.search(x))]
-        comm_id = {
-            (m[1], m[2], m[3]): m[6] for m in inits if m[6]
-        }  # the 2.20+ nRanks line has none
-        expected = {(comm_id.get((m[1], m[2], m[3]), m[3]), int(m[4]), int(m[5])) for m in inits}
-        got = set(
-            t["communicators"]
-            .filter(pl.col("rank_in_comm").is_not_null())
-            .select("comm", "rank_in_comm", "nranks")
-            .iter_rows()
-        )
-        assert got == expected, path.name
-        # Connection lines: the transports exactly as printed.
-        printed = Counter(m[1] for x in lines if (m := CONN_LINE.search(x)))
-        conn = (
-            t["topology"].filter(pl.col("kind") == "connection") if t["topology"].height else None
-        )
-        rows = (
-            Counter(re.sub(r" \[(?:send|receive)\]$", "", d) for d in conn["detail"])
-            if conn is not None
-            else Counter()
-        )
-        assert rows == printed, path.name
-        # WARN lines are all kept.
-        warns = sum(" NCCL WARN " in x for x in lines)
-        kept = (
-            t["log_messages"].filter(pl.col("level") == "WARN").height
-            if t["log_messages"].height
-            else 0
-        )
-        assert kept == warns, path.name
-
-
-def test_ranks_from_init_lines(real_traces):
-    for name in (
-        "nccl-issue-1189.log",
-        "nccl-tests-issue-29.log",
-        "nccl-tests-issue-252.log",
-        "nccl-issue-952.log",
-    ):
-        path = real_traces / "nccl_logs" / name
-        lines = _lines(path)
-        inits = [m for x in lines if (m := INIT_LINE.search(x))]
-        world = max(int(m[5]) for m in inits)
-        expected = {(m[1], int(m[2]), int(m[4])) for m in inits if int(m[5]) == world}
-        ranks = _parse(path)["ranks"]
-        got = set(ranks.select("host", "pid", "rank").iter_rows())
-        assert expected <= got, name
-        assert ranks.filter(pl.col("world_size") != world).height == 0
-
-
-def test_1189_world_comm_and_net_ib(real_traces):
-    t = _parse(real_traces / "nccl_logs" / "nccl-issue-1189.log")
-    comms = t["communicators"]
-    assert comms["comm"].unique().to_list() == ["0xf021d9037f9243d8"]
-    assert comms.sort("rank")["ranks"].to_list() == [[0, 1, 2, 3]] * 4
-    ranks = t["ranks"].sort("rank")
-    assert ranks.select("host", "pid").rows()[2] == ("H20-GPU-06", 4015539)
-    assert ranks["bus_id"].to_list() == ["0000:18:00.0", "0000:38:00.0"] * 2
-    topo = t["topology"]
-    recv = topo.filter((pl.col("kind") == "connection") & (pl.col("rank") == 2))
-    assert recv.select("channel", "peer", "transport", "detail").rows() == [
-        (7, 0, "NET/IB", "NET/IB/3/GDRDMA [receive]")
-    ]
-    # Rank 1's P2P lines follow its thread's Init COMPLETE (connections made at the first
-    # collective): they belong to that thread's communicator, as every other line does.
-    conns = topo.filter(pl.col("kind") == "connection")
-    assert conns.height == 14 and conns["comm"].to_list() == ["0xf021d9037f9243d8"] * 14
-    trees = topo.filter(
-        (pl.col("kind") == "tree") & (pl.col("rank") == 0) & (pl.col("channel") == 0)
-    )
-    assert trees["peers"].to_list() == [[-1, 1, 2, -1]]  # '[0] 1/2/-1->0->-1': up -1, down 1/2/-1
-
-
-def test_transport_families(real_traces):
-    cases = {
-        "nccl-issue-687.log": {"NET/IB", "P2P"},
-        "nccl-tests-issue-166.log": {"NET/Socket", "SHM"},
-        "nccl-issue-392.log": {"NET/IB", "P2P", "SHM"},
-        "nccl-tests-issue-252.log": {"P2P"},
-        "tinygrad-open-gpu-kernel-modules-pr-22.log": {"P2P"},
-        "nccl-issue-1453.log": {"NET/IBext_v8"},
-    }
-    for name, families in cases.items():
-        topo = _parse(real_traces / "nccl_logs" / name)["topology"]
-        assert set(topo.filter(pl.col("kind") == "connection")["transport"]) == families, name
-    topo = _parse(real_traces / "nccl_logs" / "nccl-issue-392.log")["topology"]
-    shm = topo.filter(pl.col("transport") == "SHM")
-    assert shm["detail"].to_list() == ["direct shared memory"] and shm["peer"].to_list() == [7]
-    assert set(topo["rank"]) == {
-        0
-    }  # prefix trimmed to ' [0] NCCL INFO': rank 0 from its ring lines
-
-
-def test_collective_lines(real_traces):
-    d = real_traces / "nccl_logs"
-    send = _parse(d / "nccl-issue-584.log")["collectives"]
-    assert set(send["op"]) == {"send", "recv"}
-    assert send["op_count"].to_list()[-3:] == [0xD60, 0xD62, 0xD60]
-    assert set(send["bytes"]) == {2420736 * 4} and set(send["dtype"]) == {"float32"}
-    assert send["peer"].to_list()[:2] == [1, 1] and send["root"].is_null().all()
-    assert send.filter(pl.col("comm") == "0x7f5128002e10")["seq"].to_list() == [0, 1, 2, 3, 4]
-
-    ar = _parse(d / "nccl-issue-1238.log")["collectives"]
-    assert ar.select("rank", "op", "dtype", "bytes", "group_size", "redop").unique().rows() == [
-        (0, "all_reduce", "float32", 33554432 * 4, 1, "sum")
-    ]
-    bc = _parse(d / "nccl-issue-147.log")["collectives"].sort("collective_id")
-    assert bc["op"].unique().to_list() == ["broadcast"]
-    assert bc["bytes"].to_list() == [
-        53 * 8,
-        53 * 8,
-        25503912 * 2,
-        53 * 8,
-        25503912 * 2,
-        25503912 * 2,
-    ]
-    assert bc["root"].to_list() == [0] * 6
-    one = _parse(d / "nccl-issue-734.log")
-    assert one["collectives"].select("rank", "op", "peer", "bytes").rows() == [
-        (-1, "send", 1, 257536 * 4)
-    ]
-
-
-def test_version_banner_and_shapes(real_traces):
-    d = real_traces / "nccl_logs"
-    expect = {
-        "nccl-issue-392.log": "2.5.7",
-        "nccl-issue-857.log": "2.10.3",
-        "nccl-issue-952.log": "2.18-2.20",
-        "nccl-issue-1189.log": "2.20",
-        "nccl-issue-584.log": "2.7-2.11",
-        "nccl-issue-1453.log": "2.21-2.22",
-        "nccl-tests-issue-29.log": "2.4",
-    }
-    for name, version in expect.items():
-        assert nccl_log.parse(d / name).format_version == version, name
-
-
-def test_launcher_rank_prefix(real_traces):
-    t = _parse(real_traces / "nccl_logs" / "nccl-issue-1713.log")
-    ranks = set(t["ranks"].select("rank", "host", "pid").iter_rows())
-    assert (3, "aiplatform-wlf2-ge78-70", 102987) in ranks and (
-        0,
-        "aiplatform-wlf2-ge78-72",
-        58070,
-    ) in ranks
-
-
-def test_warn_lines_kept(real_traces):
-    r = nccl_log.parse(real_traces / "nccl_logs" / "nccl-issue-857.log")
-    msgs = pl.from_arrow(r.tables["log_messages"])
-    assert msgs.select("level", "location").unique().rows() == [("WARN", "misc/ibvwrap.cc:63")]
-    path = real_traces / "nccl_logs" / "nccl-issue-857.log"
-    assert msgs["line"].to_list() == [
-        i for i, x in enumerate(_lines(path), 1) if " NCCL WARN " in x
-    ]
-    assert "NCCL WARN line (x3)" in r.warnings.messages()
 
 
 def _synthetic() -> bytes:
@@ -305,48 +135,6 @@ def test_not_an_nccl_log(tmp_path):
         nccl_log.parse(empty)
     with pytest.raises(TraceFormatError, match="cannot read"):
         nccl_log.parse(tmp_path / "missing.log")
-
-
-def test_sniff(real_traces, tmp_path):
-    for path in _logs(real_traces):
-        head = path.read_bytes()[: 64 * 1024]
-        assert nccl_log.sniff(path, head), path.name
-    kineto = next((real_traces / "kineto").glob("*.json.gz"))
-    with gzip.open(kineto) as fh:
-        head = fh.read(64 * 1024)
-    assert head.lstrip().startswith(b"{")
-    assert not nccl_log.sniff(kineto, head)
-    rnd = bytes(range(256)) * 100 + b"random text: 1:2:3 [0] INFO nothing\n"
-    assert not nccl_log.sniff(tmp_path / "r.bin", rnd)
-    tests = real_traces / "nccl_tests" / "nccl-tests-issue-252.txt"
-    assert not nccl_log.sniff(tests, tests.read_bytes())
-
-
-def test_batches_give_the_same_result(real_traces, monkeypatch):
-    from pipeline.ingest.nccl import lines
-
-    path = real_traces / "nccl_logs" / "nccl-issue-952.log"
-    whole = _parse(path)
-    monkeypatch.setattr(lines, "BATCH_BYTES", 700)
-    monkeypatch.setattr(lines.iter_batches, "__kwdefaults__", {"batch_bytes": 700})
-    small = _parse(path)
-    for name in whole:
-        assert_frame_equal(whole[name], small[name])
-
-
-def test_unknown_ranks_are_warned_in_process_order(real_traces):
-    """Processes whose rank the log never states are named table by table in (host, pid)
-    order, so the same log gives the same warnings (and ``files`` rows) every time; they came
-    in the order of a join, which changed from run to run."""
-    result = nccl_log.parse(real_traces / "nccl_logs" / "nccl-issue-147.log")
-    named = [m.split(";")[0] for m in result.warnings.messages() if "rank unknown for" in m]
-    assert named == [
-        "rank unknown for learnfair062:32617",  # the only one in the first table warned
-        "rank unknown for learnfair062:32615",
-        "rank unknown for learnfair062:32625",
-        "rank unknown for learnfair062:32629",
-        "rank unknown for lines without a host:pid prefix",
-    ]
 
 
 def test_connections_after_init_complete_take_the_threads_communicator(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import re
 from pathlib import Path
 
@@ -33,49 +32,6 @@ def _parse(path: Path) -> pl.DataFrame:
         "bandwidth_tests", r.tables["bandwidth_tests"], job="j", source="nccl_tests", file_id="f"
     )
     return pl.from_arrow(r.tables["bandwidth_tests"])
-
-
-def test_every_real_output(real_traces):
-    files = sorted((real_traces / "nccl_tests").glob("*.txt"))
-    assert len(files) == 4
-    for path in files:
-        t = _parse(path)
-        assert t.height == _expected_rows(path) > 0, path.name
-        assert t["time_us"].is_not_null().all() and t["busbw_gbps"].is_not_null().all()
-
-
-def test_integer_times_and_footer(real_traces):
-    t = _parse(real_traces / "nccl_tests" / "nccl-tests-issue-252.txt")
-    last = t.filter(pl.col("size_bytes") == 8589934592).sort("placement", descending=True)
-    assert last.select("placement", "time_us", "algbw_gbps", "busbw_gbps", "wrong").rows() == [
-        ("out_of_place", 158070.0, 54.34, 95.10, 0),
-        ("in_place", 158561.0, 54.17, 94.80, 0),
-    ]
-    assert (
-        set(t["dtype"]) == {"float32"} and set(t["redop"]) == {"sum"} and t["root"].is_null().all()
-    )
-
-
-def test_old_header_without_redop(real_traces):
-    r = nccl_tests.parse(real_traces / "nccl_tests" / "nccl-tests-issue-82.txt")
-    t = pl.from_arrow(r.tables["bandwidth_tests"])
-    assert t.select(
-        "op", "size_bytes", "count", "redop", "root", "time_us", "wrong", "nranks"
-    ).rows() == [
-        ("broadcast", 8, 2, None, 0, 45.82, None, 2),
-        ("broadcast", 8, 2, None, 0, 38.17, None, 2),
-    ]
-    assert r.format_version == "without redop"
-
-
-def test_devices_command_and_half_row(real_traces):
-    t = _parse(real_traces / "nccl_tests" / "nccl-issue-1530.txt")
-    assert t.select("op", "nranks", "placement", "time_us").rows() == [
-        ("all_reduce", 8, "out_of_place", 42.56)
-    ]
-    aws = nccl_tests.parse(real_traces / "nccl_tests" / "aws-k8s-tester-pr-503.txt")
-    assert aws.rank_source == "launcher_prefix"
-    assert set(pl.from_arrow(aws.tables["bandwidth_tests"])["rank"]) == {0}
 
 
 def test_several_tests_and_damage(tmp_path):
@@ -113,17 +69,6 @@ def test_not_nccl_tests(tmp_path):
     (tmp_path / "e.txt").write_bytes(b"")
     with pytest.raises(TraceFormatError, match="empty"):
         nccl_tests.parse(tmp_path / "e.txt")
-
-
-def test_sniff(real_traces, tmp_path):
-    for path in sorted((real_traces / "nccl_tests").glob("*.txt")):
-        assert nccl_tests.sniff(path, path.read_bytes()), path.name
-    kineto = next((real_traces / "kineto").glob("*.json.gz"))
-    with gzip.open(kineto) as fh:
-        assert not nccl_tests.sniff(kineto, fh.read(64 * 1024))
-    log = real_traces / "nccl_logs" / "nccl-issue-857.log"
-    assert not nccl_tests.sniff(log, log.read_bytes())
-    assert not nccl_tests.sniff(tmp_path / "r", b"random text 12 34 float\n")
 
 
 def test_old_header_integer_times_and_footer_written_here(tmp_path):

@@ -55,54 +55,6 @@ def _rewritten(tmp_path: Path, changes: dict[str, bytes | None], name: str = "x.
     return out
 
 
-@pytest.mark.parametrize("proc", range(4))
-def test_real_archive_counts_every_collective_thunk(real_traces: Path, proc: int) -> None:
-    path = real_traces / f"nsys_jax/pax_fsdp4_4proc_proc{proc}.zip"
-    assert detect(path) == "nsys_jax"
-    result = parse(path)
-    coll = _table(result, "collectives")
-    assert coll.height == _thunks_counted_from_the_archive(path) == 120
-    assert coll.group_by("op").len().sort("op").rows() == [
-        ("all_gather", 50),
-        ("all_reduce", 50),
-        ("reduce_scatter", 20),
-    ]
-    # 5 executions of the step module, 23 collectives in each; 5 psum all-reduces outside
-    steps = _table(result, "steps")
-    assert steps["step"].to_list() == [0, 1, 2, 3, 4]
-    assert coll.group_by("step").len().sort("step", nulls_last=True)["len"].to_list() == [
-        23, 23, 23, 23, 23, 5
-    ]  # fmt: skip
-    assert coll["bytes"].null_count() == 0
-    assert coll["comm"].unique().to_list() == ["xla:0,1,2,3"]
-    assert coll["rank"].unique().to_list() == [proc]
-    assert result.rank_source == "xla_device"
-    ranks = _table(result, "ranks").row(0, named=True)
-    assert (ranks["gpu_name"], ranks["host"]) == ("NVIDIA A100-SXM4-40GB", "nvdl-a112-luna04")
-
-
-def test_real_sizes_follow_the_hlo_operands(real_traces: Path) -> None:
-    """all-gather-start.2 gathers bf16 operands of 6,981,504 bytes on 4 ranks; reduce-scatter
-    .131 reduces 70,889,472 bytes to a quarter (both read from module_0040's dump)."""
-    coll = _table(parse(real_traces / "nsys_jax/pax_fsdp4_4proc_proc0.zip"), "collectives")
-    rows = coll.filter(pl.col("op_name").is_in(["all-gather-start.2", "reduce-scatter.131"]))
-    got = rows.select("op_name", "count", "out_count", "bytes", "dtype").unique().sort("op_name")
-    assert got.rows() == [
-        ("all-gather-start.2", 3_490_752, 13_963_008, 4 * 6_981_504, "bfloat16"),
-        ("reduce-scatter.131", 35_444_736, 8_861_184, 70_889_472, "bfloat16"),
-    ]
-
-
-def test_real_job_links_across_its_four_ranks(real_traces: Path, tmp_path: Path) -> None:
-    out = tmp_path / "ds"
-    run = CliRunner()
-    assert run.invoke(cli, ["ingest", str(real_traces / "nsys_jax"), "-o", str(out)]).exit_code == 0
-    assert run.invoke(cli, ["link", str(out)]).exit_code == 0
-    query = "SELECT count(*) AS n FROM collective_instances"
-    result = run.invoke(cli, ["sql", str(out), query, "--format", "csv"])
-    assert result.stdout.split() == ["n", "120"]
-
-
 def test_sample_collectives() -> None:
     result = parse(SAMPLE)
     coll = _table(result, "collectives").sort("collective_id")

@@ -44,33 +44,6 @@ def _rccl_kernels_counted_from_json(path: Path) -> int:
     return sum(r["dispatch_info"]["kernel_id"] in rccl for r in records)
 
 
-def test_real_fsdp2_rank_yields_each_rccl_kernel_as_a_collective(real_traces: Path) -> None:
-    path = real_traces / REAL
-    assert detect(path) == "rocprof"
-    result = parse(path)
-    coll, kernels = _table(result, "collectives"), _table(result, "kernels")
-    expected = _rccl_kernels_counted_from_json(path)
-    assert expected == 1310
-    assert coll.height == expected
-    assert kernels.height == 43915
-    assert kernels.filter(pl.col("kind") == "comm").height == expected
-    # RCCL's generic kernel names no op and the file has no rccl_api records
-    assert coll["op"].unique().to_list() == ["unknown"]
-    assert coll["op_name"].unique().to_list() == [
-        "ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)"
-    ]
-    assert (coll["dur_ns"] >= 0).all()
-    ranks = _table(result, "ranks").row(0, named=True)
-    assert (ranks["rank"], ranks["pid"], ranks["gpu_name"], ranks["backend"]) == (
-        0,
-        908,
-        "AMD Instinct MI350X",
-        "rccl",
-    )
-    assert ranks["host"] == "smci350-zts-gtu-c6-25"
-    assert result.rank_source == "file_name"
-
-
 def test_sample_collectives_take_their_op_from_the_rccl_calls() -> None:
     result = parse(SAMPLE)
     coll = _table(result, "collectives").sort("collective_id")

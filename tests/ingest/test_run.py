@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -261,47 +260,6 @@ def test_bad_file_into_new_dataset_leaves_nothing(tmp_path: Path) -> None:
     result = _ingest(str(bad), "-o", str(tmp_path / "new"))
     assert result.exit_code == 1
     assert not (tmp_path / "new").exists()
-
-
-def test_real_dlrm_job_is_one_job_of_eight_ranks(real_traces: Path, tmp_path: Path) -> None:
-    src = tmp_path / "dlrm"
-    shutil.copytree(real_traces / "kineto/dlrm_v100_8ranks", src)
-    result = _ingest(str(src), "-o", str(tmp_path / "ds"), "--jobs", "2")
-    assert result.exit_code == 0, result.output
-    con = connect(tmp_path / "ds")
-    assert con.execute("SELECT DISTINCT job FROM ranks").fetchall() == [("dlrm",)]
-    assert con.execute("SELECT list(rank ORDER BY rank), min(world_size) FROM ranks").fetchall()[
-        0
-    ] == (
-        list(range(8)),
-        8,
-    )
-    per_rank = con.execute(
-        "SELECT rank, op, count(*) FROM collectives GROUP BY ALL ORDER BY ALL"
-    ).fetchall()
-    assert per_rank == [
-        (r, op, n) for r in range(8) for op, n in (("all_reduce", 3), ("all_to_all", 5))
-    ]
-
-
-def test_a_real_trace_under_two_jobs(real_traces: Path, tmp_path: Path) -> None:
-    # the same DLRM rank file ingested under --job a and --job b: both jobs hold its 8
-    # collectives (dedup is per job), and each again skips it
-    src = next((real_traces / "kineto/dlrm_v100_8ranks").glob("worker0_*"))
-    out = tmp_path / "ds"
-    for job in ("a", "b"):
-        result = _ingest(str(src), "-o", str(out), "--job", job)
-        assert result.exit_code == 0, result.output
-        assert "1 ingested, 0 skipped" in result.stderr
-    con = connect(out)
-    rows = con.execute(
-        "SELECT job, count(*), sum(bytes), count(DISTINCT file_id) FROM collectives "
-        "GROUP BY job ORDER BY job"
-    ).fetchall()
-    assert [r[:2] for r in rows] == [("a", 8), ("b", 8)] and rows[0][2] == rows[1][2]
-    assert con.execute("SELECT count(*), count(DISTINCT sha256) FROM files").fetchall() == [(2, 1)]
-    for job in ("a", "b"):
-        assert "0 ingested, 1 skipped" in _ingest(str(src), "-o", str(out), "--job", job).stderr
 
 
 def test_tables_and_sql_commands(dataset: Path) -> None:
