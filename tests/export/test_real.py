@@ -1,5 +1,6 @@
 """tokenwire export on real traces (../shared/real_traces): a GPU job of 8 ranks and a CPU
-(gloo) pipeline job, checked against their linked tables and the trace event format."""
+(gloo) pipeline job, checked against their linked tables and the trace event format. Without
+that folder this module is skipped, once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ import pipeline
 from pipeline.export import Scope, export_timeline
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
+from tests.conftest import require_real_traces
 from tests.export.trace_format import SCHEMA, enclosing, improper_nesting, slices_by_track
+
+require_real_traces()  # (else the module is skipped, once)
 
 
 @pytest.mark.parametrize("folder", ["kineto/dlrm_v100_8ranks", "kineto_cpu_gloo/pp/ws2"])

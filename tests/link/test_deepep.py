@@ -209,42 +209,6 @@ def test_the_report_says_which_ledger_bytes_are_estimates(train, tmp_path):
     assert {d["parallel_dim"]: d["estimated_bytes"] for d in dims} == {"ep": per_step, "dp": 0}
 
 
-def test_deepseek_profile_reconciles_with_its_published_setup(real_traces, tmp_path):
-    trace = real_traces / "kineto/deepseek_v3_dualpipe_train.json.gz"
-    dataset = tmp_path / "ds"
-    assert not ingest([trace], dataset, job="dsv3", jobs=1).errors
-    link(dataset, config=DATA / "deepseek_v3_train.job.yaml")
-    ds = pipeline.open(dataset)
-    calls = _calls(ds)
-    exchanges = [c for c in calls if c["op"] == "all_to_all"]
-    assert len(exchanges) == 16 and {c["parallel_dim"] for c in calls} == {"ep"}
-    assert len([c for c in calls if c["op"] == "notify"]) == 16  # 12 cached_notify + 4
-    assert ds.sql(
-        "SELECT count(*) FROM kernels WHERE name LIKE '%get_dispatch_layout%' AND kind = 'other'"
-    ).rows() == [(4,)]
-    # DeepSeek-V3 (arXiv:2412.19437): k = 8, h = 7168; one 4K sequence a chunk; dispatch FP8
-    # (DeepEP's FP8 tokens, scales not counted), combine BF16
-    dispatch, combine = 8 * 4096 * 7168 * 1, 8 * 4096 * 7168 * 2
-    assert {(c["kernel"], c["phase"], c["bytes"]) for c in exchanges} == {
-        ("dispatch", "forward", dispatch), ("dispatch", "backward", dispatch),
-        ("combine", "forward", combine), ("combine", "backward", combine),
-    }  # fmt: skip
-    assert sorted({c["layer"] for c in exchanges}) == [
-        f"layers.{i}/{p}" for i in range(4) for p in ("combine", "dispatch")
-    ]
-    ep = ds.sql(
-        "SELECT status, calls, message_bytes, size_source FROM ledger "
-        "WHERE parallel_dim = 'ep' ORDER BY phase, message_bytes"
-    ).rows()
-    assert ep == [
-        ("matched", 4, dispatch, "estimated"), ("matched", 4, combine, "estimated"),
-        ("matched", 4, dispatch, "estimated"), ("matched", 4, combine, "estimated"),
-    ]  # fmt: skip
-    assert ds.sql("SELECT DISTINCT status FROM ledger WHERE parallel_dim <> 'ep'").rows() == [
-        ("missing",)
-    ]
-
-
 def test_the_report_pages_say_which_figures_are_estimates(train, tmp_path):
     from pipeline.report import build_report
 

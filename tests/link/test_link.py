@@ -25,68 +25,6 @@ def _linked(src: Path, tmp_path: Path, job: str) -> pipeline.dataset.handle.Data
     return pipeline.open(dataset)
 
 
-def test_dlrm_instances_match_across_all_ranks(real_traces: Path, tmp_path: Path) -> None:
-    ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
-    rows = ds.sql(
-        "SELECT op, count(*), min(ranks_seen), bool_and(consistent) FROM collective_instances "
-        "GROUP BY op ORDER BY op"
-    ).rows()
-    assert rows == [("all_reduce", 3, 8, True), ("all_to_all", 5, 8, True)]
-    late = ds.sql("SELECT count(*) FROM collective_instances WHERE late_rank IS NULL").item()
-    assert late == 0
-
-
-def test_tensor_parallel_all_reduces_per_block(real_traces: Path, tmp_path: Path) -> None:
-    ds = _linked(real_traces / "kineto_cpu_gloo/tp_manual/ws2", tmp_path, "tp")
-    rows = ds.sql(
-        "SELECT rank, step, layer_index, phase, count(*) FROM collectives_linked "
-        "WHERE source = 'kineto' GROUP BY ALL ORDER BY ALL"
-    ).rows()
-    assert rows == [
-        (r, s, block, phase, 2)
-        for r in (0, 1)
-        for s in (2, 3)
-        for block in range(4)
-        for phase in ("backward", "forward")
-    ]
-    dims = ds.sql("SELECT DISTINCT parallel_dim FROM collectives_linked WHERE source='kineto'")
-    assert dims.rows() == [("tp",)]
-    kinds = ds.sql(
-        "SELECT layer_kind, count(*) FROM collectives_linked WHERE source = 'kineto' "
-        "GROUP BY ALL ORDER BY ALL"
-    ).rows()
-    assert kinds == [("attention", 32), ("mlp", 32)]
-
-
-def test_pipeline_sends_pair_with_recvs(real_traces: Path, tmp_path: Path) -> None:
-    ds = _linked(real_traces / "kineto_cpu_gloo/pp/ws2", tmp_path, "pp")
-    sends = ds.sql("SELECT count(*) FROM collectives WHERE source='kineto' AND op='send'").item()
-    pairs = ds.sql(
-        "SELECT count(*) FROM collective_instances WHERE source = 'kineto' AND op = 'send' "
-        "AND ranks_seen = 2 AND consistent"
-    ).item()
-    assert sends == pairs == 8
-    phases = ds.sql(
-        "SELECT rank, op, phase, count(*) FROM collectives_linked WHERE source = 'kineto' "
-        "GROUP BY ALL ORDER BY ALL"
-    ).rows()
-    assert phases == [
-        (0, "recv", "backward", 4),
-        (0, "send", "forward", 4),
-        (1, "recv", "forward", 4),
-        (1, "send", "backward", 4),
-    ]
-
-
-def test_ddp_gradient_all_reduces_land_in_backward(real_traces: Path, tmp_path: Path) -> None:
-    ds = _linked(real_traces / "kineto_cpu_gloo/ddp/ws2", tmp_path, "ddp")
-    rows = ds.sql(
-        "SELECT op, phase, parallel_dim, count(*) FROM collectives_linked WHERE source = "
-        "'kineto' GROUP BY ALL"
-    ).rows()
-    assert rows == [("all_reduce", "backward", "dp", 8)]
-
-
 def test_sample_job_matches_its_model(linked_sample: Path) -> None:
     ds = pipeline.open(linked_sample)
     mismatched = ds.sql(
@@ -263,23 +201,6 @@ def test_linked_view_before_link_is_empty(tmp_path: Path, query: str) -> None:
     dataset = tmp_path / "ds"
     assert not ingest([next(src.glob("rank0.*"))], dataset, job="s", jobs=1).errors
     assert pipeline.open(dataset).sql(query).is_empty()
-
-
-def test_flight_recorder_entries_match_profiler_calls(real_traces: Path, tmp_path: Path) -> None:
-    """Every profiled collective of the MoE run is also in the flight recorder: same rank,
-    process group and op, created within microseconds of the profiler's enqueue."""
-    ds = _linked(real_traces / "kineto_cpu_gloo/moe/ws2", tmp_path, "moe")
-    profiled = ds.sql("SELECT count(*) FROM collectives WHERE source = 'kineto'").item()
-    rows = ds.sql(
-        "SELECT source, method, bool_and(sizes_agree), count(*), "
-        "count(DISTINCT (rank, primary_collective_id)) FROM collective_matches GROUP BY ALL"
-    ).rows()
-    assert rows == [("flight_recorder", "time", True, profiled, profiled)]
-    inherited = ds.sql(
-        "SELECT count(*) FROM collectives_linked WHERE source = 'flight_recorder' "
-        "AND attributed_by LIKE 'matched:%'"
-    ).item()
-    assert inherited > 0
 
 
 def test_clock_offsets_between_hosts(linked_sample: Path, tmp_path: Path) -> None:
@@ -489,55 +410,6 @@ def test_an_instance_whose_ranks_disagree_takes_the_op_most_report(tmp_path: Pat
         (first_seq + 1, "all_gather", 4, False),
         (first_seq + 2, "all_reduce", 4, True),
     ]
-
-
-def test_dlrm_collectives_take_their_phase_from_structure(real_traces: Path, tmp_path: Path):
-    # the gradient all-reduces and the backward all-to-all run on the autograd engine's
-    # thread inside evaluate_function; the forward all-to-all under `## forward ##` /
-    # DistributedDataParallel.forward; TorchRec's input all-to-alls under `## sparse_data_dist ##`
-    # (3 a rank: the features' splits, lengths and values)
-    ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
-    rows = ds.sql(
-        "SELECT op, phase, count(*) FROM collectives_linked GROUP BY ALL ORDER BY ALL"
-    ).rows()
-    assert rows == [
-        ("all_reduce", "backward", 24),
-        ("all_to_all", "backward", 8),
-        ("all_to_all", "forward", 32),
-    ]
-    # DLRM has no experts: its embedding all-to-alls are their own dimension, not ep
-    dims = ds.sql(
-        "SELECT op, parallel_dim, count(*) FROM collectives_linked GROUP BY ALL ORDER BY ALL"
-    ).rows()
-    assert dims == [("all_reduce", "dp", 24), ("all_to_all", "a2a", 40)]
-    # no module information: the all-to-alls take their layer from TorchRec's ranges around
-    # them (kind embedding); the gradient buckets of the dense part are gradient_bucket
-    layers = ds.sql(
-        "SELECT op, layer, layer_kind, attributed_by, count(*) FROM collectives_linked "
-        "GROUP BY ALL ORDER BY ALL"
-    ).rows()
-    assert layers == [
-        ("all_reduce", "gradient_bucket", None, "gradient_bucket", 24),
-        ("all_to_all", "embedding/alltoall_bwd_single", "embedding", "embedding_range", 8),
-        ("all_to_all", "embedding/alltoall_fwd_single", "embedding", "embedding_range", 8),
-        ("all_to_all", "embedding/sparse_data_dist", "embedding", "embedding_range", 24),
-    ]
-
-
-def test_every_per_rank_call_carries_its_instance_key(real_traces: Path, tmp_path: Path):
-    # DLRM names no process group: comm is NULL on every per-rank row and in the instance
-    # key alike, and each of the 64 calls joins its instance NULL-safe
-    ds = _linked(real_traces / "kineto/dlrm_v100_8ranks", tmp_path, "dlrm")
-    rows = ds.sql(
-        "SELECT count(*), count(l.comm), count(l.instance_comm), count(i.seq), "
-        "count(i.comm), count(DISTINCT (i.comm, i.seq)) "
-        "FROM collectives_linked l LEFT JOIN collective_instances i "
-        "ON i.job = l.job AND i.source = l.source AND i.comm IS NOT DISTINCT FROM "
-        "l.instance_comm AND i.seq = l.instance_seq"
-    ).rows()
-    assert rows == [(64, 0, 0, 64, 0, 8)]
-    waits = ds.sql("SELECT count(*), count(comm) FROM collective_waits").rows()
-    assert waits == [(64, 0)]
 
 
 @pytest.mark.parametrize(

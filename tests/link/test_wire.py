@@ -380,59 +380,6 @@ def test_a_job_profiled_on_some_ranks_puts_every_rank_on_the_wire(
 # --- real NCCL logs -----------------------------------------------------------------------
 
 
-def test_real_log_topology_carries_the_calls_written_beside_it(
-    real_traces: Path, tmp_path: Path
-) -> None:
-    """nccl-issue-1189 (NCCL 2.21, 4 ranks on two H20 hosts): its init, ring, tree and
-    connection lines as logged, with an all-reduce per rank appended (the excerpt has no COLL
-    lines) and rank 0's TUNING line for it in the 2.20-2.22 shape (`Algo 0` = tree). The
-    excerpt's rings and trees miss ranks, so the tree is the heap-ordered one over rank order
-    (estimated), and the pairs the connection lines name carry their transport."""
-    src = real_traces / "nccl_logs" / "nccl-issue-1189.log"
-    text = src.read_text()
-    procs = {  # rank -> (host:pid:tid prefix of the main thread, comm pointer)
-        0: ("H20-GPU-05:1789224:1789224 [0]", "0x5b41750"),
-        1: ("H20-GPU-05:1789225:1789225 [1]", "0x5a0ca40"),
-        2: ("H20-GPU-06:4015539:4015539 [0]", "0x5a39240"),
-        3: ("H20-GPU-06:4015540:4015540 [1]", "0x5b0bc60"),
-    }
-    count = 1 << 20
-    extra = []
-    for r, (prefix, comm) in procs.items():
-        assert f"comm {comm} rank {r} nranks 4" in text
-        extra.append(
-            f"{prefix} NCCL INFO AllReduce: opCount 0 sendbuff 0x7f0000000000 recvbuff "
-            f"0x7f0000000000 count {count} datatype 7 op 0 root 0 comm {comm} [nranks=4] "
-            "stream 0x1"
-        )
-        if r == 0:
-            extra.append(f"{prefix} NCCL INFO {count * F32} Bytes -> Algo 0 proto 2 time 1.5")
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "logs" / src.name).write_text(text + "\n".join(extra) + "\n")
-    assert not ingest([tmp_path / "logs"], tmp_path / "ds", job="real", jobs=1).errors
-    link(tmp_path / "ds")
-    ds = pipeline.open(tmp_path / "ds")
-    m = count * F32
-    parent = {1: 0, 2: 0, 3: 1}  # heap order over ranks 0..3: position k's parent is k // 2
-    want = {**{(c, p): m for c, p in parent.items()}, **{(p, c): m for c, p in parent.items()}}
-    assert _edges(ds, "TRUE") == pytest.approx(want)
-    assert _one(ds, "TRUE") == ("tree", "rank_order", True)
-    rows = ds.sql(
-        "SELECT src_rank, dst_rank, src_host, dst_host, transport, src_nic, dst_nic FROM wire "
-        "ORDER BY ALL"
-    ).rows()
-    host = {0: "H20-GPU-05", 1: "H20-GPU-05", 2: "H20-GPU-06", 3: "H20-GPU-06"}
-    for src_rank, dst_rank, src_host, dst_host, *_ in rows:
-        assert (src_host, dst_host) == (host[src_rank], host[dst_rank])
-    # rank 3's `Channel 01/0 : 3[1] -> 1[1] [send] via NET/IB/2/GDRDMA` and `Channel 00/0 :
-    # 1[1] -> 3[1] [receive] via NET/IB/2/GDRDMA`, and rank 1's `Channel 01/0 : 1[1] -> 0[0]
-    # via P2P/CUMEM`, which follows its thread's Init COMPLETE (a connection made at the
-    # first collective)
-    assert (3, 1, "H20-GPU-06", "H20-GPU-05", "NET/IB", "2", None) in rows
-    assert (1, 3, "H20-GPU-05", "H20-GPU-06", "NET/IB", None, "2") in rows
-    assert (1, 0, "H20-GPU-05", "H20-GPU-05", "P2P", None, None) in rows
-
-
 def test_reduce_runs_up_the_ring_to_the_root(hand_job) -> None:
     m, root = 512 * F32, 2
     want: dict[tuple[int, int], float] = defaultdict(float)

@@ -4,8 +4,6 @@ out by hand here and against a real PyTorch DDP run's gradient all-reduces."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pipeline.errors import ConfigError
@@ -174,45 +172,3 @@ def test_bad_conventions_name_the_key(conventions, parallel, message) -> None:
 
 
 _ACT = 8 * 64 * 128 * 4  # one micro-batch's activations [8, 64, 128] in fp32
-
-
-@pytest.mark.parametrize(
-    ("run", "parallel", "items"),
-    [
-        # two gradient all-reduces per step: the buckets exactly
-        ("ddp", {"dp": 2}, [("first gradient bucket", 2, 1_106_944),
-                            ("gradient buckets", 2, 3_123_200)]),
-        # manual Megatron f and g on attention and MLP, nothing vocab-parallel
-        ("tp_manual", {"tp": 2}, [("QKV and FC1 input gradients (f)", 16, _ACT),
-                                  ("attention and MLP outputs (g)", 16, _ACT)]),
-    ],
-)  # fmt: skip
-def test_real_torch_runs_match_item_by_item(
-    real_traces: Path, tmp_path: Path, run: str, parallel: dict, items: list
-) -> None:
-    """The public 2-rank PyTorch runs (gloo, 2 profiled steps) with framework: torch: every
-    observed collective is a predicted item of its size and count, nothing unpredicted."""
-    import yaml
-
-    import pipeline
-    from pipeline.ingest.run import ingest
-    from pipeline.link.runner import link
-
-    batch = {"micro_batch": 8, "global_batch": 8 * parallel.get("dp", 1)}
-    config = {"model": GPT, "parallel": parallel, "dtypes": FP32, "batch": batch,
-              "conventions": {"framework": "torch"}}  # fmt: skip
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
-    summary = ingest(
-        [real_traces / "kineto_cpu_gloo" / run / "ws2"], tmp_path / "ds", job=run, jobs=1
-    )
-    assert not summary.errors
-    link(tmp_path / "ds", config=tmp_path / "job.yaml")
-    ledger = pipeline.open(tmp_path / "ds").sql(
-        "SELECT step, status, purpose, predicted_calls, calls, message_bytes FROM ledger "
-        "ORDER BY step, purpose"
-    )
-    assert ledger.rows() == [
-        (step, "matched", purpose, calls, calls, size)
-        for step in (2, 3)
-        for purpose, calls, size in sorted(items)
-    ]
