@@ -47,14 +47,16 @@ ABSENT = "../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this
 LEFT_OUT = "real-trace tests left out (TOKENWIRE_REAL_TRACES is set empty)"
 
 
-def require_real_traces() -> Path:
-    """For a module of tests on ../shared/real_traces alone (``test_real_traces.py``): the
-    folder, else the whole module is skipped, one skip with the reason."""
-    path = real_traces_dir()
-    if path is None:
-        reason = LEFT_OUT if os.environ.get("TOKENWIRE_REAL_TRACES") == "" else ABSENT
-        pytest.skip(reason, allow_module_level=True)
-    return path
+def real_traces_absent() -> str | None:
+    """Why the tests on ../shared/real_traces cannot run here; None where they can. A module
+    of such tests alone (``test_real_traces.py``) skips itself with it, once::
+
+        if (absent := real_traces_absent()) is not None:
+            pytest.skip(absent, allow_module_level=True)
+    """
+    if real_traces_dir() is not None:
+        return None
+    return LEFT_OUT if os.environ.get("TOKENWIRE_REAL_TRACES") == "" else ABSENT
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 (pytest's own type)
@@ -80,10 +82,10 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 (pytest's
 @pytest.fixture
 def real_traces() -> Path:
     """The real traces folder; the test is skipped where it is absent (a user's own clone)."""
-    path = real_traces_dir()
-    if path is None:
-        pytest.skip(LEFT_OUT if os.environ.get("TOKENWIRE_REAL_TRACES") == "" else ABSENT)
-    return path
+    absent = real_traces_absent()
+    if absent is not None:
+        pytest.skip(absent)
+    return real_traces_dir()
 
 
 def tree_digest(folder: Path) -> dict[str, str]:

@@ -29,7 +29,7 @@ from pipeline.ingest.nccl import nccl_tests
 from pipeline.ingest.nsys import parse as nsys
 from pipeline.ingest.result import ParseResult
 from pipeline.synth.nsys import write_export
-from tests.conftest import real_kineto_files, require_real_traces
+from tests.conftest import real_kineto_files, real_traces_absent
 from tests.ingest import (
     test_batch,
     test_detect,
@@ -44,7 +44,8 @@ from tests.ingest import (
     test_run,
 )
 
-require_real_traces()  # (else the module is skipped, once)
+if (absent := real_traces_absent()) is not None:
+    pytest.skip(absent, allow_module_level=True)
 
 
 @pytest.mark.parametrize("rel", real_kineto_files())

@@ -14,10 +14,11 @@ import pytest
 import pipeline
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
-from tests.conftest import require_real_traces
+from tests.conftest import real_traces_absent
 from tests.link import test_deepep, test_link, test_wire
 
-require_real_traces()  # (else the module is skipped, once)
+if (absent := real_traces_absent()) is not None:
+    pytest.skip(absent, allow_module_level=True)
 
 
 def test_dlrm_instances_match_across_all_ranks(real_traces: Path, tmp_path: Path) -> None:

@@ -13,10 +13,11 @@ import pytest
 from pipeline.ingest.nccl.nccl_tests import parse
 from pipeline.model.config import Network
 from pipeline.model.timing import call_time, choose, fit
-from tests.conftest import require_real_traces
+from tests.conftest import real_traces_absent
 from tests.model import test_conventions
 
-require_real_traces()  # (else the module is skipped, once)
+if (absent := real_traces_absent()) is not None:
+    pytest.skip(absent, allow_module_level=True)
 
 
 def test_recorded_nccl_tests_against_the_model(real_traces: Path) -> None:

@@ -4,7 +4,8 @@ Each cell runs the real command line (forked from one process that imported it, 
 memory and CPU limits of :mod:`tests.reliability.hostile`) and asserts: the exit code (0, 1
 or 2; never 3), one located ``Error:`` line or a correct result, nothing outside the dataset
 changed, and the dataset unchanged or whole. A cell where a command takes no input of that
-class is in :data:`NOT_APPLICABLE` with the reason, and reported as skipped with it.
+class is in :data:`NOT_APPLICABLE` with the reason instead of a test (every cell is one or
+the other).
 """
 
 from __future__ import annotations
@@ -1041,12 +1042,16 @@ def test_every_cell_is_a_test_or_not_applicable() -> None:
         assert len(reason) > 10
 
 
-@pytest.mark.parametrize("klass", list(CLASSES), ids=[f"{k}-{v}" for k, v in CLASSES.items()])
-@pytest.mark.parametrize("command", COMMANDS)
+#: The cells that apply, in the matrix's order (the others are NOT_APPLICABLE, each with
+#: its reason: test_every_cell_is_a_test_or_not_applicable).
+APPLICABLE = [(c, k) for c in COMMANDS for k in CLASSES if (c, k) in CELLS]
+
+
+@pytest.mark.parametrize(
+    ("command", "klass"), APPLICABLE, ids=[f"{k}-{CLASSES[k]}-{c}" for c, k in APPLICABLE]
+)
 def test_cell(world: World, tmp_path: Path, command: str, klass: int) -> None:
     key = (command, klass)
-    if key in NOT_APPLICABLE:
-        pytest.skip(f"not applicable: {NOT_APPLICABLE[key]}")
     outside = Watch(world.src, world.dataset)
     CELLS[key](world, tmp_path)
     outside.unchanged()

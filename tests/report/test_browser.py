@@ -13,7 +13,7 @@ import pipeline
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
 from pipeline.report import build_report
-from tests.conftest import REPO_ROOT, real_traces_dir
+from tests.conftest import REPO_ROOT
 from tests.report.cdp import Browser, chromium_path
 from tests.report.fixtures import (
     EVIL,
@@ -37,14 +37,6 @@ def browser():
     b = Browser(binary)
     yield b
     b.close()
-
-
-@pytest.fixture(scope="module")
-def real(tmp_path_factory) -> Path:
-    path = real_traces_dir()
-    if path is None:
-        pytest.skip("../shared/real_traces is absent (set TOKENWIRE_REAL_TRACES to run this)")
-    return path
 
 
 _WIDE_TABLES_JS = """Array.from(document.querySelectorAll('div.table'))
@@ -209,19 +201,21 @@ def test_kernel_named_script_renders_as_text(browser, tmp_path):
     assert browser.evaluate("document.querySelectorAll('main script').length") == 0
 
 
-def test_real_kineto_only(browser, real, tmp_path):
+def test_real_kineto_only(browser, real_traces, tmp_path):
     ds = tmp_path / "ds"
-    ingest([real / "kineto" / "dlrm_v100_8ranks"], ds, job="dlrm")
+    ingest([real_traces / "kineto" / "dlrm_v100_8ranks"], ds, job="dlrm")
     out = tmp_path / "report.html"
     build_report(ds, output=out)
     check_page(browser, out, tmp_path / "dlrm.png")
 
 
-def test_real_nccl_logs_only(browser, real, tmp_path):
+def test_real_nccl_logs_only(browser, real_traces, tmp_path):
     """Every NCCL log (and nccl-tests output) is its own job; the reports of the ones with
     topology, collectives and bandwidth tables open cleanly and say why time is missing."""
     ds = tmp_path / "ds"
-    logs = sorted((real / "nccl_logs").glob("*.log")) + sorted((real / "nccl_tests").glob("*.txt"))
+    logs = sorted((real_traces / "nccl_logs").glob("*.log")) + sorted(
+        (real_traces / "nccl_tests").glob("*.txt")
+    )
     for log in logs:
         ingest([log], ds, job=log.stem)
     for job in ("nccl-tests-issue-166", "nccl-issue-147", "nccl-issue-1530"):
@@ -231,11 +225,11 @@ def test_real_nccl_logs_only(browser, real, tmp_path):
         assert "carry no timings" in browser.text()
 
 
-def test_real_nsight_only(browser, real, tmp_path):
+def test_real_nsight_only(browser, real_traces, tmp_path):
     ds = tmp_path / "ds"
-    ingest([real / "nsys" / "a100_vector_add"], ds, job="a100")
-    ingest([real / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"], ds,
-           job="nvtx")  # fmt: skip
+    ingest([real_traces / "nsys" / "a100_vector_add"], ds, job="a100")
+    nvtx = real_traces / "nsys" / "cpu_nvtx_nccl_like" / "nsys2023.4_cpu_nvtx_nccl_like.sqlite"
+    ingest([nvtx], ds, job="nvtx")
     for job in ("a100", "nvtx"):
         out = tmp_path / f"{job}.html"
         build_report(ds, output=out, job=job)
