@@ -1,9 +1,9 @@
 """collective_instances.sql on hand-made rows: arrival skew, late rank and durations of an
 instance on the aligned clock, a send and its recv as one instance (op send), the op most
 ranks report, a log's instance that matched the profiler's left out, its source listed,
-where its size came from, and its group size.
-(The bandwidth columns are left to their own tests: their definition is one rule of the
-package, checked where it is defined.)"""
+where its size came from, and its group size; the algorithm and bus bandwidths of an
+instance (its bytes over its shortest duration across ranks, times nccl-tests' factor of its
+op and group size)."""
 
 from __future__ import annotations
 
@@ -116,4 +116,49 @@ def test_instances_across_ranks_and_sources() -> None:
         size_source=["estimated", "kernel_args", "record_param_comms", "kernel_args"],
         group_size=[2, 2, None, None],
     )
+    assert_frame_equal(got, expected)
+
+
+def test_bandwidths_are_the_bytes_over_the_shortest_duration_times_the_bus_factor() -> None:
+    # One step of 4 ranks, clocks aligned, every call 64 B. g#0: an all_reduce whose calls
+    # say their group has 4 ranks, lasting 16, 20, 32 and 40 ns; g#1: an all_gather of the
+    # same group seen on ranks 0 and 1 only (16 and 64 ns), its calls naming no group:
+    # communicator_dims says g has 4 ranks; h#0: a broadcast of a group no source sizes,
+    # on 2 ranks (32 and 8 ns); h#1: an all_reduce of one rank that took 0 ns.
+    kn = "kineto"
+    calls = _calls(
+        [(kn, r, r, "g", 0, "all_reduce", 100, d, 1, "kernel_args", 4)
+         for r, d in enumerate((16, 20, 32, 40))]
+        + [(kn, 0, 4, "g", 1, "all_gather", 300, 16, 1, "kernel_args", None),
+           (kn, 1, 5, "g", 1, "all_gather", 300, 64, 1, "kernel_args", None),
+           (kn, 0, 6, "h", 0, "broadcast", 500, 32, 1, "kernel_args", None),
+           (kn, 1, 7, "h", 0, "broadcast", 500, 8, 1, "kernel_args", None),
+           (kn, 0, 8, "h", 1, "all_reduce", 600, 0, 1, "kernel_args", None)]
+    )  # fmt: skip
+    got = created(
+        "collective_instances.sql",
+        {
+            "_instance_rows": calls,
+            "clock_offsets": rows(
+                "clock_offsets", job=["j"] * 4, rank=[0, 1, 2, 3], offset_ns=[0] * 4
+            ),
+            "collective_matches": rows("collective_matches", job=[]),
+            "communicator_dims": rows("communicator_dims", job=["j"], comm=["g"], nranks=[4]),
+        },  # fmt: skip
+        "collective_instances",
+        order_by=["comm", "seq"],
+    ).select("comm", "seq", "group_size", "min_dur_ns", "algbw_gbps", "busbw_gbps")
+    # (bytes per ns are GB/s)
+    # g#0: 64 / 16 = 4 GB/s; all_reduce on 4: x 2 (4 - 1) / 4 = 1.5: 6 GB/s.
+    # g#1: 64 / 16 = 4; all_gather on communicator_dims' 4 (not the 2 ranks seen): x 3/4: 3.
+    # h#0: 64 / 8 = 8; broadcast: x 1: 8 (its 2 ranks seen stand for the group size).
+    # h#1: no duration: no bandwidth.
+    expected = pl.DataFrame(
+        [("g", 0, 4, 16, 4.0, 6.0),
+         ("g", 1, 4, 16, 4.0, 3.0),
+         ("h", 0, None, 8, 8.0, 8.0),
+         ("h", 1, None, 0, None, None)],
+        schema=got.schema,
+        orient="row",
+    )  # fmt: skip
     assert_frame_equal(got, expected)
