@@ -373,3 +373,28 @@ def test_pipeline_calls_carry_their_instance_key(datasets: dict[str, Dataset]) -
         .rows()
     )
     assert rows == [(16, 16, 8)]
+
+
+def test_the_straggler_s_sleep_is_rank_0_s_wait_not_its_transfer(
+    datasets: dict[str, Dataset],
+) -> None:
+    """A known delay: rank 1 sleeps 30 ms before the gradient all-reduce each step, so rank 0
+    waits in it at least that long and rank 1, the last to arrive, not at all; rank 0's
+    transfer is what is left once it stops waiting, no longer than rank 1's whole call. In
+    the DDP run without the sleep no rank waits that long."""
+    query = (
+        "SELECT w.step, w.rank, w.wait_ns, w.transfer_ns, c.dur_ns FROM collective_waits w "
+        "JOIN collectives c USING (job, rank, source, collective_id) "
+        f"WHERE w.op = 'all_reduce' AND w.bytes = {PARAMS * FP32} ORDER BY w.step, w.rank"
+    )
+    rows = datasets["straggler"].sql(query).rows()
+    assert [(step, rank) for step, rank, *_ in rows] == [(s, r) for s in STEPS for r in (0, 1)]
+    for step in STEPS:
+        (_, _, wait0, transfer0, _), (_, _, wait1, transfer1, dur1) = [
+            r for r in rows if r[0] == step
+        ]
+        assert wait0 > 30_000_000 and wait1 == 0
+        assert transfer1 == dur1 and transfer0 <= dur1
+    calm = datasets["ddp"].sql(query).rows()
+    assert len(calm) == 2 * len(STEPS)
+    assert max(wait for _, _, wait, _, _ in calm) < 30_000_000
