@@ -8,11 +8,15 @@ no input) changed.
 
 from __future__ import annotations
 
+import csv
 import errno
+import io
+import json
 import os
 import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -221,33 +225,49 @@ def test_sql_reads_no_file_of_the_current_folder(world: dict[str, Path]) -> None
         assert "password" not in outcome.stdout
 
 
+#: (column, its value as JSON and Parquet give it, as the table shows it): a type Polars
+#: cannot hold, or CSV and JSON cannot write, comes as DuckDB's text of it; the others as
+#: themselves.
+RESULT_TYPES = [
+    ("INTERVAL 1 DAY", "1 day", "1 day"),
+    ("'ab'::BLOB", "ab", "ab"),
+    ("MAP {1: [2]}", "{1=[2]}", "{1=[2]}"),
+    ("union_value(k := 1)", "1", "1"),
+    ("[1, 2]::INTEGER[2]", [1, 2], "[1, 2]"),
+    ("'101'::BIT", "101", "101"),
+    ("[{'a': [1]}]", [{"a": [1]}], "[{[1]}]"),
+    ("1::HUGEINT", 1, "1"),
+    ("[INTERVAL 1 DAY]", "[1 day]", "[1 day]"),
+]
+
+
 @pytest.mark.parametrize(
-    "column",
-    [
-        "INTERVAL 1 DAY",
-        "'ab'::BLOB",
-        "MAP {1: [2]}",
-        "union_value(k := 1)",
-        "[1, 2]::INTEGER[2]",
-        "'101'::BIT",
-        "[{'a': [1]}]",
-        "1::HUGEINT",
-        "[INTERVAL 1 DAY]",
-    ],
+    ("column", "value", "shown"), RESULT_TYPES, ids=[c for c, *_ in RESULT_TYPES]
 )
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "csv-file", "parquet-file"])
-def test_every_result_type_is_printed(world: dict[str, Path], column: str, fmt: str) -> None:
-    """A type Polars cannot hold, or CSV and JSON cannot write, comes as text."""
+def test_every_result_type_is_printed(
+    world: dict[str, Path], column: str, value: object, shown: str, fmt: str
+) -> None:
+    """Each value printed as it is, in every format (module's RESULT_TYPES)."""
     args = ["sql", str(world["ds"]), f"SELECT {column} AS v"]
+    out = world["out"] / "result"
     if fmt.endswith("-file"):
-        out = world["out"] / "result"
         args += ["--format", fmt.removesuffix("-file"), "-o", str(out)]
     else:
         args += ["--format", fmt]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    if fmt.endswith("-file"):
-        assert out.stat().st_size > 0
+    # (a CSV cell holds a list as compact JSON, quoted)
+    cell = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    if fmt == "table":
+        assert f"│ {shown} " in result.stdout, result.stdout
+    elif fmt == "json":
+        assert json.loads(result.stdout) == [{"v": value}]
+    elif fmt == "parquet-file":
+        assert pq.read_table(out).column("v").to_pylist() == [value]
+    else:
+        text = out.read_text() if fmt == "csv-file" else result.stdout
+        assert list(csv.reader(io.StringIO(text))) == [["v"], [cell]]
 
 
 def test_a_failed_output_leaves_no_file(
