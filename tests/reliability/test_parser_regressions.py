@@ -97,11 +97,20 @@ def test_nsys_sqlite_non_utf8_string_stays_text(tmp_path: Path) -> None:
     """Was sqlite3.OperationalError ("Could not decode to UTF-8"), refusing the whole file."""
     path = write_export(tmp_path / "rank0.sqlite", layout=Layout(steps=1, layers=1))
     con = sqlite3.connect(path)
-    con.execute("UPDATE StringIds SET value = CAST(X'6e63636cff' AS TEXT) WHERE value = 'NCCL'")
+    # the GEMM kernels' name: "gemm" and a byte that is no UTF-8 (0xff)
+    changed = con.execute(
+        "UPDATE StringIds SET value = CAST(X'67656d6dff' AS TEXT) WHERE id IN "
+        "(SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL) AND value LIKE 'sm90_xmma_gemm%' "
+        "RETURNING id"
+    ).fetchall()
     con.commit()
     con.close()
-    result = nsys.parse(path)
-    assert result.tables["kernels"].num_rows > 0
+    kernels = nsys.parse(path).tables["kernels"]
+    # the byte read as U+FFFD, the name still a GEMM; the NCCL kernel untouched
+    assert [(k["name"], k["kind"]) for k in kernels.select(["name", "kind"]).to_pylist()] == [
+        ("gemm\ufffd", "gemm")
+    ] * 3 + [("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "comm")]
+    assert len(changed) == 1  # (one string names the three GEMM kernels)
 
 
 def test_truncated_sqlite_is_claimed_and_located(tmp_path: Path) -> None:
