@@ -41,12 +41,18 @@ def main(argv: list[str] | None = None) -> None:
                                "parallel.dp": dp, "batch.global_batch": dp})  # fmt: skip
         rank = world - 1
         ours = _median_s(lambda j=job, r=rank: predict(j, r), args.repeat)
+        # (what each side found: the DP group's size in the prediction, its members listed)
+        size = {r.group_size for r in predict(job, rank).rows if r.parallel_dim == "dp"}
         if world <= args.list_max:
             base = _median_s(lambda j=job, r=rank: group(j, r, ("dp", "cp")), 1)
-            listed = f"{base:9.4f} s listing the group"
+            members = len(group(job, rank, ("dp", "cp")))
+            listed = f"{base:9.4f} s listing the group ({members:,} members)"
         else:
             listed = "(group not listed)"
-        print(f"  {world:>13,} ranks  {ours * 1e3:8.3f} ms predict   {listed}")
+        print(
+            f"  {world:>13,} ranks  {ours * 1e3:8.3f} ms predict "
+            f"(DP group of {', '.join(f'{n:,}' for n in sorted(size))})   {listed}"
+        )
 
 
 if __name__ == "__main__":
