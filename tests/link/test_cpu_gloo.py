@@ -398,3 +398,26 @@ def test_the_straggler_s_sleep_is_rank_0_s_wait_not_its_transfer(
     calm = datasets["ddp"].sql(query).rows()
     assert len(calm) == 2 * len(STEPS)
     assert max(wait for _, _, wait, _, _ in calm) < 30_000_000
+
+
+def test_tp_dp_gradient_buckets_name_the_blocks_they_carry(
+    datasets: dict[str, Dataset],
+) -> None:
+    """The DDP bucket of the TP x DP run is split over the rank's units, each named by its
+    module path cut after the layer (.../TinyGPT_0/Block_0, which no collective names
+    itself): kind and label as collective_links gives a path's, the embedding by its own
+    path, the LM head by the model's name (no path of the rank reads as an LM head)."""
+    rows = (
+        datasets["tp_dp"]
+        .sql(
+            "SELECT layer_label, layer_kind, count(DISTINCT rank) FROM gradient_bucket_layers "
+            "GROUP BY ALL ORDER BY ALL"
+        )
+        .rows()
+    )
+    assert rows == [
+        ("Block_0", "transformer", 4),
+        ("Block_1", "transformer", 4),
+        ("Embed_0", "embedding", 4),
+        ("lm_head", "lm_head", 4),
+    ]
