@@ -159,7 +159,7 @@ def _derive_unstored(ctx: Context) -> None:
 def _sections(ctx: Context) -> list[Section]:
     no_timing = timing.no_timing_reason(ctx)
     traffic_data = traffic.load(ctx)
-    table = traffic.compare(traffic_data)
+    table = traffic.compare(traffic_data, traffic.ledger_reasons(ctx))
     projected = compute.what_if(ctx)
     sections = [
         verdict.section(ctx, traffic_data, table, projected, no_timing),

@@ -73,28 +73,6 @@ SELECT step, parallel_dim, op, phase, sum(calls) AS calls, sum(bytes) AS bytes,
        sum(predicted_bytes) AS predicted_bytes
 FROM token_wire WHERE job = $job GROUP BY ALL;
 
--- name: observed_raw
--- The same from the raw collectives when tokenwire link has not run: one source per rank
--- (primary_sources: a rank traced by Kineto and by its NCCL log would otherwise count
--- twice), the dimension from communicator_dims or communicators where known.
-WITH dims AS (
-    SELECT comm, any_value(parallel_dim) AS parallel_dim FROM (
-        SELECT comm, parallel_dim FROM communicator_dims WHERE job = $job
-        UNION ALL
-        SELECT comm, parallel_dim FROM communicators
-        WHERE job = $job AND parallel_dim IS NOT NULL)
-    GROUP BY comm
-)
-SELECT c.step, coalesce(d.parallel_dim, 'unknown') AS parallel_dim, c.op,
-       coalesce(c.phase, 'unattributed') AS phase, count(*) AS calls, sum(c.bytes) AS bytes,
-       CAST(NULL AS BIGINT) AS tokens, CAST(NULL AS BIGINT) AS predicted_calls,
-       CAST(NULL AS BIGINT) AS predicted_bytes
-FROM collectives c
-JOIN primary_sources p USING (job, rank, source)
-LEFT JOIN dims d ON d.comm = c.comm
-WHERE c.job = $job
-GROUP BY ALL;
-
 -- name: observed_ranks
 -- Ranks whose collectives were traced: predictions are summed over these only.
 SELECT DISTINCT rank FROM collectives WHERE job = $job AND rank >= 0
@@ -498,6 +476,12 @@ FROM ledger
 WHERE job = $job
 GROUP BY parallel_dim
 ORDER BY sum(predicted_bytes) + sum(bytes) DESC, parallel_dim;
+
+-- name: ledger_reasons
+-- Why the bytes of a parallel dimension and op differ from the model's, the report's one
+-- rule for it: the status and reason of each distinct item of the ledger (tokenwire link
+-- --config), matched ones included.
+SELECT DISTINCT parallel_dim, op, status, reason FROM ledger WHERE job = $job ORDER BY ALL;
 
 -- name: estimated_sizes
 -- Observed bytes per step whose size is the model's (size_estimates.sql: calls the trace
