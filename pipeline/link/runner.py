@@ -36,7 +36,7 @@ from ..dataset.commit import SPILL, Transaction, write_part
 from ..dataset.location import overflow_error
 from ..dataset.rank_sets import STORED_VIEW
 from ..dataset.schema import conform, load_schemas, table_schema
-from ..dataset.store import part_columns, part_path, read_parts_by_table
+from ..dataset.store import Manifest, part_columns, part_path, read_manifest
 from ..dataset.views import (
     add_convenience_views,
     connect,
@@ -94,14 +94,15 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
 
 
 def link_in_memory(
-    dataset: Path, *, config: Path | Job | None = None
+    dataset: Path, *, job: str | None = None, config: Path | Job | None = None
 ) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
     """A connection over ``dataset`` holding every derived table as :func:`link` would write
     it, computed by the same SQL and written nowhere: for a reader (``tokenwire report``) of
     a dataset that is not linked, or not with its job.yaml. The raw tables are the stored
-    ones; each derived table is a view of its schema's columns, with the convenience views
-    of every connection over them. Big jobs spill to the system's temporary folder, never
-    into the dataset. Also link's warnings on the job.yaml's layout.
+    ones (of ``job`` alone when given: link's tables are each job's own); each derived table
+    is a view of its schema's columns, with the convenience views of every connection over
+    them. Big jobs spill to the system's temporary folder, never into the dataset. Also
+    link's warnings on the job.yaml's layout.
 
     Raises
     ------
@@ -113,11 +114,14 @@ def link_in_memory(
     dataset = Path(dataset)
     config = _checked_config(config)
     steps = plan()
-    con = connect(dataset, derived=False)
+    manifest = read_manifest(dataset)
+    if job is not None:
+        manifest = Manifest({k: e for k, e in manifest.files.items() if e.job == job})
+    con = connect(dataset, derived=False, manifest=manifest)
     try:
         spill = Path(tempfile.gettempdir()) / f"tokenwire-link-{secrets.token_hex(8)}"
         con.execute("SET temp_directory = ?", [str(spill)])
-        warnings = _derive(con, dataset, steps, config, lambda: _listed_parts(dataset))
+        warnings = _derive(con, dataset, steps, config, manifest.all_parts)
         # (the settings the link's statements ran with; a reader's queries keep DuckDB's)
         con.execute("RESET preserve_insertion_order")
         con.execute("RESET threads")
@@ -144,11 +148,6 @@ def _checked_config(config: Path | Job | None) -> Job | None:
 
         predict(config, 0)
     return config
-
-
-def _listed_parts(dataset: Path) -> list[str]:
-    """Every part the manifest of ``dataset`` lists."""
-    return [p for ps in read_parts_by_table(dataset).values() for p in ps]
 
 
 def _derive(

@@ -43,7 +43,7 @@ from ..report.page import Section, atomic_write_text, render, write_images
 if TYPE_CHECKING:
     from ..model.config import Job
 
-__all__ = ["ReportResult", "build_report"]
+__all__ = ["ReportResult", "build_report", "report_context"]
 
 
 @dataclass
@@ -122,14 +122,29 @@ def build_report(
 def _read(
     dataset: Path | str, *, job: str | None, config: Job | None, config_path: Path | None
 ) -> tuple[Context, list[Section]]:
-    ctx = open_context(dataset, job=job, config=config, config_path=config_path)
+    ctx = report_context(dataset, job=job, config=config, config_path=config_path)
     try:
-        _derive_unstored(ctx)
         # Altair validates every object it builds in debug mode, data rows included
         with debug_mode(False):
             return ctx, _sections(ctx)
     finally:
         ctx.con.close()
+
+
+def report_context(
+    dataset: Path | str, *, job: str | None = None, config: Job | None = None,
+    config_path: Path | None = None,
+) -> Context:  # fmt: skip
+    """What the report reads (:func:`pipeline.report.context.open_context`), with link's
+    tables computed in memory where the dataset does not store them (:func:`_derive_unstored`).
+    The caller closes ``ctx.con``."""
+    ctx = open_context(dataset, job=job, config=config, config_path=config_path)
+    try:
+        _derive_unstored(ctx)
+    except BaseException:
+        ctx.con.close()
+        raise
+    return ctx
 
 
 def _derive_unstored(ctx: Context) -> None:
@@ -144,12 +159,12 @@ def _derive_unstored(ctx: Context) -> None:
     from ..link.runner import link_in_memory
 
     try:
-        con, ctx.warnings = link_in_memory(ctx.dataset, config=ctx.config)
+        con, ctx.warnings = link_in_memory(ctx.dataset, job=ctx.job, config=ctx.config)
     except ConfigError as exc:
         ctx.unfit = f"the job.yaml does not fit the traced ranks: {exc}"
         if state["linked"]:
             return
-        con, ctx.warnings = link_in_memory(ctx.dataset)
+        con, ctx.warnings = link_in_memory(ctx.dataset, job=ctx.job)
     ctx.con.close()
     ctx.con = con
     ctx.derived_here = True

@@ -8,10 +8,10 @@ SELECT job, count(*) AS files FROM files GROUP BY job ORDER BY job;
 
 -- name: link_state
 -- What of tokenwire link's the dataset stores for the job: its links to steps and layers, its
--- predictions (a link with a job.yaml); and whether the dataset has ranks to link at all.
+-- predictions (a link with a job.yaml); and whether the job has ranks to link at all.
 SELECT EXISTS (SELECT 1 FROM collective_links WHERE job = $job) AS linked,
        EXISTS (SELECT 1 FROM predictions WHERE job = $job) AS predicted,
-       EXISTS (SELECT 1 FROM ranks) AS ranks;
+       EXISTS (SELECT 1 FROM ranks WHERE job = $job) AS ranks;
 
 -- name: read_once
 -- What several queries below read, read once per report: each becomes a temporary table of
