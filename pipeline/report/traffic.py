@@ -418,7 +418,7 @@ def _bytes_table(table: pl.DataFrame) -> Table:
             "predicted calls",
             "predicted bytes",
             "ratio",
-            "ledger (items that differ: status and reason)",
+            "ledger",
         ],
         [
             [
@@ -433,6 +433,9 @@ def _bytes_table(table: pl.DataFrame) -> Table:
             ]
             for r in table.iter_rows(named=True)
         ],
+        caption="Per step; ledger: the status and reason of each item of the dimension and op "
+        "that differs from the model (tokenwire link --config's ledger table, listed item by "
+        "item above), or matched",
         numeric=[False, False, True, True, True, True, True, False],
         units=[None, None, None, "bytes", None, "bytes", None, None],
     )
