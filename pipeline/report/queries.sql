@@ -494,8 +494,9 @@ GROUP BY ALL ORDER BY ALL;
 
 -- name: ledger_items
 -- Every item that is not seen as predicted (missing, unpredicted, resized, other counts),
--- per traced step (the mean over the steps where it appears).
+-- per traced step (the mean over the steps where it appears), its layer by its label.
 SELECT status, parallel_dim, op, phase, purpose, layer,
+       coalesce(any_value(layer_label), layer) AS layer_label,
        avg(predicted_calls) AS predicted_calls, any_value(predicted_message_bytes)
            AS predicted_message_bytes,
        avg(calls) AS calls, any_value(message_bytes) AS message_bytes,
