@@ -394,8 +394,9 @@ ORDER BY wait_ns DESC, late_rank;
 -- it, in a pipeline, is receives waiting for their sends), and the layer it was most often
 -- busy in and the dimension it most often delayed meanwhile (equally often: the first by
 -- name, so that every report of the same data is the same; mode() leaves ties to thread
--- timing). The largest share first.
-WITH s AS (SELECT * FROM step_stragglers WHERE job = $job),
+-- timing). A layer is shown by its label where link gave it one. The largest share first.
+WITH s AS (SELECT * EXCLUDE (busy_layer), coalesce(busy_layer_label, busy_layer) AS busy_layer
+           FROM step_stragglers WHERE job = $job),
 total AS (SELECT sum(step_wait_ns) AS wait_ns FROM s),
 usual_layer AS (
     SELECT rank, first(busy_layer ORDER BY n DESC, busy_layer) AS busy_layer
@@ -421,11 +422,11 @@ LIMIT $limit;
 -- name: straggler_ops_top
 -- What the stragglers ran while the others waited, over every step: the ops (by own time)
 -- and kernels that filled most of those windows, with the layer they most often ran in
--- (equally often: the first by name).
+-- (equally often: the first by name), by its label where link gave it one.
 WITH usual_layer AS (
     SELECT what, name, first(layer ORDER BY n DESC, layer) AS layer
-    FROM (SELECT what, name, layer, count(*) AS n FROM straggler_ops
-          WHERE job = $job AND layer IS NOT NULL GROUP BY ALL)
+    FROM (SELECT what, name, coalesce(layer_label, layer) AS layer, count(*) AS n
+          FROM straggler_ops WHERE job = $job AND layer IS NOT NULL GROUP BY ALL)
     GROUP BY what, name
 )
 SELECT what, name, any_value(u.layer) AS layer, count(DISTINCT step) AS steps,

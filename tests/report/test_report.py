@@ -315,7 +315,9 @@ def test_every_encoding_is_given_as_a_channel_object(sample_linked, monkeypatch)
 
 def test_without_job_yaml_shows_how_to_add_a_prediction(sample_raw, tmp_path):
     out = tmp_path / "r.html"
+    before = _files(sample_raw)
     result = build_report(sample_raw, output=out)
+    assert _files(sample_raw) == before  # (link's tables computed, not stored)
     page = out.read_text()
     assert "No job.yaml given" in page
     assert "--config job.yaml" in page
