@@ -115,7 +115,9 @@ steps AS (SELECT greatest(count(DISTINCT step), 1) AS n FROM per_step)
 SELECT coalesce(layer, '(unattributed)') AS layer, layer_index,
        coalesce(any_value(layer_label), '(unattributed)') AS layer_label,
        coalesce(any_value(layer_kind), 'unknown') AS layer_kind, phase,
-       sum(calls) / any_value(steps.n) AS calls_per_step,
+       -- (shares of a call summed in thread order differ in their last bits: rounded, so
+       -- that the same data gives the same page)
+       round(sum(calls) / any_value(steps.n), 9) AS calls_per_step,
        coalesce(sum(bytes), 0) / any_value(steps.n) AS bytes_per_step
 FROM per_step, steps GROUP BY ALL ORDER BY ALL;
 
