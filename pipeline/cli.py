@@ -730,6 +730,9 @@ def report(
 ) -> None:
     """Write one self-contained HTML report of a job (opens offline).
 
+    The dataset is only read: where its job is not linked (or, given a job.yaml, has no
+    predictions), link's tables are computed in memory for the report, not stored.
+
     \b
     Example:
       tokenwire report run42.tw --config job.yaml -o report.html

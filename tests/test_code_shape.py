@@ -63,3 +63,54 @@ def test_achieved_bus_bandwidth_has_one_definition() -> None:
         if p.name != "measures.sql" and second.search(p.read_text(encoding="utf-8"))
     )
     assert found == []
+
+
+#: A statement that reads the raw collectives table (not a subquery of it that only picks
+#: ranks or jobs) and sums message bytes: observed traffic of its own.
+_RAW_COLLECTIVES = re.compile(r"\b(FROM|JOIN)\s+collectives\b(?!_)", re.IGNORECASE)
+_SUM_BYTES = re.compile(r"\bsum\s*\([^()]*\bbytes\b", re.IGNORECASE)
+_SUBQUERY = re.compile(r"\(\s*SELECT\b[^()]*\)", re.IGNORECASE)
+
+
+def _own_traffic(sql: str) -> list[str]:
+    """The statements of ``sql`` that sum message bytes read from the raw collectives."""
+    found = []
+    for statement in sql.split(";"):
+        outer = statement
+        while (inner := _SUBQUERY.sub("", outer)) != outer:
+            outer = inner
+        if _RAW_COLLECTIVES.search(outer) and _SUM_BYTES.search(outer):
+            found.append(statement.strip())
+    return found
+
+
+def test_observed_traffic_has_one_definition() -> None:
+    """Observed bytes per step are token_wire's (link/token_wire.sql, over collective_links:
+    one source per rank, link's steps, phases and dimensions) for every reader outside link,
+    on a dataset linked or not (the report computes link's tables where they are not
+    stored): a reader's SQL that sums the raw collectives' bytes is a second rule."""
+    package = Path(__file__).resolve().parents[1] / "pipeline"
+    found = sorted(
+        str(p.relative_to(package))
+        for p in package.rglob("*.sql")
+        if p.parent.name != "link" and _own_traffic(p.read_text(encoding="utf-8"))
+    )
+    assert found == []
+
+
+def test_the_check_finds_a_second_definition_of_observed_traffic() -> None:
+    """The report's former fallback for unlinked jobs is found; a query that reads the
+    collectives only to pick ranks, beside a sum over another table, is not."""
+    fallback = """
+        SELECT c.step, coalesce(d.parallel_dim, 'unknown') AS parallel_dim, c.op,
+               coalesce(c.phase, 'unattributed') AS phase, count(*) AS calls,
+               sum(c.bytes) AS bytes
+        FROM collectives c
+        JOIN primary_sources p USING (job, rank, source)
+        LEFT JOIN dims d ON d.comm = c.comm
+        WHERE c.job = $job GROUP BY ALL;
+        SELECT parallel_dim, op, sum(bytes) AS predicted_bytes FROM predictions
+        WHERE rank IN (SELECT DISTINCT rank FROM collectives WHERE job = $job) GROUP BY ALL;
+    """
+    found = _own_traffic(fallback)
+    assert len(found) == 1 and "FROM collectives c" in found[0]

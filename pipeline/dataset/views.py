@@ -87,7 +87,7 @@ def connect(
     con.execute(measures_sql())
     con.execute(sql_text(__package__, "sources.sql"))
     if derived:
-        con.execute(sql_text(__package__, "views.sql"))
+        add_convenience_views(con)
     if read_only:
         # DuckDB may always reach its temporary folder, by default ``.tmp`` of the current
         # folder: one of its own, unguessable and not there yet, which it removes on close
@@ -97,6 +97,12 @@ def connect(
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return con
+
+
+def add_convenience_views(con: duckdb.DuckDBPyConnection) -> None:
+    """The views of ``views.sql`` over the connection's raw and derived tables (each a
+    table or view of ``con`` already)."""
+    con.execute(sql_text(__package__, "views.sql"))
 
 
 def require_readable(dataset: Path, parts: list[str]) -> None:

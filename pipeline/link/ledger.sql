@@ -33,8 +33,8 @@
 -- for a send/recv).
 CREATE TEMP TABLE _ledger_calls AS
 SELECT l.job, l.step, l.rank, coalesce(l.parallel_dim, 'unknown') AS parallel_dim, l.op,
-       coalesce(l.phase, 'other') AS phase, l.bytes AS message_bytes, l.layer, l.size_source,
-       d.layout_conflicts[1] AS conflict
+       coalesce(l.phase, 'other') AS phase, l.bytes AS message_bytes, l.layer, l.layer_label,
+       l.size_source, d.layout_conflicts[1] AS conflict
 FROM collective_links l
 JOIN primary_sources p USING (job, rank, source)
 SEMI JOIN (SELECT DISTINCT job FROM predictions) j USING (job)
@@ -44,18 +44,23 @@ LEFT JOIN communicator_dims d
 WHERE l.step IS NOT NULL AND l.bytes IS NOT NULL;
 
 -- The layer of a row is its calls' most common one; a tie goes to the first name, so every
--- link of the same dataset gives the same row (FSDP units of equal size tie).
+-- link of the same dataset gives the same row (FSDP units of equal size tie). Its label is
+-- collective_links' (the shortest tail of the path that tells it apart).
 CREATE TEMP TABLE _ledger_observed AS
 WITH layer_calls AS (
-    SELECT job, step, parallel_dim, op, phase, message_bytes, layer, count(*) AS n
-    FROM _ledger_calls WHERE layer IS NOT NULL GROUP BY ALL
+    SELECT job, step, parallel_dim, op, phase, message_bytes, layer,
+           min(layer_label) AS layer_label, count(*) AS n
+    FROM _ledger_calls WHERE layer IS NOT NULL GROUP BY job, step, parallel_dim, op, phase,
+                                                        message_bytes, layer
 ), layers AS (
     SELECT job, step, parallel_dim, op, phase, message_bytes,
-           first(layer ORDER BY n DESC, layer) AS layer
+           first(layer ORDER BY n DESC, layer) AS layer,
+           first(layer_label ORDER BY n DESC, layer) AS layer_label
     FROM layer_calls GROUP BY ALL
 )
 SELECT job, step, parallel_dim, op, phase, message_bytes, count(*) AS calls,
        count(DISTINCT c.rank) AS ranks, any_value(y.layer) AS layer,
+       any_value(y.layer_label) AS layer_label,
        CASE WHEN bool_or(c.size_source = 'estimated') THEN 'estimated'
             ELSE min(c.size_source) END AS size_source,
        min(c.conflict) AS conflict
@@ -75,8 +80,8 @@ GROUP BY ALL;
 -- The same size on both sides: matched, or seen a different number of times.
 CREATE TEMP TABLE _ledger_same_size AS
 SELECT job, step, parallel_dim, op, phase, message_bytes,
-       p.calls AS predicted_calls, p.purpose, o.calls, o.ranks, o.layer, o.size_source,
-       o.conflict
+       p.calls AS predicted_calls, p.purpose, o.calls, o.ranks, o.layer, o.layer_label,
+       o.size_source, o.conflict
 FROM _ledger_predicted p
 FULL JOIN _ledger_observed o USING (job, step, parallel_dim, op, phase, message_bytes);
 
@@ -90,8 +95,8 @@ WITH left_over AS (
     WHERE predicted_calls IS NULL OR calls IS NULL
 )
 SELECT job, step, parallel_dim, op, phase, p.message_bytes AS predicted_message_bytes,
-       p.predicted_calls, p.purpose, o.message_bytes, o.calls, o.ranks, o.layer, o.size_source,
-       o.conflict
+       p.predicted_calls, p.purpose, o.message_bytes, o.calls, o.ranks, o.layer,
+       o.layer_label, o.size_source, o.conflict
 FROM (SELECT * FROM left_over WHERE calls IS NULL) p
 FULL JOIN (SELECT * FROM left_over WHERE predicted_calls IS NULL) o
   USING (job, step, parallel_dim, op, phase, size_order);
@@ -100,14 +105,14 @@ CREATE TEMP TABLE _ledger_rows AS
 SELECT job, step, parallel_dim, op, phase,
        CASE WHEN predicted_calls = calls THEN 'matched' ELSE 'calls differ' END AS status,
        purpose, predicted_calls, message_bytes AS predicted_message_bytes, calls,
-       message_bytes, ranks, layer, size_source, conflict
+       message_bytes, ranks, layer, layer_label, size_source, conflict
 FROM _ledger_same_size WHERE predicted_calls IS NOT NULL AND calls IS NOT NULL
 UNION ALL
 SELECT job, step, parallel_dim, op, phase,
        CASE WHEN calls IS NULL THEN 'missing' WHEN predicted_calls IS NULL THEN 'unpredicted'
             ELSE 'size differs' END,
        purpose, predicted_calls, predicted_message_bytes, calls, message_bytes, ranks, layer,
-       size_source, conflict
+       layer_label, size_source, conflict
 FROM _ledger_pairs;
 
 -- The bytes of each dimension, op and phase were a model key given another value, summed
@@ -162,6 +167,7 @@ totals AS (
     GROUP BY ALL
 )
 SELECT r.job, r.step, r.parallel_dim, r.op, r.phase, r.status, r.purpose, r.layer,
+       r.layer_label,
        CAST(coalesce(r.predicted_calls, 0) AS BIGINT) AS predicted_calls,
        r.predicted_message_bytes,
        CAST(coalesce(r.predicted_calls * r.predicted_message_bytes, 0) AS BIGINT)

@@ -21,7 +21,10 @@ kernels).
 
 from __future__ import annotations
 
+import secrets
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,8 +36,14 @@ from ..dataset.commit import SPILL, Transaction, write_part
 from ..dataset.location import overflow_error
 from ..dataset.rank_sets import STORED_VIEW
 from ..dataset.schema import conform, load_schemas, table_schema
-from ..dataset.store import part_columns, part_path
-from ..dataset.views import connect, empty_select, require_readable, typed_columns
+from ..dataset.store import Manifest, part_columns, part_path, read_manifest
+from ..dataset.views import (
+    add_convenience_views,
+    connect,
+    empty_select,
+    require_readable,
+    typed_columns,
+)
 from ..errors import ConfigError, DatasetError
 from ..link import layout_check
 from ..link.plan import Plan, SqlFile, plan
@@ -66,16 +75,7 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         A dataset of several jobs takes one job.yaml for all of them only when they share it.
     """
     dataset = Path(dataset)
-    if isinstance(config, (str, Path)):
-        from ..model.config import load_job
-
-        config = load_job(config)
-    if config is not None:
-        from ..model.predict import predict
-
-        # (a bad job.yaml, or one whose bytes pass 64 bits, is refused before the dataset is
-        # locked and DuckDB started: rank 0's rows meet the model's checks)
-        predict(config, 0)
+    config = _checked_config(config)
     with Transaction(dataset, create=False) as txn:
         # (the manifest is read once, by the transaction: 0.16 s for the 28 MB manifest of
         # 16,384 ranks, and the lock holds it)
@@ -83,32 +83,104 @@ def link(dataset: Path, *, config: Path | Job | None = None) -> LinkSummary:
         con = connect(dataset, derived=False, manifest=txn.manifest, tables=_raw_tables(steps))
         # Big jobs spill to disk beside the dataset instead of holding every row in memory
         # (the transaction removed a link planted there: DuckDB would write through it).
-        con.execute("SET preserve_insertion_order = false")
         con.execute("SET temp_directory = ?", [str(dataset / SPILL)])
-        collectives, secondary = _collectives_seen(con)
-        _small_job_threads(con, collectives)
-        _hold_communicators(con)
-        jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
-        if not jobs:
-            raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
-        warnings = _register_job_inputs(con, jobs, config)
-        for sql in steps.files:
-            try:
-                _run_file(con, sql, secondary=secondary)
-            except duckdb.Error as exc:  # a damaged part (named here), else a bug in our SQL
-                require_readable(dataset, txn.manifest.all_parts())
-                overflow_error(dataset, sql.name, exc)
-                raise RuntimeError(f"link step {sql.name} failed: {exc}") from exc
-            # (working tables no later file reads are freed at once, so that the next
-            # files' tables do not sit beside them: link's peak memory on a big job)
-            for kind, obj in steps.drops_after[sql.name]:
-                con.execute(f"DROP {kind.upper()} IF EXISTS {obj}")
+        warnings = _derive(con, dataset, steps, config, lambda: txn.manifest.all_parts())
         tables = {t: _published(con, t) for t in (*steps.published, "predictions")}
         con.close()
         rows = _materialize(txn, tables)
     return LinkSummary(
         rows=rows, config=_label(config) if config is not None else None, warnings=warnings
     )
+
+
+def link_in_memory(
+    dataset: Path, *, job: str | None = None, config: Path | Job | None = None
+) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+    """A connection over ``dataset`` holding every derived table as :func:`link` would write
+    it, computed by the same SQL and written nowhere: for a reader (``tokenwire report``) of
+    a dataset that is not linked, or not with its job.yaml. The raw tables are the stored
+    ones (of ``job`` alone when given: link's tables are each job's own); each derived table
+    is a view of its schema's columns, with the convenience views of every connection over
+    them. Big jobs spill to the system's temporary folder, never into the dataset. Also
+    link's warnings on the job.yaml's layout.
+
+    Raises
+    ------
+    DatasetError
+        Not a dataset, no ranks in it, or a damaged part.
+    ConfigError
+        A bad job.yaml, or one whose layout does not fit the traced ranks.
+    """
+    dataset = Path(dataset)
+    config = _checked_config(config)
+    steps = plan()
+    manifest = read_manifest(dataset)
+    if job is not None:
+        manifest = Manifest({k: e for k, e in manifest.files.items() if e.job == job})
+    con = connect(dataset, derived=False, manifest=manifest)
+    try:
+        spill = Path(tempfile.gettempdir()) / f"tokenwire-link-{secrets.token_hex(8)}"
+        con.execute("SET temp_directory = ?", [str(spill)])
+        warnings = _derive(con, dataset, steps, config, manifest.all_parts)
+        # (the settings the link's statements ran with; a reader's queries keep DuckDB's)
+        con.execute("RESET preserve_insertion_order")
+        con.execute("RESET threads")
+        for name in steps.published:
+            con.execute(f"ALTER TABLE {name} RENAME TO _derived_{name}")
+            columns = typed_columns(table_schema(name))
+            con.execute(f"CREATE VIEW {name} AS SELECT {columns} FROM _derived_{name}")
+        add_convenience_views(con)
+    except BaseException:
+        con.close()
+        raise
+    return con, warnings
+
+
+def _checked_config(config: Path | Job | None) -> Job | None:
+    """``config`` loaded, and refused before the dataset is locked and DuckDB started when
+    it is bad or its bytes pass 64 bits (rank 0's rows meet the model's checks)."""
+    if isinstance(config, (str, Path)):
+        from ..model.config import load_job
+
+        config = load_job(config)
+    if config is not None:
+        from ..model.predict import predict
+
+        predict(config, 0)
+    return config
+
+
+def _derive(
+    con: duckdb.DuckDBPyConnection,
+    dataset: Path,
+    steps: Plan,
+    config: Job | None,
+    parts: Callable[[], list[str]],
+) -> list[str]:
+    """Run the link SQL files on ``con`` (views of the raw tables of ``dataset``): every
+    derived table, and ``predictions``, is then a table or view of the connection. The
+    warnings on where job.yaml's layout contradicts the traces. ``parts``: the dataset's
+    parts, to name a damaged one when DuckDB fails."""
+    con.execute("SET preserve_insertion_order = false")
+    collectives, secondary = _collectives_seen(con)
+    _small_job_threads(con, collectives)
+    _hold_communicators(con)
+    jobs = [r[0] for r in con.execute("SELECT DISTINCT job FROM ranks ORDER BY 1").fetchall()]
+    if not jobs:
+        raise DatasetError(f"{dataset}: no ranks ingested yet, nothing to link")
+    warnings = _register_job_inputs(con, jobs, config)
+    for sql in steps.files:
+        try:
+            _run_file(con, sql, secondary=secondary)
+        except duckdb.Error as exc:  # a damaged part (named here), else a bug in our SQL
+            require_readable(dataset, parts())
+            overflow_error(dataset, sql.name, exc)
+            raise RuntimeError(f"link step {sql.name} failed: {exc}") from exc
+        # (working tables no later file reads are freed at once, so that the next
+        # files' tables do not sit beside them: link's peak memory on a big job)
+        for kind, obj in steps.drops_after[sql.name]:
+            con.execute(f"DROP {kind.upper()} IF EXISTS {obj}")
+    return warnings
 
 
 #: Marks, in the comment before it, a statement whose rows all come from collectives of a

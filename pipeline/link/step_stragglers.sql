@@ -3,10 +3,17 @@
 -- the collectives it arrived at last), the layer and dimension of those collectives, and
 -- in straggler_ops what that rank ran while the others waited: its ops and kernels in the
 -- windows from the first rank's arrival to its own, on its own clock, and the layer it was
--- busy in.
+-- busy in. Each layer also by its label, collective_links' (none for a module path no
+-- collective of the job was attributed to).
 --
--- reads: _is_named_owner, _source_instances, clock_offsets, collective_waits, kernels, ops
+-- reads: _is_named_owner, _source_instances, clock_offsets, collective_links,
+--        collective_waits, kernels, ops
 -- creates: step_stragglers, straggler_ops
+
+-- The label of each layer path of the job's collectives (collective_links.layer_label).
+CREATE TEMP TABLE _straggler_labels AS
+SELECT job, layer, min(layer_label) AS layer_label FROM collective_links
+WHERE layer IS NOT NULL AND layer_label IS NOT NULL GROUP BY ALL;
 
 -- The wait each late rank caused in each collective (not send/recv) it arrived at last.
 CREATE TEMP TABLE _caused AS
@@ -118,11 +125,12 @@ totals AS (
            sum(overlap_ns) AS overlap_ns
     FROM activity GROUP BY job, step, rank, what, name
 )
-SELECT t.job, t.step, t.rank, t.what, t.name, t.layer, t.overlap_ns,
+SELECT t.job, t.step, t.rank, t.what, t.name, t.layer, n.layer_label, t.overlap_ns,
        t.overlap_ns / nullif(g.window_ns, 0) AS window_share
 FROM totals t
 JOIN (SELECT job, step, rank, sum(end_ns - start_ns) AS window_ns
       FROM _straggler_windows GROUP BY ALL) g USING (job, step, rank)
+LEFT JOIN _straggler_labels n ON n.job = t.job AND n.layer = t.layer
 WHERE t.overlap_ns > 0
 QUALIFY row_number() OVER (PARTITION BY t.job, t.step ORDER BY t.overlap_ns DESC, t.what,
                            t.name) <= 5;
@@ -130,7 +138,9 @@ QUALIFY row_number() OVER (PARTITION BY t.job, t.step ORDER BY t.overlap_ns DESC
 -- The straggler of each step, with the layer it was busy in while the others waited: the
 -- module path of its op that held most of the windows.
 CREATE TEMP TABLE step_stragglers AS
-SELECT s.*, o.busy_layer
+SELECT s.*, n.layer_label, o.busy_layer, b.layer_label AS busy_layer_label
 FROM _step_straggler s
 LEFT JOIN (SELECT job, step, arg_max(layer, overlap_ns) AS busy_layer FROM straggler_ops
-           WHERE what = 'op' AND layer IS NOT NULL GROUP BY ALL) o USING (job, step);
+           WHERE what = 'op' AND layer IS NOT NULL GROUP BY ALL) o USING (job, step)
+LEFT JOIN _straggler_labels n ON n.job = s.job AND n.layer = s.layer
+LEFT JOIN _straggler_labels b ON b.job = s.job AND b.layer = o.busy_layer;

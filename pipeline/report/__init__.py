@@ -1,16 +1,17 @@
 """The report: one offline HTML page of where a job's bytes went, next to the analytic model.
 
-``build_report`` reads a dataset through its DuckDB views (raw tables and, after
-``tokenwire link``, the derived ones), aggregates in SQL (``queries.sql``), draws Altair
+``build_report`` reads a dataset through its DuckDB views (raw tables and the derived ones
+of ``tokenwire link``), aggregates in SQL (``queries.sql``), draws Altair
 charts per section (``verdict``, the first, which answers the question in a few
 sentences from the tables below it; ``ledger``, ``traffic``, ``timing``, ``waits`` (three),
 ``topology``, ``wire``, ``glance``, ``quality``) and writes one self-contained HTML file (``page``).
 Sections whose data is missing say why and what would fill them. docs/report.md describes
 every section and what it needs.
 
-Predictions come from the linked tables only (``token_wire``, ``predictions``): given a
-job.yaml, the report links a job that has none yet with it (``tokenwire link --config``, the
-one route to them) and never runs the model itself.
+The report reads the dataset and never writes it. Every figure of link's comes from link's
+tables: the stored ones, or, for a job that is not linked (or, given a job.yaml, has no
+predictions yet), the same tables computed by link's SQL in memory for this report
+(:func:`pipeline.link.runner.link_in_memory`). The report never runs the model itself.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ from ..report import (
     waits,
     wire,
 )
-from ..report.context import Context, open_context
+from ..report.context import Context, open_context, queries
 from ..report.page import Section, atomic_write_text, render, write_images
 
 if TYPE_CHECKING:
     from ..model.config import Job
 
-__all__ = ["ReportResult", "build_report"]
+__all__ = ["ReportResult", "build_report", "report_context"]
 
 
 @dataclass
@@ -55,8 +56,8 @@ class ReportResult:
     sections: list[str]
     charts: list[str]
     images: list[Path] = field(default_factory=list)
-    #: where the job.yaml contradicts the traces, when the report linked the job with it
-    #: (one line each, as tokenwire link warns)
+    #: where the job.yaml contradicts the traces, when the report computed link's tables
+    #: with it (one line each, as tokenwire link warns)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -99,12 +100,9 @@ def build_report(
         if not isinstance(config, Job):
             config_path = Path(config)
             config = load_job(config_path)
-    unfit, warnings = None, []
-    if config is not None:
-        unfit, warnings = _link_for_predictions(Path(dataset), job, config_path or config)
     # (read again from the start if an ingest or link commits while the report reads)
     read = functools.partial(_read, dataset, job=job, config=config, config_path=config_path)
-    ctx, sections = read_snapshot(Path(dataset), functools.partial(read, unfit=unfit))
+    ctx, sections = read_snapshot(Path(dataset), read)
     output = Path(output)
     page = render(f"tokenwire report: {ctx.job}", _subtitle(ctx), sections)
     atomic_write_text(output, page)
@@ -117,42 +115,14 @@ def build_report(
         [s.id for s in sections],
         charts,
         images,
-        warnings,
+        ctx.warnings,
     )
 
 
-def _link_for_predictions(
-    dataset: Path, job: str | None, config: Path | Job
-) -> tuple[str | None, list[str]]:
-    """Link ``dataset`` with ``config`` when the report's job has no predictions yet; why
-    there are none when the job.yaml does not fit the dataset (the report then goes on
-    without them), and the link's warnings."""
-    ctx = open_context(dataset, job=job)
-    try:
-        predicted = ctx.query("predictions_stored").height > 0
-    finally:
-        ctx.con.close()
-    if predicted:
-        return None, []
-    from ..link.runner import link
-
-    try:
-        summary = link(dataset, config=config)
-    except ConfigError as exc:
-        return f"the job.yaml does not fit the traced ranks: {exc}", []
-    return None, summary.warnings
-
-
 def _read(
-    dataset: Path | str,
-    *,
-    job: str | None,
-    config: Job | None,
-    config_path: Path | None,
-    unfit: str | None,
+    dataset: Path | str, *, job: str | None, config: Job | None, config_path: Path | None
 ) -> tuple[Context, list[Section]]:
-    ctx = open_context(dataset, job=job, config=config, config_path=config_path)
-    ctx.unfit = unfit
+    ctx = report_context(dataset, job=job, config=config, config_path=config_path)
     try:
         # Altair validates every object it builds in debug mode, data rows included
         with debug_mode(False):
@@ -161,10 +131,50 @@ def _read(
         ctx.con.close()
 
 
+def report_context(
+    dataset: Path | str, *, job: str | None = None, config: Job | None = None,
+    config_path: Path | None = None,
+) -> Context:  # fmt: skip
+    """What the report reads (:func:`pipeline.report.context.open_context`), with link's
+    tables computed in memory where the dataset does not store them (:func:`_derive_unstored`).
+    The caller closes ``ctx.con``."""
+    ctx = open_context(dataset, job=job, config=config, config_path=config_path)
+    try:
+        _derive_unstored(ctx)
+    except BaseException:
+        ctx.con.close()
+        raise
+    return ctx
+
+
+def _derive_unstored(ctx: Context) -> None:
+    """Give ``ctx`` link's tables where the dataset does not store what the page needs: a
+    job not linked, or, given a job.yaml, linked without one. They are computed in memory
+    by link's SQL (:func:`pipeline.link.runner.link_in_memory`) and the dataset is left as
+    it is. A job.yaml whose layout does not fit the traced ranks leaves the job without
+    predictions (``ctx.unfit`` says why)."""
+    state = ctx.row("link_state")
+    if not state["ranks"] or state["linked"] and (state["predicted"] or ctx.config is None):
+        return
+    from ..link.runner import link_in_memory
+
+    try:
+        con, ctx.warnings = link_in_memory(ctx.dataset, job=ctx.job, config=ctx.config)
+    except ConfigError as exc:
+        ctx.unfit = f"the job.yaml does not fit the traced ranks: {exc}"
+        if state["linked"]:
+            return
+        con, ctx.warnings = link_in_memory(ctx.dataset, job=ctx.job)
+    ctx.con.close()
+    ctx.con = con
+    ctx.derived_here = True
+    con.execute(queries()["read_once"])
+
+
 def _sections(ctx: Context) -> list[Section]:
     no_timing = timing.no_timing_reason(ctx)
     traffic_data = traffic.load(ctx)
-    table = traffic.compare(traffic_data)
+    table = traffic.compare(traffic_data, traffic.ledger_reasons(ctx))
     projected = compute.what_if(ctx)
     sections = [
         verdict.section(ctx, traffic_data, table, projected, no_timing),
@@ -201,4 +211,9 @@ def _subtitle(ctx: Context) -> str:
         if ctx.config is None
         else "job.yaml given"
     )
+    if ctx.derived_here:
+        parts.append(
+            "not linked: link's tables computed for this report and not stored "
+            "(tokenwire link stores them)"
+        )
     return " · ".join(parts)

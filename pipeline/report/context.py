@@ -45,6 +45,10 @@ class Context:
     notes: list[str] = field(default_factory=list)
     #: why the job.yaml given could not be linked (its layout does not fit the traced ranks)
     unfit: str | None = None
+    #: link's tables were computed for this report, not read from the dataset
+    derived_here: bool = False
+    #: where the job.yaml contradicts the traces, when link's tables were computed with it
+    warnings: list[str] = field(default_factory=list)
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Run the named query with ``$job`` and ``params``; a Polars frame."""

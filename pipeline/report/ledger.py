@@ -63,7 +63,8 @@ def _differences(ctx: Context, sec: Section, limit: int) -> None:
             ["status", "dimension", "op", "phase", "predicted item", "observed in",
              "predicted", "observed", "bytes difference", "reason"],
             [
-                [r["status"], r["parallel_dim"], r["op"], r["phase"], r["purpose"], r["layer"],
+                [r["status"], r["parallel_dim"], r["op"], r["phase"], r["purpose"],
+                 r["layer_label"],
                  _calls(r["predicted_calls"], r["predicted_message_bytes"]),
                  _calls(r["calls"], r["message_bytes"])
                  + (" (estimated)" if r["estimated"] and r["calls"] else ""),

@@ -6,6 +6,13 @@
 -- Which jobs the dataset holds (files of every source, so a job with no rows still counts).
 SELECT job, count(*) AS files FROM files GROUP BY job ORDER BY job;
 
+-- name: link_state
+-- What of tokenwire link's the dataset stores for the job: its links to steps and layers, its
+-- predictions (a link with a job.yaml); and whether the job has ranks to link at all.
+SELECT EXISTS (SELECT 1 FROM collective_links WHERE job = $job) AS linked,
+       EXISTS (SELECT 1 FROM predictions WHERE job = $job) AS predicted,
+       EXISTS (SELECT 1 FROM ranks WHERE job = $job) AS ranks;
+
 -- name: read_once
 -- What several queries below read, read once per report: each becomes a temporary table of
 -- the same name, which they then read in place of the view. primary_sources (sources.sql),
@@ -66,28 +73,6 @@ SELECT step, parallel_dim, op, phase, sum(calls) AS calls, sum(bytes) AS bytes,
        sum(predicted_bytes) AS predicted_bytes
 FROM token_wire WHERE job = $job GROUP BY ALL;
 
--- name: observed_raw
--- The same from the raw collectives when tokenwire link has not run: one source per rank
--- (primary_sources: a rank traced by Kineto and by its NCCL log would otherwise count
--- twice), the dimension from communicator_dims or communicators where known.
-WITH dims AS (
-    SELECT comm, any_value(parallel_dim) AS parallel_dim FROM (
-        SELECT comm, parallel_dim FROM communicator_dims WHERE job = $job
-        UNION ALL
-        SELECT comm, parallel_dim FROM communicators
-        WHERE job = $job AND parallel_dim IS NOT NULL)
-    GROUP BY comm
-)
-SELECT c.step, coalesce(d.parallel_dim, 'unknown') AS parallel_dim, c.op,
-       coalesce(c.phase, 'unattributed') AS phase, count(*) AS calls, sum(c.bytes) AS bytes,
-       CAST(NULL AS BIGINT) AS tokens, CAST(NULL AS BIGINT) AS predicted_calls,
-       CAST(NULL AS BIGINT) AS predicted_bytes
-FROM collectives c
-JOIN primary_sources p USING (job, rank, source)
-LEFT JOIN dims d ON d.comm = c.comm
-WHERE c.job = $job
-GROUP BY ALL;
-
 -- name: observed_ranks
 -- Ranks whose collectives were traced: predictions are summed over these only.
 SELECT DISTINCT rank FROM collectives WHERE job = $job AND rank >= 0
@@ -130,7 +115,9 @@ steps AS (SELECT greatest(count(DISTINCT step), 1) AS n FROM per_step)
 SELECT coalesce(layer, '(unattributed)') AS layer, layer_index,
        coalesce(any_value(layer_label), '(unattributed)') AS layer_label,
        coalesce(any_value(layer_kind), 'unknown') AS layer_kind, phase,
-       sum(calls) / any_value(steps.n) AS calls_per_step,
+       -- (shares of a call summed in thread order differ in their last bits: rounded, so
+       -- that the same data gives the same page)
+       round(sum(calls) / any_value(steps.n), 9) AS calls_per_step,
        coalesce(sum(bytes), 0) / any_value(steps.n) AS bytes_per_step
 FROM per_step, steps GROUP BY ALL ORDER BY ALL;
 
@@ -409,8 +396,9 @@ ORDER BY wait_ns DESC, late_rank;
 -- it, in a pipeline, is receives waiting for their sends), and the layer it was most often
 -- busy in and the dimension it most often delayed meanwhile (equally often: the first by
 -- name, so that every report of the same data is the same; mode() leaves ties to thread
--- timing). The largest share first.
-WITH s AS (SELECT * FROM step_stragglers WHERE job = $job),
+-- timing). A layer is shown by its label where link gave it one. The largest share first.
+WITH s AS (SELECT * EXCLUDE (busy_layer), coalesce(busy_layer_label, busy_layer) AS busy_layer
+           FROM step_stragglers WHERE job = $job),
 total AS (SELECT sum(step_wait_ns) AS wait_ns FROM s),
 usual_layer AS (
     SELECT rank, first(busy_layer ORDER BY n DESC, busy_layer) AS busy_layer
@@ -436,11 +424,11 @@ LIMIT $limit;
 -- name: straggler_ops_top
 -- What the stragglers ran while the others waited, over every step: the ops (by own time)
 -- and kernels that filled most of those windows, with the layer they most often ran in
--- (equally often: the first by name).
+-- (equally often: the first by name), by its label where link gave it one.
 WITH usual_layer AS (
     SELECT what, name, first(layer ORDER BY n DESC, layer) AS layer
-    FROM (SELECT what, name, layer, count(*) AS n FROM straggler_ops
-          WHERE job = $job AND layer IS NOT NULL GROUP BY ALL)
+    FROM (SELECT what, name, coalesce(layer_label, layer) AS layer, count(*) AS n
+          FROM straggler_ops WHERE job = $job AND layer IS NOT NULL GROUP BY ALL)
     GROUP BY what, name
 )
 SELECT what, name, any_value(u.layer) AS layer, count(DISTINCT step) AS steps,
@@ -492,6 +480,12 @@ WHERE job = $job
 GROUP BY parallel_dim
 ORDER BY sum(predicted_bytes) + sum(bytes) DESC, parallel_dim;
 
+-- name: ledger_reasons
+-- Why the bytes of a parallel dimension and op differ from the model's, the report's one
+-- rule for it: the status and reason of each distinct item of the ledger (tokenwire link
+-- --config), matched ones included.
+SELECT DISTINCT parallel_dim, op, status, reason FROM ledger WHERE job = $job ORDER BY ALL;
+
 -- name: estimated_sizes
 -- Observed bytes per step whose size is the model's (size_estimates.sql: calls the trace
 -- records without one), per parallel dimension (one source per rank, as token_wire counts).
@@ -503,8 +497,9 @@ GROUP BY ALL ORDER BY ALL;
 
 -- name: ledger_items
 -- Every item that is not seen as predicted (missing, unpredicted, resized, other counts),
--- per traced step (the mean over the steps where it appears).
+-- per traced step (the mean over the steps where it appears), its layer by its label.
 SELECT status, parallel_dim, op, phase, purpose, layer,
+       coalesce(any_value(layer_label), layer) AS layer_label,
        avg(predicted_calls) AS predicted_calls, any_value(predicted_message_bytes)
            AS predicted_message_bytes,
        avg(calls) AS calls, any_value(message_bytes) AS message_bytes,

@@ -1,10 +1,11 @@
 """Sections 2 to 4: one token's journey, bytes per step observed vs predicted, traffic per layer.
 
-Observed bytes come from ``token_wire`` (tokenwire link), else straight from ``collectives``
-(one source per rank; dimensions from ``communicator_dims`` where known). Predicted bytes come
-from ``token_wire``'s predicted columns, else the ``predictions`` table, summed over the ranks
-that were traced: both written by ``tokenwire link --config``, which the report runs when
-given a job.yaml (``build_report``).
+Observed bytes come from ``token_wire``, the one table of observed traffic: tokenwire link's,
+or, on a dataset not linked, the same table computed for the report (``build_report``).
+Predicted bytes come from ``token_wire``'s predicted columns, else the ``predictions`` table,
+summed over the ranks that were traced (``tokenwire link --config``). Why a dimension's bytes
+differ from the model's is the ledger's word (its status and reason per item), never a rule
+of the report's own.
 Bytes are message sizes M (docs/dataset.md) summed over ranks, per step.
 """
 
@@ -19,8 +20,6 @@ from ..report import fmt
 from ..report.context import Context
 from ..report.page import Chart, Note, Section, Table
 
-#: A ratio this close to 1 counts as a match.
-MATCH_TOLERANCE = 0.05
 _SIDES = ["observed", "predicted"]
 _SIDE_COLORS = ["#4c78a8", "#f58518"]
 
@@ -30,7 +29,7 @@ class Traffic:
     """Per step bytes and calls by (parallel_dim, op, phase), observed and predicted."""
 
     frame: pl.DataFrame  # parallel_dim, op, phase, calls, bytes, predicted_calls, predicted_bytes
-    observed_from: str  # token_wire, collectives, or '' when nothing was observed
+    observed_from: str  # token_wire, or '' when nothing was observed
     predicted_from: str | None  # token_wire or predictions
     steps: int
     tokens: int | None
@@ -40,11 +39,7 @@ class Traffic:
 def load(ctx: Context) -> Traffic:
     """Observed and predicted traffic per step of the report's job."""
     obs = ctx.query("observed_token_wire")
-    source = "token_wire"
-    if obs.height == 0:
-        obs, source = ctx.query("observed_raw"), "collectives"
-    if obs.height == 0:
-        source = ""
+    source = "token_wire" if obs.height else ""
     steps = max(obs["step"].drop_nulls().n_unique(), 1) if obs.height else 1
     tokens = obs["tokens"].max() if obs.height else None
     if tokens is None and ctx.config is not None:
@@ -97,113 +92,70 @@ def _predictions(ctx: Context) -> tuple[pl.DataFrame | None, str | None, str | N
 # --------------------------------------------------------------------------- comparison
 
 
-def compare(traffic: Traffic) -> pl.DataFrame:
-    """Observed vs predicted per (parallel_dim, op), with the ratio and a likely reason.
-
-    When no observed dimension is known (link has not run) the comparison is per op only.
-    """
-    frame = traffic.frame
-    observed_dims = frame.filter(pl.col("calls").is_not_null())["parallel_dim"]
-    by_dim = traffic.predicted_from is None or not (
-        observed_dims.len() and observed_dims.eq("unknown").all()
-    )
-    keys = ["parallel_dim", "op"] if by_dim else ["op"]
-    out = frame.group_by(keys).agg(
-        pl.col("calls").sum(),
-        pl.col("bytes").sum(),
-        pl.col("predicted_calls").sum(),
-        pl.col("predicted_bytes").sum(),
-        pl.col("calls").is_not_null().any().alias("has_obs"),
-        pl.col("predicted_calls").is_not_null().any().alias("has_pred"),
-    )
-    if not by_dim:
-        out = out.with_columns(pl.lit("all").alias("parallel_dim"))
-    out = out.with_columns(
-        pl.when(pl.col("has_obs")).then(pl.col("calls")).alias("calls"),
-        pl.when(pl.col("has_obs")).then(pl.col("bytes")).alias("bytes"),
-        pl.when(pl.col("has_pred")).then(pl.col("predicted_calls")).alias("predicted_calls"),
-        pl.when(pl.col("has_pred")).then(pl.col("predicted_bytes")).alias("predicted_bytes"),
-    ).with_columns(
-        pl.when(pl.col("predicted_bytes") > 0)
-        .then(pl.col("bytes") / pl.col("predicted_bytes"))
-        .alias("ratio")
-    )
-    reasons = [
-        likely_reason(r, traffic) for r in out.iter_rows(named=True)
-    ]  # one row per (dim, op): a handful
-    return (
-        out.with_columns(pl.Series("reason", reasons, pl.String))
-        .sort("parallel_dim", "op")
+def compare(traffic: Traffic, reasons: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Observed vs predicted per (parallel_dim, op), with the ratio and ``reasons``: the
+    ledger's word on each (:func:`ledger_reasons`), empty where the ledger has none."""
+    keys = ["parallel_dim", "op"]
+    out = (
+        traffic.frame.group_by(keys)
+        .agg(
+            pl.col("calls").sum(),
+            pl.col("bytes").sum(),
+            pl.col("predicted_calls").sum(),
+            pl.col("predicted_bytes").sum(),
+            pl.col("calls").is_not_null().any().alias("has_obs"),
+            pl.col("predicted_calls").is_not_null().any().alias("has_pred"),
+        )
+        .with_columns(
+            pl.when(pl.col("has_obs")).then(pl.col("calls")).alias("calls"),
+            pl.when(pl.col("has_obs")).then(pl.col("bytes")).alias("bytes"),
+            pl.when(pl.col("has_pred")).then(pl.col("predicted_calls")).alias("predicted_calls"),
+            pl.when(pl.col("has_pred")).then(pl.col("predicted_bytes")).alias("predicted_bytes"),
+        )
+        .with_columns(
+            pl.when(pl.col("predicted_bytes") > 0)
+            .then(pl.col("bytes") / pl.col("predicted_bytes"))
+            .alias("ratio")
+        )
         .drop("has_obs", "has_pred")
     )
-
-
-def likely_reason(row: dict, traffic: Traffic) -> str:
-    """The likeliest cause of a difference (the check-list of ``docs/report.md``)."""
-    dim = row["parallel_dim"]
-    obs, pred = row["bytes"], row["predicted_bytes"]
-    calls, pcalls = row["calls"], row["predicted_calls"]
-    if traffic.predicted_from is None:
-        return ""
-    if not row["has_obs"] or not calls:
-        return (
-            "not observed: the traces may cover fewer ranks or steps than the model, or "
-            "the collectives are coalesced into another op (all-to-all as grouped send/recv)"
+    if reasons is None or reasons.height == 0:
+        reasons = pl.DataFrame(
+            schema={"parallel_dim": pl.String, "op": pl.String, "reasons": pl.List(pl.String)}
         )
-    if not row["has_pred"] or not pcalls:
-        if dim == "unknown":
-            return "parallel dimension unknown: run tokenwire link (with --config) to infer it"
-        return (
-            "not in the model: extra collectives (loss or metric reporting, barriers, "
-            "MoE dispatcher metadata, parameter broadcast at start-up)"
-        )
-    if obs is None or pred is None or not pred:
-        return "sizes unknown for some collectives (no size in the trace)"
-    r = obs / pred
-    cr = calls / pcalls
-    if abs(r - 1) <= MATCH_TOLERANCE and abs(cr - 1) <= MATCH_TOLERANCE:
-        return "matches the model"
-    size_r = r / cr  # ratio of the average message sizes
-    if abs(cr - 1) <= MATCH_TOLERANCE:
-        if abs(size_r - 2) < 0.1 or abs(size_r - 0.5) < 0.05:
-            what = (
-                "gradient reduce dtype (dtypes.grad_reduce: fp32 vs bf16)"
-                if dim == "dp"
-                else "element size (dtypes.activations / params)"
-            )
-            return f"same calls, messages {fmt.ratio(size_r)} the size: {what}"
-        if 1 < size_r < 1.1:
-            return (
-                "messages slightly larger than modelled: padding (DP buckets padded to a "
-                "multiple of the group size, vocabulary padding)"
-            )
-        if dim == "ep":
-            return "MoE routing imbalance (dropless) or capacity-factor padding"
-        return f"same calls, messages {fmt.ratio(size_r)} the modelled size"
-    if abs(size_r - 1) <= MATCH_TOLERANCE:
-        if dim == "dp":
-            return (
-                "same message size, different count: gradient bucket size (DDP "
-                "bucket_cap_mb, Megatron bucket_size) or steps with gradient accumulation"
-            )
-        if dim == "tp" and abs(cr - 1.5) < 0.1:
-            return "1.5x the calls: full activation recomputation (recompute: full)"
-        if dim == "tp" and abs(cr - 2.5) < 0.15:
-            return "2.5x the calls: sequence parallelism's backward re-gathers"
-        if dim == "pp":
-            return (
-                "different number of sends/recvs: interleaved stages (vpp), micro-batch "
-                "count, or warm-up/cool-down"
-            )
-        return (
-            f"{fmt.ratio(cr)} the calls at the modelled size: recomputation, "
-            "micro-batch count, or traces covering other steps"
-        )
-    if dim == "tp" and abs(r - 1.25) < 0.05:
-        return "1.25x the bytes: sequence parallelism's backward re-gathers"
     return (
-        f"{fmt.ratio(cr)} the calls and {fmt.ratio(size_r)} the message size: the ledger "
-        "(tokenwire link --config) names each item that differs"
+        out.join(reasons, on=keys, how="left")
+        .with_columns(pl.col("reasons").fill_null([]))
+        .with_columns(pl.col("reasons").list.join("; ").alias("reason"))
+        .sort(keys)
+    )
+
+
+def ledger_reasons(ctx: Context) -> pl.DataFrame:
+    """Per (parallel_dim, op) of the ledger (tokenwire link --config): ``reasons``, each item
+    status that is not ``matched`` with its reason (``status: reason``), sorted; just
+    ``matched`` where every item is."""
+    rows = ctx.query("ledger_reasons")
+    label = (
+        pl.when(pl.col("reason").is_null())
+        .then(pl.col("status"))
+        .otherwise(pl.format("{}: {}", "status", "reason"))
+    )
+    return (
+        rows.with_columns(label.alias("label"))
+        .group_by("parallel_dim", "op")
+        .agg(
+            pl.col("label").filter(pl.col("status") != "matched").unique().sort(),
+            (pl.col("status") == "matched").all().alias("all_matched"),
+        )
+        .select(
+            "parallel_dim",
+            "op",
+            pl.when(pl.col("all_matched"))
+            .then(pl.lit(["matched"], pl.List(pl.String)))
+            .otherwise(pl.col("label"))
+            .alias("reasons"),
+        )
     )
 
 
@@ -364,23 +316,17 @@ def bytes_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sectio
 
 
 def _observed_note(traffic: Traffic) -> Note:
-    how = (
-        "from tokenwire link's token_wire table"
-        if traffic.observed_from == "token_wire"
-        else "from the raw collectives (tokenwire link has not run: parallel dimensions and "
-        "phases may be unknown)"
-    )
     return Note(
-        f"Observed {how}, averaged over {traffic.steps} step(s). Message bytes summed "
-        "over the traced ranks.",
+        f"Observed from tokenwire link's token_wire table, averaged over {traffic.steps} "
+        "step(s). Message bytes summed over the traced ranks.",
         "text",
     )
 
 
 def _estimated_note(ctx: Context, traffic: Traffic) -> Note | None:
     """Which observed bytes are the model's sizes (calls the trace records without one),
-    None where none are (or link has not run: only link estimates)."""
-    if traffic.observed_from != "token_wire":
+    None where none are."""
+    if not traffic.observed_from:
         return None
     est = ctx.query("estimated_sizes")
     if est.height == 0:
@@ -455,7 +401,7 @@ def _bytes_chart(rows: list[dict], table: pl.DataFrame) -> alt.Chart:
                 alt.Tooltip("bytes:Q", format=",.0f", title="bytes per step"),
                 alt.Tooltip("calls:Q", format=",.1f", title="calls per step"),
                 alt.Tooltip("ratio:Q", format=".3f", title="observed / predicted"),
-                alt.Tooltip("reason:N", title="likely reason"),
+                alt.Tooltip("reason:N", title="ledger"),
             ],
         )
         .properties(width=560, height=alt.Step(14), title="Bytes per step")
@@ -472,7 +418,7 @@ def _bytes_table(table: pl.DataFrame) -> Table:
             "predicted calls",
             "predicted bytes",
             "ratio",
-            "likely reason",
+            "ledger",
         ],
         [
             [
@@ -487,6 +433,9 @@ def _bytes_table(table: pl.DataFrame) -> Table:
             ]
             for r in table.iter_rows(named=True)
         ],
+        caption="Per step; ledger: the status and reason of each item of the dimension and op "
+        "that differs from the model (tokenwire link --config's ledger table, listed item by "
+        "item above), or matched",
         numeric=[False, False, True, True, True, True, True, False],
         units=[None, None, None, "bytes", None, "bytes", None, None],
     )

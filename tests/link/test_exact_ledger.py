@@ -61,6 +61,8 @@ def test_every_status_and_reason() -> None:
         job=["j"] * n,
         step=[1] * n,
         instance_comm=[f"{x[2]}0" for x in calls],
+        # (a label only where there is a layer, as collective_links has)
+        layer_label=[None if x[6] is None else f"{x[6]} label" for x in calls],
         **{c: [x[i] for x in calls] for i, c in enumerate(cols)},
     )
     collectives = rows(
@@ -101,7 +103,7 @@ def test_every_status_and_reason() -> None:
     #     named by the key that sets them (_job_facts.bucket_key). (linear_bias 'all' gives
     #     2,000 B too, but so does the prediction: no reason of its.)
     # pp send: predicted on both ranks, never seen: missing.
-    # all_gather: seen, no item: unpredicted, named by its layer.
+    # all_gather: seen, no item: unpredicted, named by its layer and that layer's label.
     # tp backward: 800 B against 400: size differs, twice the size.
     # tp forward: 100 B seen 3 times, predicted 4 (2 a rank): calls differ; 300 B in all,
     #     which linear_bias 'all' gives (150 B on each of the 2 ranks) and the prediction
@@ -121,6 +123,7 @@ def test_every_status_and_reason() -> None:
                 "calls differ"],
         purpose=["gradient bucket", None, "activations", None, "f", "g"],
         layer=[None, None, None, "L", None, None],
+        layer_label=[None, None, None, "L label", None, None],
         predicted_calls=[2, 0, 2, 0, 2, 4],
         predicted_message_bytes=[1000, None, 50, None, 400, 100],
         predicted_bytes=[2000, 0, 100, 0, 800, 400],

@@ -75,7 +75,18 @@ def _inputs() -> dict:
         start_ns=[1490, 1540],
         end_ns=[1520, 1600],
     )
+    # the labels link gave the layers of the job's collectives: attn's and the inner module's
+    # (a module path no collective came from, model.attn, has none)
+    labels = [("attn", "attention"), ("model.attn.inner", "inner"), ("mlp", None)]
+    links = rows(
+        "collective_links",
+        job=["j"] * 3,
+        rank=[0] * 3,
+        layer=[x[0] for x in labels],
+        layer_label=[x[1] for x in labels],
+    )
     return {
+        "collective_links": links,
         "collective_waits": waits,
         "_source_instances": instances,
         "clock_offsets": offsets,
@@ -89,7 +100,7 @@ def test_the_rank_that_caused_most_wait_is_the_steps_straggler() -> None:
     # rank 2 caused 30 + 20 (X) + 20 (Y) = 70 in 2 collectives, rank 0 60 (the recv's 1000
     # is left out). The step's wait: 30 + 20 + 20 + 30 + 30 + 1000 = 1130. Rank 2's layer:
     # attn (50) over mlp (20); its dimension tp (70). Busy layer: its op of most own time
-    # in the windows, aten::sleep's module (25 ns, below).
+    # in the windows, aten::sleep's module (25 ns, below). Each by its collectives' label.
     expected = rows(
         "step_stragglers",
         job=["j"],
@@ -100,8 +111,10 @@ def test_the_rank_that_caused_most_wait_is_the_steps_straggler() -> None:
         step_wait_ns=[1130],
         wait_share=[70 / 1130],
         layer=["attn"],
+        layer_label=["attention"],
         parallel_dim=["tp"],
         busy_layer=["model.attn.inner"],
+        busy_layer_label=["inner"],
     )
     assert_frame_equal(got, expected)
 
@@ -124,6 +137,7 @@ def test_what_the_straggler_ran_in_its_window() -> None:
         what=["op", "kernel", "op"],
         name=["aten::sleep", "flash_fwd", "forward"],
         layer=["model.attn.inner", "attn", "model.attn"],
+        layer_label=["inner", "attention", None],
         overlap_ns=[25, 20, 15],
         window_share=[25 / 40, 20 / 40, 15 / 40],
     )

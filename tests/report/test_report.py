@@ -4,6 +4,8 @@ trace names, the chart specs (validated against Vega-Lite's schema), PNG/SVG exp
 from __future__ import annotations
 
 import gzip
+import hashlib
+import html
 import json
 import re
 from pathlib import Path
@@ -11,13 +13,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from polars.testing import assert_frame_equal
 
 from pipeline.cli import cli
 from pipeline.dataset.views import connect
 from pipeline.ingest.run import ingest
 from pipeline.link.runner import link
 from pipeline.model.config import load_job
-from pipeline.report import build_report
+from pipeline.report import build_report, report_context
 from pipeline.report.context import open_context
 from pipeline.report.traffic import compare, load
 from tests.conftest import REPO_ROOT
@@ -67,16 +70,39 @@ def sample_linked(tmp_path_factory) -> Path:
     return ds
 
 
-def test_raw_sample_has_observed_bytes_and_no_prediction_of_its_own(sample_raw):
-    """Before link, observed bytes come from collectives; the prediction comes only from the
-    linked tables, so reading an unlinked job with a job.yaml predicts nothing."""
-    ctx = open_context(sample_raw, config=load_job(JOB_YAML))
-    traffic = load(ctx)
-    table = compare(traffic)
-    assert traffic.observed_from == "collectives"
+def _files(dataset: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under ``dataset``: its size, mtime and SHA-256, by relative path."""
+    return {
+        str(f.relative_to(dataset)): (
+            f.stat().st_size,
+            f.stat().st_mtime_ns,
+            hashlib.sha256(f.read_bytes()).hexdigest(),
+        )
+        for f in sorted(dataset.rglob("*"))
+        if f.is_file()
+    }
+
+
+def test_unlinked_sample_reads_token_wire_computed_for_the_report(sample_raw):
+    """Observed traffic has one table, token_wire: on a dataset not linked the report reads
+    the token_wire link's SQL computes in memory, the same rows tokenwire link stores (its
+    phases are link's: forward, backward, other; never a second rule's). Without a job.yaml
+    nothing is predicted."""
+    ctx = report_context(sample_raw)
+    try:
+        assert ctx.derived_here
+        traffic = load(ctx)
+        here = pl.from_arrow(ctx.con.sql("SELECT * FROM token_wire").to_arrow_table())
+    finally:
+        ctx.con.close()
+    assert traffic.observed_from == "token_wire"
     assert traffic.predicted_from is None
-    assert traffic.note == "the job is not linked with its job.yaml (tokenwire link --config)"
-    assert table["predicted_bytes"].is_null().all()
+    assert traffic.note == "no job.yaml given"
+    assert set(traffic.frame["phase"]) <= {"forward", "backward", "other"}
+    # link without a job.yaml stores the same observed rows
+    stored = _token_wire_linked_without_config(sample_raw)
+    keys = ["step", "parallel_dim", "op", "phase"]
+    assert_frame_equal(here.sort(keys), stored.sort(keys))
     # observed bytes per step equal a plain sum over the profiler's rows / steps (the NCCL
     # logs of the same ranks record the same calls: one source per rank is counted)
     con = connect(sample_raw)
@@ -84,29 +110,117 @@ def test_raw_sample_has_observed_bytes_and_no_prediction_of_its_own(sample_raw):
         "SELECT op, sum(bytes) / count(DISTINCT step) FROM collectives "
         "WHERE source = 'kineto' GROUP BY op"
     ).fetchall()
-    got = {r["op"]: r["bytes"] for r in table.iter_rows(named=True)}
+    got = compare(traffic).group_by("op").agg(pl.col("bytes").sum())
+    got = dict(got.iter_rows())
     for op, per_step in obs:
         assert got[op] == pytest.approx(float(per_step))
 
 
-def test_report_with_a_job_yaml_links_the_job_first(sample_raw, sample_linked, tmp_path):
-    """The one route to a prediction: the report given a job.yaml links an unlinked job with
-    it, and its predicted bytes are then those of a job linked by tokenwire link --config."""
+def _token_wire_linked_without_config(dataset: Path) -> pl.DataFrame:
+    """token_wire of a copy of ``dataset`` linked without a job.yaml."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ds = Path(tmp) / "ds"
+        shutil.copytree(dataset, ds)
+        link(ds)
+        con = connect(ds)
+        try:
+            return pl.from_arrow(con.sql("SELECT * FROM token_wire").to_arrow_table())
+        finally:
+            con.close()
+
+
+def test_report_with_a_job_yaml_writes_nothing_and_predicts_as_link(
+    sample_raw, sample_linked, tmp_path
+):
+    """report --config on a job without predictions computes them as tokenwire link --config
+    would (the same traffic frame, predictions included) and leaves every file of the
+    dataset as it was: names, sizes, mtimes and contents."""
     import shutil
 
     ds = tmp_path / "ds"
     shutil.copytree(sample_raw, ds)
-    build_report(ds, config=JOB_YAML, output=tmp_path / "r.html")
-    linked_here = load(open_context(ds, config=load_job(JOB_YAML)))
-    linked_before = load(open_context(sample_linked, config=load_job(JOB_YAML)))
-    assert linked_here.predicted_from == "token_wire"
-    assert linked_here.frame.equals(linked_before.frame)
-    assert linked_here.frame["predicted_bytes"].sum() > 0
+    before = _files(ds)
+    res = CliRunner().invoke(
+        cli, ["report", str(ds), "--config", str(JOB_YAML), "-o", str(tmp_path / "r.html")]
+    )
+    assert res.exit_code == 0, res.output
+    assert _files(ds) == before
+    here = report_context(ds, config=load_job(JOB_YAML))
+    linked_before = open_context(sample_linked, config=load_job(JOB_YAML))
+    try:
+        computed, stored = load(here), load(linked_before)
+    finally:
+        here.con.close()
+        linked_before.con.close()
+    assert computed.predicted_from == "token_wire"
+    assert_frame_equal(computed.frame, stored.frame)
+    assert computed.frame["predicted_bytes"].sum() > 0
+    assert "not stored (tokenwire link stores them)" in (tmp_path / "r.html").read_text()
+
+
+def _ledger_words(dataset: Path) -> dict[tuple[str, str], list[str]]:
+    """Per (parallel_dim, op), from the ledger tokenwire link stored: the distinct
+    ``status: reason`` (or the status alone) of its items that are not matched, sorted;
+    ``["matched"]`` where every item is."""
+    con = connect(dataset)
+    try:
+        rows = con.execute("SELECT parallel_dim, op, status, reason FROM ledger").fetchall()
+    finally:
+        con.close()
+    words: dict[tuple[str, str], set[str]] = {}
+    for dim, op, status, reason in rows:
+        seen = words.setdefault((dim, op), set())
+        if status != "matched":
+            seen.add(status if reason is None else f"{status}: {reason}")
+    return {key: sorted(seen) or ["matched"] for key, seen in words.items()}
+
+
+def _bytes_table_reasons(page: str) -> dict[tuple[str, str], str]:
+    """The bytes section's table as rendered: (dimension, op) -> its last cell."""
+    section = page[page.index('<section id="bytes">') :]
+    section = section[: section.index("</section>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", section, re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", r, re.S) for r in rows]
+    return {(c[0], c[1]): html.unescape(c[-1]) for c in cells if c}
+
+
+@pytest.mark.parametrize("run", ["sample", "ddp_bucket", "ddp_bucket cut at 25 MB"])
+def test_the_reports_reasons_are_the_ledgers(run, sample_linked, tmp_path):
+    """Why a dimension and op differ from the model has one rule, the ledger's: the bytes
+    table gives, for every (dimension, op), exactly the status and reason of the ledger's
+    items that differ (or 'matched'), on the sample and on a recorded CPU run, once with its
+    own job.yaml and once with one whose gradient buckets are cut elsewhere (25 MB, not the
+    0.1 MB it ran with: the ledger's rows then differ)."""
+    from tests.cpu_gloo import DATA
+
+    if run == "sample":
+        ds, config = sample_linked, JOB_YAML
+    else:
+        config = DATA / "ddp_bucket" / "job.yaml"
+        if run != "ddp_bucket":
+            text = config.read_text().replace("ddp_bucket_mb: 0.1", "ddp_bucket_mb: 25")
+            config = tmp_path / "job.yaml"
+            config.write_text(text)
+        ds = tmp_path / "ds"
+        ingest([DATA / "ddp_bucket"], ds, job="ddp_bucket")
+        link(ds, config=config)
+    expected = _ledger_words(ds)
+    if run == "ddp_bucket cut at 25 MB":
+        assert expected[("dp", "all_reduce")] != ["matched"]
+    else:
+        assert set(map(tuple, expected.values())) == {("matched",)}
+    out = tmp_path / "r.html"
+    build_report(ds, config=config, output=out)
+    shown = _bytes_table_reasons(out.read_text())
+    assert shown == {key: "; ".join(words) for key, words in expected.items()}
 
 
 def test_a_job_yaml_that_does_not_fit_is_a_note(sample_raw, tmp_path):
     """A job.yaml whose layout does not fit the traced ranks cannot be linked: the report goes
-    on without a prediction and says why."""
+    on without a prediction (link's tables computed without it) and says why."""
     import shutil
 
     import yaml
@@ -123,7 +237,8 @@ def test_a_job_yaml_that_does_not_fit_is_a_note(sample_raw, tmp_path):
 
 def test_a_job_yaml_that_contradicts_the_traces_is_the_first_thing_said(sample_raw, tmp_path):
     """The sample (tp=2 x pp=2 x dp=2) reported with a job.yaml of tp=4 x pp=1: the report
-    links it, and the verdict opens with the contradictions link stored, before any
+    computes link's tables with it, and the verdict opens with the contradictions link finds,
+    before any
     sentence; the largest difference it names gives the contradiction as its reason."""
     import re
     import shutil
@@ -135,7 +250,7 @@ def test_a_job_yaml_that_contradicts_the_traces_is_the_first_thing_said(sample_r
     shutil.copytree(sample_raw, ds)
     out = tmp_path / "r.html"
     result = build_report(ds, config=tmp_path / "job.yaml", output=out)
-    # the link it ran warned as tokenwire link does (the CLI prints these on stderr)
+    # the link it computed warned as tokenwire link does (the CLI prints these on stderr)
     assert result.warnings and all(
         "the layout contradicts the traces" in w for w in result.warnings
     )
@@ -206,11 +321,16 @@ def test_every_encoding_is_given_as_a_channel_object(sample_linked, monkeypatch)
 
 def test_without_job_yaml_shows_how_to_add_a_prediction(sample_raw, tmp_path):
     out = tmp_path / "r.html"
-    build_report(sample_raw, output=out)
+    before = _files(sample_raw)
+    result = build_report(sample_raw, output=out)
+    assert _files(sample_raw) == before  # (link's tables computed, not stored)
     page = out.read_text()
     assert "No job.yaml given" in page
     assert "--config job.yaml" in page
-    assert "Needs tokenwire link" in page  # layers, time breakdown, skew
+    assert "Needs tokenwire link --config job.yaml" in page  # the ledger
+    # link's other tables are computed for the report, and said to be
+    assert "not stored (tokenwire link stores them)" in page
+    assert {"traffic_per_layer", "late_ranks", "wait_transfer"} <= set(result.charts)
 
 
 def test_trace_names_are_escaped(sample_raw, tmp_path):
