@@ -36,6 +36,13 @@ _DUCKDB_TYPES = {
     "list<string>": "VARCHAR[]",
 }
 
+#: Most bytes of text (uncompressed, as the part's footer states) one column of one row
+#: group of a part may hold; ``$TOKENWIRE_MAX_TEXT_CHUNK_BYTES`` sets another. tokenwire
+#: writes row groups of 256 Ki rows, whose longest text columns (Kineto ``input_dims``) hold
+#: tens of MB; a value as long as this, which a few KB of compressed Parquet can hold, is no
+#: trace's, and one past 2 GiB cannot be held as an Arrow string at all.
+MAX_TEXT_CHUNK_BYTES = 1 << 30
+
 
 def connect(
     dataset: Path | str,
@@ -174,6 +181,7 @@ def parts_select(
         }
         _check_columns(dataset, group.parts[0], schema, present, partition)
         _check_ranges(con, dataset, group, schema, present)
+        _check_text_sizes(con, dataset, group)
         values = dict(partition)
         casts = ", ".join(
             f"CAST({_value(c.name, present, values)} AS "
@@ -246,6 +254,34 @@ def _check_ranges(
                 f"{dataset}: {rel}: column {column.name}: {bad[1]:.4g} is outside "
                 f"{lo:,}..{hi:,}, the values the schema of {schema.name} allows"
             )
+
+
+def max_text_chunk_bytes() -> int:
+    """:data:`MAX_TEXT_CHUNK_BYTES`, or ``$TOKENWIRE_MAX_TEXT_CHUNK_BYTES`` when set."""
+    value = os.environ.get("TOKENWIRE_MAX_TEXT_CHUNK_BYTES", "")
+    return int(value) if value.isdigit() else MAX_TEXT_CHUNK_BYTES
+
+
+def _check_text_sizes(con: duckdb.DuckDBPyConnection, dataset: Path, group: _Group) -> None:
+    """Refuse a part of ``group`` with a text column whose row group holds more than
+    :func:`max_text_chunk_bytes` bytes, read from the footers alone: every value of it is
+    that long at most, and a longer one would be inflated into memory by the first query
+    that reads the column."""
+    limit = max_text_chunk_bytes()
+    bad = con.execute(
+        "SELECT file_name, path_in_schema, row_group_id, total_uncompressed_size "
+        "FROM parquet_metadata(?) WHERE type = 'BYTE_ARRAY' AND total_uncompressed_size > ? "
+        "LIMIT 1",
+        [group.paths, limit],
+    ).fetchone()
+    if bad is not None:
+        rel = group.parts[group.paths.index(bad[0])]
+        column = shown(bad[1].split(", ")[0], 60)
+        raise DatasetError(
+            f"{dataset}: {rel}: column {column}: row group {bad[2]} holds {bad[3]:,} bytes of "
+            f"text, more than the {limit:,} a column of one row group may hold "
+            "(TOKENWIRE_MAX_TEXT_CHUNK_BYTES)"
+        )
 
 
 @dataclass

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -112,6 +112,14 @@ OPS_COLUMNS = [
 ]
 #: Times beyond this many microseconds (about 95 years from the epoch) are not times.
 MAX_ABS_US = 3 * 10**15
+#: Longest name or category of an event, in characters: the longest real ones, kernel names
+#: of heavily templated code, are some 10 KB. A longer one is refused where it stands, so a
+#: small gzipped file cannot make every copy of a frame hold a string of hundreds of MB.
+MAX_NAME_CHARS = 1024 * 1024
+_Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)]
+#: Longest ``args`` value kept as JSON text (``Input Dims``, ``Concrete Inputs``, grid and
+#: block): the longest real ones, ops with thousands of inputs, are some 100 KB.
+MAX_ARG_BYTES = 4 * 1024 * 1024
 #: A raw field the event did not have (msgspec cannot make a Raw field optional).
 _NO_VALUE = msgspec.Raw(b"")
 
@@ -173,9 +181,9 @@ class Event(msgspec.Struct, gc=False):
     cyclic garbage collector (measured: decode 2x faster, 250 -> 480 MB/s).
     """
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
+    ph: _Name = ""
+    cat: _Name = ""
+    name: _Name = ""
     pid: int | str = 0
     tid: int | str = 0
     ts: msgspec.Raw = _NO_VALUE
@@ -294,7 +302,9 @@ def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
     warnings = Warnings()
     stream = EventStream(path, Event, Trace, batch_bytes)
     for batch in stream:
-        batches.add(batch, warnings, first=stream.events_seen - len(batch))
+        first = stream.events_seen - len(batch)
+        _check_arg_sizes(path, batch, first)
+        batches.add(batch, warnings, first=first)
     trace: Trace = stream.header
     base = trace.baseTimeNanoseconds or 0
     if abs(base) > MAX_ABS_US * 1000:
@@ -302,6 +312,28 @@ def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
     later = Warnings()
     rank, rank_source = _rank(path, trace, later)
     return _File(path, index, trace, rank, rank_source, warnings, later)
+
+
+#: The args kept as JSON text, with their keys in the trace.
+_RAW_ARGS = {"grid": "grid", "block": "block", "input_dims": "Input Dims",
+             "input_type": "Input type", "concrete_inputs": "Concrete Inputs"}  # fmt: skip
+
+
+def _check_arg_sizes(path: Path, batch: list[Event], first: int) -> None:
+    """Refuse an args value kept as JSON text that is longer than :data:`MAX_ARG_BYTES`,
+    at its place, before a frame copies it (C loops over the batch, no Python per event)."""
+    present = list(filter(None, map(attrgetter("args"), batch)))
+    for field, key in _RAW_ARGS.items():
+        longest = max(map(len, _values(present, field)), default=0)
+        if longest > MAX_ARG_BYTES:
+            at = next(
+                i for i, e in enumerate(batch) if e.args and len(getattr(e.args, field)) == longest
+            )
+            raise TraceFormatError(
+                path,
+                f"$.traceEvents[{first + at}].args.{key}: {longest:,} bytes of JSON, more "
+                f"than the {MAX_ARG_BYTES:,} an args value may have",
+            )
 
 
 def _parse_read(
