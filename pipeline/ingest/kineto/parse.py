@@ -41,7 +41,13 @@ from ...ingest.kineto.comms import (
 )
 from ...ingest.kineto.stream import BATCH_BYTES, EventStream
 from ...ingest.result import ENGINE, ParseResult, Warnings
-from ...ingest.values import fits_int64, int64_or_none, rank_from_file_name, str_or_none
+from ...ingest.values import (
+    MAX_NAME_CHARS,
+    fits_int64,
+    int64_or_none,
+    rank_from_file_name,
+    str_or_none,
+)
 from ...ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
@@ -112,10 +118,7 @@ OPS_COLUMNS = [
 ]
 #: Times beyond this many microseconds (about 95 years from the epoch) are not times.
 MAX_ABS_US = 3 * 10**15
-#: Longest name or category of an event, in characters: the longest real ones, kernel names
-#: of heavily templated code, are some 10 KB. A longer one is refused where it stands, so a
-#: small gzipped file cannot make every copy of a frame hold a string of hundreds of MB.
-MAX_NAME_CHARS = 1024 * 1024
+#: An event's name or category (:data:`~pipeline.ingest.values.MAX_NAME_CHARS`).
 _Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)]
 #: Longest ``args`` value kept as JSON text (``Input Dims``, ``Concrete Inputs``, grid and
 #: block): the longest real ones, ops with thousands of inputs, are some 100 KB.
