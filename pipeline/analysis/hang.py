@@ -739,7 +739,7 @@ def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
 
     # (read again if an ingest commits while this reads)
     read = functools.partial(_dump_rows, Path(dataset), job)
-    collectives, communicators, dumped = read_snapshot(Path(dataset), read)
+    collectives, communicators, dumped = read_snapshot(Path(dataset), read, place="hang")
     return analyze(collectives, communicators, dumped_ranks=dumped)
 
 
