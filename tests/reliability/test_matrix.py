@@ -713,6 +713,34 @@ def _predict_huge(w: World, tmp: Path) -> None:
     )
     if result.code:
         refused(result)
+    _what_if_work(w, tmp)
+
+
+#: job.yaml values, each within its documented limit, whose what-if over the whole world
+#: would take long: a world of 2^30 ranks and 16,384 layers (229,249 pipeline stages to
+#: project), and one of 735,134,400 = 2^6 3^3 5^2 7 11 13 17 ranks (136,080 layouts).
+_WHAT_IF_WORLDS = {
+    "MAX_STAGES": {"tp": 64, "dp": 16777216},
+    "MAX_LAYOUTS": {"tp": 64, "dp": 11486475},
+}
+
+
+def _what_if_work(w: World, tmp: Path) -> None:
+    """``predict --from`` over such a job.yaml: refused up front, naming the limit; the
+    report's what-if section says why it is missing, the rest of the report is written."""
+    for limit, parallel in _WHAT_IF_WORLDS.items():
+        job = tmp / f"{limit}.yaml"
+        job.write_text(
+            "model: {layers: 16384, hidden: 256, heads: 64, kv_heads: 64, ffn_hidden: 1024, "
+            "vocab: 8192, seq_len: 128}\n"
+            f"parallel: {{tp: {parallel['tp']}, pp: 1, dp: {parallel['dp']}}}\n"
+            f"batch: {{micro_batch: 1, global_batch: {parallel['dp']}}}\n"
+        )
+        result = w.run("predict", "--from", w.dataset, "--config", job)
+        refused(result, f"{job}: what-if:", f"pipeline.model.whatif.{limit}")
+    ds = w.copy(tmp / "ds")
+    ok(w.run("report", ds, "--config", job, "-o", tmp / "r.html"))
+    assert "pipeline.model.whatif.MAX_LAYOUTS" in (tmp / "r.html").read_text()
 
 
 def _huge_communicator(command: str, args: Callable[[World, Path, Path], list]) -> None:
@@ -745,8 +773,27 @@ def _huge_communicator(command: str, args: Callable[[World, Path, Path], list]) 
         if result.code:
             refused(result, str(part.relative_to(ds)), "nranks")
         watch.unchanged(except_=("out",))
+        _long_text(w, tmp / "text", args)
 
     CELLS[command, 5] = run
+
+
+def _long_text(w: World, tmp: Path, args: Callable[[World, Path, Path], list]) -> None:
+    """An ops part with a name of 2 MB (a few KB of zstd), its row group's text past the
+    limit (lowered to 1 MiB through TOKENWIRE_MAX_TEXT_CHUNK_BYTES, the same check as at
+    the 1 GiB default): refused from the footer, naming the part and the column."""
+    ds = w.copy(tmp / "ds")
+    part = w.part(ds, "ops")
+    table = pq.read_table(part)
+    names = table.column("name").to_pylist()
+    names[0] = "x" * 2_000_000
+    table = table.set_column(table.schema.get_field_index("name"), "name", pa.array(names))
+    pq.write_table(table, part, compression="zstd")
+    assert part.stat().st_size < 1_000_000
+    watch = Watch(tmp)
+    result = w.run(*args(w, ds, tmp / "out"), env={"TOKENWIRE_MAX_TEXT_CHUNK_BYTES": "1048576"})
+    refused(result, str(part.relative_to(ds)), "column 'name'", "TOKENWIRE_MAX_TEXT_CHUNK_BYTES")
+    watch.unchanged()
 
 
 _huge_communicator("link", lambda w, ds, o: ["link", ds])
