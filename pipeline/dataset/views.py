@@ -21,7 +21,7 @@ import duckdb
 
 from ..dataset import rank_sets
 from ..dataset.location import part_paths, partition_values
-from ..dataset.schema import TableSchema, load_schemas
+from ..dataset.schema import TableSchema, load_schemas, max_text_chunk_bytes
 from ..dataset.sql_files import measures_sql, sql_text
 from ..dataset.store import Manifest, read_parts_by_table, require_dataset, require_parts
 from ..errors import DatasetError, shown
@@ -35,13 +35,6 @@ _DUCKDB_TYPES = {
     "list<int64>": "BIGINT[]",
     "list<string>": "VARCHAR[]",
 }
-
-#: Most bytes of text (uncompressed, as the part's footer states) one column of one row
-#: group of a part may hold; ``$TOKENWIRE_MAX_TEXT_CHUNK_BYTES`` sets another. tokenwire
-#: writes row groups of 256 Ki rows, whose longest text columns (Kineto ``input_dims``) hold
-#: tens of MB; a value as long as this, which a few KB of compressed Parquet can hold, is no
-#: trace's, and one past 2 GiB cannot be held as an Arrow string at all.
-MAX_TEXT_CHUNK_BYTES = 1 << 30
 
 
 def connect(
@@ -254,12 +247,6 @@ def _check_ranges(
                 f"{dataset}: {rel}: column {column.name}: {bad[1]:.4g} is outside "
                 f"{lo:,}..{hi:,}, the values the schema of {schema.name} allows"
             )
-
-
-def max_text_chunk_bytes() -> int:
-    """:data:`MAX_TEXT_CHUNK_BYTES`, or ``$TOKENWIRE_MAX_TEXT_CHUNK_BYTES`` when set."""
-    value = os.environ.get("TOKENWIRE_MAX_TEXT_CHUNK_BYTES", "")
-    return int(value) if value.isdigit() else MAX_TEXT_CHUNK_BYTES
 
 
 def _check_text_sizes(con: duckdb.DuckDBPyConnection, dataset: Path, group: _Group) -> None:

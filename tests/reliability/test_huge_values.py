@@ -143,3 +143,16 @@ def test_nsys_facts_of_another_type_read_as_absent(tmp_path: Path) -> None:
     con.close()
     done = run_cli("ingest", path, "-o", tmp_path / "ds")
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_ingest_writes_no_text_its_readers_would_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name of 1,000,000 characters (within the parser's limit) puts more text in a row
+    group of ops than the (lowered) limit a reader takes from the footer: the file is refused
+    by name before its part is written, and nothing is left."""
+    monkeypatch.setenv("TOKENWIRE_MAX_TEXT_CHUNK_BYTES", "900000")
+    path = _kineto(tmp_path, lambda evs: _first(evs, "aten::mm").update(name="x" * 1_000_000))
+    done = run_cli("ingest", path, "-o", tmp_path / "ds")
+    assert_one_error(done, f"{path}: ops.name: ", "more than the 900,000", "MAX_TEXT_CHUNK_BYTES")
+    assert not (tmp_path / "ds").exists()
