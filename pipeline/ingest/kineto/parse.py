@@ -317,9 +317,8 @@ def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
     return _File(path, index, trace, rank, rank_source, warnings, later)
 
 
-#: The args kept as JSON text, with their keys in the trace.
-_RAW_ARGS = {"grid": "grid", "block": "block", "input_dims": "Input Dims",
-             "input_type": "Input type", "concrete_inputs": "Concrete Inputs"}  # fmt: skip
+#: The args kept as JSON text (raw), with their keys in the trace.
+_RAW_ARGS = {f.name: f.encode_name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}
 
 
 def _check_arg_sizes(path: Path, batch: list[Event], first: int) -> None:
