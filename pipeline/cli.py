@@ -600,6 +600,9 @@ def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak
 def _observed_run(config, dataset, job_name, nccl_tests):  # noqa: ANN001, ANN202
     """The observation, the observed job (timed with the run's fits) and its accelerator:
     job.yaml's ``hardware``, else the GPU the dataset's ``ranks`` name."""
+    import duckdb
+
+    from .dataset.location import overflow_error
     from .dataset.views import connect
     from .model import memory, timing, whatif
     from .model.config import build_job
@@ -609,6 +612,9 @@ def _observed_run(config, dataset, job_name, nccl_tests):  # noqa: ANN001, ANN20
         obs = whatif.observed_in(con, job_name, str(dataset))
         acc = memory.job_accelerator(build_job(config, {}))
         acc = acc or memory.traced_accelerator(con, obs.job)
+    except duckdb.Error as exc:  # (values near int64's limits adding up past it)
+        overflow_error(Path(dataset), "whatif.sql", exc)
+        raise
     finally:
         con.close()
     base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)

@@ -307,8 +307,9 @@ def _signatures(coll: pl.DataFrame) -> pl.DataFrame:
             count_sig=pl.col("cnt").str.join(","),
             out_sig=pl.col("out").str.join(","),
             dtype_sig=pl.col("dtype").fill_null("?").str.join(","),
-            count_total=pl.col("count").sum(),
-            out_total=pl.col("out_count").sum(),
+            # (Int128: counts near int64's limit add up past it, which Int64 would wrap)
+            count_total=pl.col("count").cast(pl.Int128).sum(),
+            out_total=pl.col("out_count").cast(pl.Int128).sum(),
             progress=pl.col("progress").min(),
             state=pl.col("state").sort_by("progress").first(),
             retired=pl.col("retired").sort_by("progress").first(),
@@ -739,7 +740,7 @@ def analyze_dataset(dataset: Path, *, job: str | None = None) -> HangReport:
 
     # (read again if an ingest commits while this reads)
     read = functools.partial(_dump_rows, Path(dataset), job)
-    collectives, communicators, dumped = read_snapshot(Path(dataset), read)
+    collectives, communicators, dumped = read_snapshot(Path(dataset), read, place="hang")
     return analyze(collectives, communicators, dumped_ranks=dumped)
 
 

@@ -28,7 +28,7 @@ class TableInfo:
 def describe(dataset: Path) -> list[TableInfo]:
     """Every table of ``dataset`` (empty ones too), rows counted from Parquet metadata."""
     require_dataset(Path(dataset))
-    return read_snapshot(Path(dataset), functools.partial(_describe, Path(dataset)))
+    return read_snapshot(Path(dataset), functools.partial(_describe, Path(dataset)), place="tables")
 
 
 def _describe(dataset: Path) -> list[TableInfo]:

@@ -174,6 +174,9 @@ def _make_folder(dataset: Path) -> bool:
     except FileExistsError:
         check_dataset_folder(dataset, must_exist=True)  # (a file made meanwhile is refused)
         return False
+    except OSError as exc:  # (a read-only file system, no permission, a full disk)
+        reason = exc.strerror or (str(exc).splitlines() or ["unknown error"])[0]
+        raise DatasetWriteError(f"{dataset}: cannot make the dataset folder: {reason}") from exc
     return True
 
 

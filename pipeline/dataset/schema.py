@@ -12,6 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import yaml
 
@@ -34,6 +35,13 @@ _TYPES: dict[str, pa.DataType] = {
 
 #: Columns every parser leaves out: the writer fills them with one value per file.
 WRITER_COLUMNS = ("job", "source", "file_id")
+#: Most bytes of text (uncompressed) one column of one row group of a part may hold;
+#: ``$TOKENWIRE_MAX_TEXT_CHUNK_BYTES`` sets another. tokenwire writes row groups of 256 Ki
+#: rows, whose longest text columns (Kineto ``input_dims``) hold tens of MB; a value as long
+#: as this, which a few KB of compressed Parquet can hold, is no trace's, and one past 2 GiB
+#: cannot be held as an Arrow string at all. Readers check it from a part's footer
+#: (:mod:`pipeline.dataset.views`), writers before they write (:func:`conform`).
+MAX_TEXT_CHUNK_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,7 @@ def conform(name: str, table: pa.Table, **constants: str) -> pa.Table:
     schema = table_schema(name)
     if table.schema.equals(schema.arrow):  # (conformed already: a batch's parts of one file)
         check_ranges(schema, table)
+        check_text(schema, table)
         return _with_constants(name, table, schema, constants)
     known = {c.name for c in schema.columns}
     unknown = [c for c in table.column_names if c not in known]
@@ -169,7 +178,43 @@ def conform(name: str, table: pa.Table, **constants: str) -> pa.Table:
         arrays.append(arr)
     out = pa.Table.from_arrays(arrays, schema=schema.arrow)
     check_ranges(schema, out)
+    check_text(schema, out)
     return out
+
+
+def max_text_chunk_bytes() -> int:
+    """:data:`MAX_TEXT_CHUNK_BYTES`, or ``$TOKENWIRE_MAX_TEXT_CHUNK_BYTES`` when set."""
+    value = os.environ.get("TOKENWIRE_MAX_TEXT_CHUNK_BYTES", "")
+    return int(value) if value.isdigit() else MAX_TEXT_CHUNK_BYTES
+
+
+def check_text(schema: TableSchema, table: pa.Table) -> None:
+    """Refuse a table (a row group to be written) with a text column of more bytes than
+    :func:`max_text_chunk_bytes`: what a reader of the dataset would refuse is never written.
+
+    Raises
+    ------
+    DatasetError
+        ``TABLE.COLUMN: N bytes of text in one row group, more than LIMIT``.
+    """
+    limit = max_text_chunk_bytes()
+    for col in schema.columns:
+        text_type = col.type in (pa.string(), pa.list_(pa.string()))
+        # (a partition column lives in the part's folder, not its rows)
+        if not text_type or col.name not in table.column_names or col.name in schema.partition:
+            continue
+        size = 0
+        for chunk in table.column(col.name).chunks:
+            text = chunk.flatten() if pa.types.is_list(chunk.type) else chunk
+            if len(text):  # (the offsets buffer: [validity, offsets, data])
+                offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)
+                first, last = offsets[text.offset], offsets[text.offset + len(text)]
+                size += int(last - first) + 4 * len(text)
+        if size > limit:
+            raise DatasetError(
+                f"{schema.name}.{col.name}: {size:,} bytes of text in one row group, more than "
+                f"the {limit:,} a column of one row group may hold (TOKENWIRE_MAX_TEXT_CHUNK_BYTES)"
+            )
 
 
 def check_ranges(schema: TableSchema, table: pa.Table) -> None:

@@ -20,6 +20,7 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
+from ..dataset.location import overflow_error
 from ..dataset.store import MANIFEST, MissingPartError, read_parts_by_table, require_parts
 
 T = TypeVar("T")
@@ -29,9 +30,16 @@ T = TypeVar("T")
 ATTEMPTS = 3
 
 
-def read_snapshot(dataset: Path, read: Callable[[], T], *, attempts: int = ATTEMPTS) -> T:
+def read_snapshot(
+    dataset: Path, read: Callable[[], T], *, attempts: int = ATTEMPTS, place: str | None = None
+) -> T:
     """Run ``read`` (which opens ``dataset`` and reads it); run it again when a part it
     needed was deleted because a writer committed meanwhile.
+
+    With ``place`` (the command's SQL file or step), a DuckDB error of a sum or product of
+    the dataset's values past 64-bit integers is the dataset's bad input, named there
+    (:func:`~pipeline.dataset.location.overflow_error`); ``sql`` leaves it out, as its
+    queries are the user's own.
 
     Raises
     ------
@@ -39,12 +47,18 @@ def read_snapshot(dataset: Path, read: Callable[[], T], *, attempts: int = ATTEM
         A part the manifest lists is gone and no commit explains it (or commits went on
         replacing the manifest for ``attempts`` reads, and the last one left a part missing).
         Any other error of ``read`` is raised as it is.
+    DatasetError
+        With ``place``: values of the dataset add up past 64-bit integers.
     """
     dataset = Path(dataset)
     for attempt in range(1, attempts + 1):
         before = _manifest_stamp(dataset)
         try:
             return read()
+        except (duckdb.ConversionException, duckdb.OutOfRangeException) as exc:
+            if place is not None:
+                overflow_error(dataset, place, exc)
+            raise
         # (a read-only connection reports a missing part as a PermissionException: DuckDB
         # then looks for a folder of that name, outside its allowed paths)
         # (Parquet decoding errors, and a file gone, come as the last two)

@@ -21,7 +21,7 @@ import duckdb
 
 from ..dataset import rank_sets
 from ..dataset.location import part_paths, partition_values
-from ..dataset.schema import TableSchema, load_schemas
+from ..dataset.schema import TableSchema, load_schemas, max_text_chunk_bytes
 from ..dataset.sql_files import measures_sql, sql_text
 from ..dataset.store import Manifest, read_parts_by_table, require_dataset, require_parts
 from ..errors import DatasetError, shown
@@ -180,6 +180,7 @@ def parts_select(
         }
         _check_columns(dataset, group.parts[0], schema, present, partition)
         _check_ranges(con, dataset, group, schema, present)
+        _check_text_sizes(con, dataset, group)
         values = dict(partition)
         casts = ", ".join(
             f"CAST({_value(c.name, present, values)} AS "
@@ -252,6 +253,28 @@ def _check_ranges(
                 f"{dataset}: {rel}: column {column.name}: {bad[1]:.4g} is outside "
                 f"{lo:,}..{hi:,}, the values the schema of {schema.name} allows"
             )
+
+
+def _check_text_sizes(con: duckdb.DuckDBPyConnection, dataset: Path, group: _Group) -> None:
+    """Refuse a part of ``group`` with a text column whose row group holds more than
+    :func:`max_text_chunk_bytes` bytes, read from the footers alone: every value of it is
+    that long at most, and a longer one would be inflated into memory by the first query
+    that reads the column."""
+    limit = max_text_chunk_bytes()
+    bad = con.execute(
+        "SELECT file_name, path_in_schema, row_group_id, total_uncompressed_size "
+        "FROM parquet_metadata(?) WHERE type = 'BYTE_ARRAY' AND total_uncompressed_size > ? "
+        "LIMIT 1",
+        [group.paths, limit],
+    ).fetchone()
+    if bad is not None:
+        rel = group.parts[group.paths.index(bad[0])]
+        column = shown(bad[1].split(", ")[0], 60)
+        raise DatasetError(
+            f"{dataset}: {rel}: column {column}: row group {bad[2]} holds {bad[3]:,} bytes of "
+            f"text, more than the {limit:,} a column of one row group may hold "
+            "(TOKENWIRE_MAX_TEXT_CHUNK_BYTES)"
+        )
 
 
 @dataclass

@@ -53,7 +53,7 @@ def read_side(dataset: Path | str, job: str) -> Side:
         No such job, or a job not linked.
     """
     dataset = Path(dataset)
-    return read_snapshot(dataset, functools.partial(_read, dataset, job))
+    return read_snapshot(dataset, functools.partial(_read, dataset, job), place="side.sql")
 
 
 def _read(dataset: Path, job: str) -> Side:

@@ -61,7 +61,9 @@ def export_flows(dataset: Path | str, *, output: Path | str, scope: Scope) -> Fl
     if kind is None:
         raise ExportError(f"{output}: --flows writes .parquet or .csv (name the file so)")
     dataset = Path(dataset)
-    job, flows = read_snapshot(dataset, functools.partial(_read, dataset, scope))
+    job, flows = read_snapshot(
+        dataset, functools.partial(_read, dataset, scope), place="export --flows (wire)"
+    )
     if flows.height == 0:
         raise ExportError(f"{dataset}: job {job!r} has no flows in the scope asked for")
     with atomic_output(output) as tmp:

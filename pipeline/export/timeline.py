@@ -56,7 +56,7 @@ def read_timeline(dataset: Path | str, scope: Scope) -> TimelineRows:
         No such job, several and none chosen, a job not linked, ranks or steps it lacks.
     """
     dataset = Path(dataset)
-    return read_snapshot(dataset, functools.partial(_read, dataset, scope))
+    return read_snapshot(dataset, functools.partial(_read, dataset, scope), place="timeline.sql")
 
 
 def _read(dataset: Path, scope: Scope) -> TimelineRows:

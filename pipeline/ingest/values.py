@@ -24,6 +24,11 @@ from typing import Any
 
 import polars as pl
 
+#: Longest name of an event (op, kernel, range, category), in characters, in every trace
+#: format: the longest real ones, kernel names of heavily templated code, are some 10 KB. A
+#: longer one is refused where it stands, so a small gzipped file cannot make every copy of
+#: a frame hold a string of hundreds of MB.
+MAX_NAME_CHARS = 1024 * 1024
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 #: Decimal digits of the longest int64 (``-9223372036854775808`` has 19 after the sign).

@@ -39,6 +39,18 @@ from ..model.timing import Fitted, dataset_fits, exposed
 
 #: Classes of layers whose work :func:`class_work` measures.
 CLASSES = ("transformer", "embedding", "lm_head", "other")
+#: Most tp x pp x dp layouts a what-if over a whole world builds: a world of 98,304 ranks
+#: (2^15 x 3) has 408, one of 2^30 has 496; a world of many small prime factors within
+#: job.yaml's limits (735,134,400 = 2^6 3^3 5^2 7 11 13 17) has 136,080, about 7 ms each.
+MAX_LAYOUTS = 4096
+#: Most pipeline stages a what-if projects, over all its layouts (each about 2 ms): a real
+#: model of ~130 layers on 16,384 ranks gives some 4,000; 16,384 layers on 2^14 ranks 65,000.
+MAX_STAGES = 16384
+
+
+class TooMuchWork(ConfigError):
+    """A what-if over more layouts or pipeline stages than :data:`MAX_LAYOUTS` or
+    :data:`MAX_STAGES`: refused before the work, with the limit named."""
 
 
 @dataclass(frozen=True)
@@ -268,7 +280,14 @@ def layouts_explained(
     ``m = B/(b'·dp)``). The notes say which layouts were adjusted and which dropped, and why."""
     base = build_job(config, overrides)
     cp, gb, mb = base.parallel.cp, base.batch.global_batch, base.batch.micro_batch
-    divisors = [d for d in range(1, world + 1) if world % d == 0]
+    count = layout_count(world, cp)
+    if count > MAX_LAYOUTS:
+        raise TooMuchWork(
+            f"{config}: what-if: {world:,} ranks split into {count:,} tp x pp x dp layouts "
+            f"(cp={cp}), more than the {MAX_LAYOUTS:,} a what-if projects "
+            "(pipeline.model.whatif.MAX_LAYOUTS); give --tp and --pp to project one"
+        )
+    divisors = _divisors(world)
     jobs: list[Job] = []
     notes: list[LayoutNote] = []
     for tp in divisors:
@@ -294,7 +313,47 @@ def layouts_explained(
                 reason = (f"micro_batch {mb} -> {b} keeps the global batch of {gb} sequences "
                           f"({m} micro-batch{'es' if m > 1 else ''} per step)")  # fmt: skip
                 notes.append(LayoutNote(name, "adjusted", reason))
+    stages = sum(j.parallel.pp for j in jobs)
+    if stages > MAX_STAGES:
+        raise TooMuchWork(
+            f"{config}: what-if: the {len(jobs):,} layouts of {world:,} ranks the model admits "
+            f"have {stages:,} pipeline stages, more than the {MAX_STAGES:,} a what-if projects "
+            "(pipeline.model.whatif.MAX_STAGES); give --tp and --pp to project one"
+        )
     return jobs, notes
+
+
+def _factors(n: int) -> dict[int, int]:
+    """The prime factors of ``n`` with their exponents (trial division: ``n`` <= 2^30)."""
+    out: dict[int, int] = {}
+    p = 2
+    while p * p <= n:
+        while n % p == 0:
+            out[p] = out.get(p, 0) + 1
+            n //= p
+        p += 1
+    if n > 1:
+        out[n] = out.get(n, 0) + 1
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending, from its prime factors."""
+    out = [1]
+    for p, e in _factors(n).items():
+        out = [d * p**k for d in out for k in range(e + 1)]
+    return sorted(out)
+
+
+def layout_count(world: int, cp: int) -> int:
+    """How many (tp, pp) pairs split ``world`` ranks with ``cp``: ordered pairs whose product
+    divides ``world / cp``, ``(e + 2)(e + 1)/2`` ways for each prime power ``p^e`` of it."""
+    if world % cp:
+        return 0
+    count = 1
+    for e in _factors(world // cp).values():
+        count *= (e + 2) * (e + 1) // 2
+    return count
 
 
 def target(config: str | Path, overrides: dict[str, Any], second: str | Path | None) -> Job:

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import duckdb
 from altair.utils.schemapi import debug_mode
 
+from ..dataset.location import overflow_error
 from ..dataset.snapshot import read_snapshot
 from ..errors import ConfigError
 from ..report import (
@@ -127,6 +129,9 @@ def _read(
         # Altair validates every object it builds in debug mode, data rows included
         with debug_mode(False):
             return ctx, _sections(ctx)
+    except duckdb.Error as exc:  # (a query outside queries.sql: the what-if's, the model's)
+        overflow_error(ctx.dataset, "report", exc)
+        raise
     finally:
         ctx.con.close()
 

@@ -52,7 +52,10 @@ def what_if(ctx: Context) -> WhatIf:
         )
     from ..model import whatif
 
-    targets = whatif.layouts(ctx.config_path, job.parallel.world_size, {})
+    try:
+        targets = whatif.layouts(ctx.config_path, job.parallel.world_size, {})
+    except whatif.TooMuchWork as exc:
+        return WhatIf(obs, missing=f"No what-if table: {str(exc).split(': ', 2)[-1]}")
     if len(targets) > MAX_WHATIF_LAYOUTS:
         return WhatIf(
             obs,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
+from ..dataset.location import overflow_error
 from ..dataset.sql_files import named_statements
 from ..dataset.views import connect
 from ..errors import DatasetError
@@ -55,7 +56,11 @@ class Context:
         sql = queries()[name]
         values = {"job": self.job, **params}
         used = {p: values[p] for p in _PARAM.findall(sql)}
-        frame = pl.from_arrow(self.con.sql(sql, params=used).to_arrow_table())
+        try:
+            frame = pl.from_arrow(self.con.sql(sql, params=used).to_arrow_table())
+        except duckdb.Error as exc:  # (values near int64's limits adding up past it)
+            overflow_error(self.dataset, f"queries.sql: {name}", exc)
+            raise
         # sums of BIGINT come back as 128-bit decimals; the report wants plain numbers
         return frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
 

@@ -31,6 +31,7 @@ def _child(request: dict) -> None:
 
     os.setsid()
     os.chdir(request["cwd"])
+    os.environ.update(request.get("env") or {})
     for fd, (name, flags) in enumerate(
         [
             (request["stdin"], os.O_RDONLY),

@@ -88,6 +88,7 @@ class Runner:
         stdin: str = os.devnull,
         file_bytes: int | None = None,
         open_files: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> Result:
         self.count += 1
         out = stdout or str(self.scratch / f"out-{self.count}")
@@ -100,6 +101,7 @@ class Runner:
             "stderr": err,
             "file_bytes": file_bytes,
             "open_files": open_files,
+            "env": env,
         }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()

@@ -574,6 +574,99 @@ def _ingest_merges_bad_part(w: World, tmp: Path) -> None:
 NOT_APPLICABLE["tokens", 4] = "reads no dataset"
 
 
+def _near_limits(ds: Path, tables: tuple[str, ...] | None = None) -> None:
+    """Every BIGINT ``*_ns``, ``*bytes`` and ``*count`` column of ``tables`` (all when
+    None) set to the largest value its schema allows (2**62 where it states a range, else
+    2**63 - 2; a ``start_ns`` 2**62): each value is valid, any two add up past int64."""
+    from pipeline.dataset.schema import load_schemas
+
+    schemas = load_schemas()
+    doc = json.loads((ds / "manifest.json").read_text())
+    for table, rels in doc["tables"].items():
+        if tables is not None and table not in tables:
+            continue
+        for rel in dict.fromkeys(rels):
+            part = pq.read_table(ds / rel)
+            for column in schemas[table].columns:
+                name = column.name
+                if name not in part.column_names or column.type != pa.int64():
+                    continue
+                if not name.endswith(("_ns", "bytes", "count")):
+                    continue
+                top = int(column.range[1]) if column.range else 2**63 - 2
+                value = 2**62 if name == "start_ns" else top
+                part = _set_column(name, lambda n, v=value: pa.array([v] * n, pa.int64()))(part)
+            pq.write_table(part, ds / rel)
+
+
+#: Per command: the tables set near int64's limits, the run, and what it must give: exit 1
+#: with the located overflow line (``None``), or a check of its correct result.
+_SUMS: dict[str, tuple[tuple[str, ...] | None, Callable[[World, Path, Path], list]]] = {
+    "tables": (None, lambda w, ds, o: ["tables", ds]),
+    "sql": (
+        None,
+        lambda w, ds, o: [
+            "sql",
+            ds,
+            "SELECT count(*) AS n, sum(bytes) AS s FROM token_wire",
+            "--format",
+            "csv",
+        ],
+    ),  # fmt: skip
+    "report": (None, lambda w, ds, o: ["report", ds, "-o", f"{o}.html"]),
+    "export": (("collectives",), lambda w, ds, o: ["export", ds, "-o", f"{o}.json"]),
+    "export-flows": (
+        None,
+        lambda w, ds, o: ["export", ds, "--flows", "--window", "0:", "-o", f"{o}.csv"],
+    ),  # fmt: skip
+    "diff": (None, lambda w, ds, o: ["diff", ds, "j", "j", "--format", "json"]),
+    "predict": (
+        None,
+        lambda w, ds, o: ["predict", "--from", ds, "--config", w.job_yaml, "--format", "json"],
+    ),  # fmt: skip
+    "hang": (None, lambda w, ds, o: ["hang", ds, "--format", "json"]),
+}
+
+
+def _sums_right(command: str, stdout: str) -> None:
+    """The result of a command that answered over values near int64's limits: exact sums
+    (HUGEINT) or floats, never a number wrapped negative."""
+    if command == "sql":
+        n, total = stdout.splitlines()[1].split(",")
+        assert int(total) == int(n) * (2**63 - 2), stdout
+    elif command == "predict":
+        assert json.loads(stdout)["observed"]["step_s"] == pytest.approx((2**63 - 2) / 1e9)
+    elif command == "diff":
+        rows = json.loads(stdout)["diff_steps"]
+        assert rows and all(r["a"] is None or r["a"] >= 0 for r in rows), rows
+
+
+def _sums_cell(command: str) -> None:
+    """The command's class 4 cell, then its dataset with values near int64's limits: one
+    line naming the dataset and the SQL that adds them up, or a correct result."""
+    schema_cell = CELLS[command, 4]
+    tables, args = _SUMS[command]
+
+    def run(w: World, tmp: Path) -> None:
+        schema_cell(w, tmp / "schema")
+        ds = w.copy(tmp / "sums" / "ds")
+        _near_limits(ds, tables)
+        watch = Watch(ds)
+        result = w.run(*args(w, ds, tmp / "sums" / "out"))
+        if command in ("report", "export", "export-flows"):
+            refused(result, str(ds), "add up past 64-bit integers")
+        else:
+            ok(result, code=result.code if command == "hang" and result.code == 4 else 0)
+            _sums_right(command, result.stdout)
+        watch.unchanged()
+
+    CELLS[command, 4] = run
+
+
+for _command in _SUMS:
+    _sums_cell(_command)
+
+
 # ----------------------------------------------------------- class 5: huge claims
 
 
@@ -621,6 +714,34 @@ def _predict_huge(w: World, tmp: Path) -> None:
     )
     if result.code:
         refused(result)
+    _what_if_work(w, tmp)
+
+
+#: job.yaml values, each within its documented limit, whose what-if over the whole world
+#: would take long: a world of 2^30 ranks and 16,384 layers (229,249 pipeline stages to
+#: project), and one of 735,134,400 = 2^6 3^3 5^2 7 11 13 17 ranks (136,080 layouts).
+_WHAT_IF_WORLDS = {
+    "MAX_STAGES": {"tp": 64, "dp": 16777216},
+    "MAX_LAYOUTS": {"tp": 64, "dp": 11486475},
+}
+
+
+def _what_if_work(w: World, tmp: Path) -> None:
+    """``predict --from`` over such a job.yaml: refused up front, naming the limit; the
+    report's what-if section says why it is missing, the rest of the report is written."""
+    for limit, parallel in _WHAT_IF_WORLDS.items():
+        job = tmp / f"{limit}.yaml"
+        job.write_text(
+            "model: {layers: 16384, hidden: 256, heads: 64, kv_heads: 64, ffn_hidden: 1024, "
+            "vocab: 8192, seq_len: 128}\n"
+            f"parallel: {{tp: {parallel['tp']}, pp: 1, dp: {parallel['dp']}}}\n"
+            f"batch: {{micro_batch: 1, global_batch: {parallel['dp']}}}\n"
+        )
+        result = w.run("predict", "--from", w.dataset, "--config", job)
+        refused(result, f"{job}: what-if:", f"pipeline.model.whatif.{limit}")
+    ds = w.copy(tmp / "ds")
+    ok(w.run("report", ds, "--config", job, "-o", tmp / "r.html"))
+    assert "pipeline.model.whatif.MAX_LAYOUTS" in (tmp / "r.html").read_text()
 
 
 def _huge_communicator(command: str, args: Callable[[World, Path, Path], list]) -> None:
@@ -653,8 +774,27 @@ def _huge_communicator(command: str, args: Callable[[World, Path, Path], list]) 
         if result.code:
             refused(result, str(part.relative_to(ds)), "nranks")
         watch.unchanged(except_=("out",))
+        _long_text(w, tmp / "text", args)
 
     CELLS[command, 5] = run
+
+
+def _long_text(w: World, tmp: Path, args: Callable[[World, Path, Path], list]) -> None:
+    """An ops part with a name of 2 MB (a few KB of zstd), its row group's text past the
+    limit (lowered to 1 MiB through TOKENWIRE_MAX_TEXT_CHUNK_BYTES, the same check as at
+    the 1 GiB default): refused from the footer, naming the part and the column."""
+    ds = w.copy(tmp / "ds")
+    part = w.part(ds, "ops")
+    table = pq.read_table(part)
+    names = table.column("name").to_pylist()
+    names[0] = "x" * 2_000_000
+    table = table.set_column(table.schema.get_field_index("name"), "name", pa.array(names))
+    pq.write_table(table, part, compression="zstd")
+    assert part.stat().st_size < 1_000_000
+    watch = Watch(tmp)
+    result = w.run(*args(w, ds, tmp / "out"), env={"TOKENWIRE_MAX_TEXT_CHUNK_BYTES": "1048576"})
+    refused(result, str(part.relative_to(ds)), "column 'name'", "TOKENWIRE_MAX_TEXT_CHUNK_BYTES")
+    watch.unchanged()
 
 
 _huge_communicator("link", lambda w, ds, o: ["link", ds])

@@ -31,7 +31,7 @@ from ...errors import TraceFormatError
 from ...ingest.derive.nesting import add_nesting
 from ...ingest.gz import GZIP_MAGIC, gunzip
 from ...ingest.result import ParseResult, parsed_table
-from ...ingest.values import rank_from_file_name
+from ...ingest.values import MAX_NAME_CHARS, rank_from_file_name
 from ...ingest.vocab import XLA_COLLECTIVES
 
 FORMAT = "jax_trace"
@@ -97,10 +97,28 @@ def _events(path: Path) -> pl.DataFrame:
         raise TraceFormatError(path, "traceEvents is not a list of objects")
     events = [e for e in events if e]  # (the viewer ends the list with an empty object)
     try:
-        return pl.from_dicts(events, schema=_EVENT) if events else pl.DataFrame(schema=_EVENT)
+        frame = pl.from_dicts(events, schema=_EVENT) if events else pl.DataFrame(schema=_EVENT)
     except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
         first = (str(exc).splitlines() or [""])[0]
         raise TraceFormatError(path, f"traceEvents: an event of the wrong shape: {first}") from None
+    _check_names(path, frame)
+    return frame
+
+
+def _check_names(path: Path, events: pl.DataFrame) -> None:
+    """Refuse a name (the event's, or its XLA op's or module's) longer than
+    :data:`~pipeline.ingest.values.MAX_NAME_CHARS`, at its place (the index among the
+    non-empty events)."""
+    args = pl.col("args")
+    for where, text in (("name", pl.col("name")), ("args.hlo_op", args.struct.field("hlo_op")),
+                        ("args.hlo_module", args.struct.field("hlo_module"))):  # fmt: skip
+        long = events.select((text.str.len_chars() > MAX_NAME_CHARS).arg_true().first()).item()
+        if long is not None:
+            raise TraceFormatError(
+                path,
+                f"$.traceEvents[{long}].{where}: longer than the {MAX_NAME_CHARS:,} characters "
+                "a name may have",
+            )
 
 
 def _rank(path: Path, result: ParseResult) -> int:

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -41,7 +41,13 @@ from ...ingest.kineto.comms import (
 )
 from ...ingest.kineto.stream import BATCH_BYTES, EventStream
 from ...ingest.result import ENGINE, ParseResult, Warnings
-from ...ingest.values import fits_int64, int64_or_none, rank_from_file_name, str_or_none
+from ...ingest.values import (
+    MAX_NAME_CHARS,
+    fits_int64,
+    int64_or_none,
+    rank_from_file_name,
+    str_or_none,
+)
 from ...ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
@@ -112,6 +118,11 @@ OPS_COLUMNS = [
 ]
 #: Times beyond this many microseconds (about 95 years from the epoch) are not times.
 MAX_ABS_US = 3 * 10**15
+#: An event's name or category (:data:`~pipeline.ingest.values.MAX_NAME_CHARS`).
+_Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)]
+#: Longest ``args`` value kept as JSON text (``Input Dims``, ``Concrete Inputs``, grid and
+#: block): the longest real ones, ops with thousands of inputs, are some 100 KB.
+MAX_ARG_BYTES = 4 * 1024 * 1024
 #: A raw field the event did not have (msgspec cannot make a Raw field optional).
 _NO_VALUE = msgspec.Raw(b"")
 
@@ -173,9 +184,9 @@ class Event(msgspec.Struct, gc=False):
     cyclic garbage collector (measured: decode 2x faster, 250 -> 480 MB/s).
     """
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
+    ph: _Name = ""
+    cat: _Name = ""
+    name: _Name = ""
     pid: int | str = 0
     tid: int | str = 0
     ts: msgspec.Raw = _NO_VALUE
@@ -294,7 +305,9 @@ def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
     warnings = Warnings()
     stream = EventStream(path, Event, Trace, batch_bytes)
     for batch in stream:
-        batches.add(batch, warnings, first=stream.events_seen - len(batch))
+        first = stream.events_seen - len(batch)
+        _check_arg_sizes(path, batch, first)
+        batches.add(batch, warnings, first=first)
     trace: Trace = stream.header
     base = trace.baseTimeNanoseconds or 0
     if abs(base) > MAX_ABS_US * 1000:
@@ -302,6 +315,27 @@ def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
     later = Warnings()
     rank, rank_source = _rank(path, trace, later)
     return _File(path, index, trace, rank, rank_source, warnings, later)
+
+
+#: The args kept as JSON text (raw), with their keys in the trace.
+_RAW_ARGS = {f.name: f.encode_name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}
+
+
+def _check_arg_sizes(path: Path, batch: list[Event], first: int) -> None:
+    """Refuse an args value kept as JSON text that is longer than :data:`MAX_ARG_BYTES`,
+    at its place, before a frame copies it (C loops over the batch, no Python per event)."""
+    present = list(filter(None, map(attrgetter("args"), batch)))
+    for field, key in _RAW_ARGS.items():
+        longest = max(map(len, _values(present, field)), default=0)
+        if longest > MAX_ARG_BYTES:
+            at = next(
+                i for i, e in enumerate(batch) if e.args and len(getattr(e.args, field)) == longest
+            )
+            raise TraceFormatError(
+                path,
+                f"$.traceEvents[{first + at}].args.{key}: {longest:,} bytes of JSON, more "
+                f"than the {MAX_ARG_BYTES:,} an args value may have",
+            )
 
 
 def _parse_read(

@@ -42,6 +42,22 @@ NSIGHT_TABLES = (
 
 _ENV_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$')
 
+#: Longest text or BLOB value read from an export: kernel names, NVTX texts and payloads,
+#: command lines are a few KB. A longer one is refused before it is fetched, so a small
+#: file cannot make the reader hold (and its joins repeat) a value of hundreds of MB.
+MAX_VALUE_BYTES = 16 * 1024 * 1024
+#: The text and BLOB columns the reader fetches, by table.
+STRING_COLUMNS = {
+    "StringIds": ("value",),
+    "NVTX_EVENTS": ("text", "binaryData"),
+    "META_DATA_EXPORT": ("name", "value"),
+    "EXPORT_META_DATA": ("name", "value"),
+    "META_DATA_CAPTURE": ("name", "value"),
+    "TARGET_INFO_SYSTEM_ENV": ("name", "value"),
+    "TARGET_INFO_GPU": ("name",),
+    "PROCESSES": ("name",),
+}
+
 
 def connect(path: Path, timeout_s: float = 1.0) -> sqlite3.Connection:
     """Open ``path`` read-only, never writing a file beside it.
@@ -58,6 +74,8 @@ def connect(path: Path, timeout_s: float = 1.0) -> sqlite3.Connection:
         _refuse_pending_log(path)
         uri += "&immutable=1"
     con = sqlite3.connect(uri, uri=True, timeout=timeout_s)
+    # (bounds every value SQLite computes; values stored in the file: check_sizes)
+    con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     # A string that is not UTF-8 (a hostile or damaged name) stays text, marked with U+FFFD.
     con.text_factory = lambda b: b.decode("utf-8", "replace")
     return con
@@ -93,6 +111,7 @@ def read(con: sqlite3.Connection) -> NsysRaw:
     """Read the tables the pipeline uses. The caller turns sqlite3 errors into TraceFormatError."""
     tables = table_names(con)
     cols = {t: _columns(con, t) for t in tables}
+    check_sizes(con, cols)
     strings = _strings(con, tables)
     raw = NsysRaw(
         kernels=_gpu_activity(con, cols, strings),
@@ -104,7 +123,36 @@ def read(con: sqlite3.Connection) -> NsysRaw:
 
 
 def _columns(con: sqlite3.Connection, table: str) -> set[str]:
-    return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
+    """The table's columns; a generated column computed on every read (``VIRTUAL``) is
+    refused: nsys stores every value, and one such column of a few bytes in the file can
+    claim hundreds of MB per row."""
+    out = set()
+    for row in con.execute(f'PRAGMA table_xinfo("{table}")'):
+        if row[6] == 2:
+            raise BadValue(
+                f"{table}: column {row[1]!r} is a generated column, computed on every read; "
+                "an Nsight export stores its values"
+            )
+        out.add(row[1])
+    return out
+
+
+def check_sizes(con: sqlite3.Connection, cols: dict[str, set[str]]) -> None:
+    """Raise :class:`BadValue`, naming the table and column, for a text or BLOB value the
+    reader would fetch that is longer than :data:`MAX_VALUE_BYTES` (SQLite's length limit
+    bounds the values it computes, not those it reads from the file)."""
+    for table, names in STRING_COLUMNS.items():
+        for col in (c for c in names if c in cols.get(table, ())):
+            query = f'SELECT max(length(CAST("{col}" AS BLOB))) FROM "{table}"'
+            try:
+                longest = con.execute(query).fetchone()[0] or 0
+            except sqlite3.DataError:  # (a text value past the length limit fails its cast)
+                longest = MAX_VALUE_BYTES + 1
+            if longest > MAX_VALUE_BYTES:
+                raise BadValue(
+                    f"{table}: column {col!r}: a value longer than the {MAX_VALUE_BYTES:,} "
+                    "bytes a value of an Nsight export may have"
+                )
 
 
 def _pick(available: set[str], wanted: list[tuple[str, str]]) -> str:
@@ -307,39 +355,55 @@ def _session_start(value: object) -> int | None:
     return check_time(value, "TARGET_INFO_SESSION_START_TIME: utcEpochNs")
 
 
+_TEXT = "typeof(name) = 'text' AND typeof(value) = 'text'"
+_GPU = "WHERE typeof(name) = 'text'"
+
+
 def _report_facts(
     con: sqlite3.Connection, tables: set[str], cols: dict[str, set[str]], raw: NsysRaw
 ) -> None:
-    """Session start, schema version, host, GPUs, processes, MPI ranks, capture environment."""
+    """Session start, schema version, host, GPUs, processes, MPI ranks, capture environment.
+
+    A name or value of another type than nsys writes (a BLOB, a number where text belongs)
+    reads as absent: these are facts for the report, not events."""
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         start = _session_start(row[0] if row else None)
         raw.session_start_ns = start
     for meta in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if meta in tables:
-            kv = dict(con.execute(f"SELECT name, value FROM {meta}").fetchall())
+            kv = dict(con.execute(f"SELECT name, value FROM {meta} WHERE {_TEXT}").fetchall())
             raw.format_version = kv.get("EXPORT_SCHEMA_VERSION")
             raw.times_absolute = kv.get("EXPORT_PARAM_TIME_NORMALIZE") == "true"
     if raw.format_version is None:
         raw.format_version = "2020.x (no export metadata)"
     if "TARGET_INFO_SYSTEM_ENV" in tables:
         row = con.execute(
-            "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1"
+            "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' AND "
+            "typeof(value) = 'text' LIMIT 1"
         ).fetchone()
         raw.hostname = row[0] if row else None
     if "TARGET_INFO_GPU" in tables and {"id", "name"} <= cols["TARGET_INFO_GPU"]:
-        raw.gpu_names = dict(con.execute("SELECT id, name FROM TARGET_INFO_GPU").fetchall())
+        raw.gpu_names = dict(con.execute(f"SELECT id, name FROM TARGET_INFO_GPU {_GPU}").fetchall())
     elif "TARGET_INFO_GPU" in tables and {"deviceId", "name"} <= cols["TARGET_INFO_GPU"]:
-        raw.gpu_names = dict(con.execute("SELECT deviceId, name FROM TARGET_INFO_GPU").fetchall())
+        raw.gpu_names = dict(
+            con.execute(f"SELECT deviceId, name FROM TARGET_INFO_GPU {_GPU}").fetchall()
+        )
     if "PROCESSES" in tables:
-        for _gpid, pid, name in con.execute("SELECT globalPid, pid, name FROM PROCESSES"):
+        for _gpid, pid, name in con.execute(
+            "SELECT globalPid, pid, iif(typeof(name) = 'text', name, NULL) FROM PROCESSES "
+            "WHERE typeof(pid) = 'integer'"
+        ):
             if pid is not None:
                 raw.processes[int(pid)] = ProcessInfo(name=name)
     if "MPI_RANKS" in tables:
-        for gtid, rank in con.execute("SELECT globalTid, rank FROM MPI_RANKS"):
+        for gtid, rank in con.execute(
+            "SELECT globalTid, rank FROM MPI_RANKS WHERE typeof(globalTid) = 'integer' "
+            "AND typeof(rank) = 'integer'"
+        ):
             raw.mpi_ranks[(int(gtid) >> 24) & 0xFFFFFF] = int(rank)
     if "META_DATA_CAPTURE" in tables:
-        for name, value in con.execute("SELECT name, value FROM META_DATA_CAPTURE"):
+        for name, value in con.execute(f"SELECT name, value FROM META_DATA_CAPTURE WHERE {_TEXT}"):
             if name.endswith(":ENVIRONMENT_VARIABLE") and value:
                 m = _ENV_LINE.match(value)
                 if m:

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from ...errors import TraceFormatError
+from ...ingest.values import MAX_NAME_CHARS
 
 _HANDLE = pl.Struct({"handle": pl.Int64})
 _XYZ = pl.Struct({"x": pl.Int64, "y": pl.Int64, "z": pl.Int64})
@@ -111,10 +112,19 @@ def _frame(path: Path, rows: object, schema: dict, where: str) -> pl.DataFrame:
     if not all(isinstance(r, dict) for r in rows):
         raise TraceFormatError(path, f"{where} holds a value that is not an object")
     try:
-        return pl.from_dicts(rows, schema=schema)
+        frame = pl.from_dicts(rows, schema=schema)
     except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
         first = (str(exc).splitlines() or [""])[0]
         raise TraceFormatError(path, f"{where}: a record of the wrong shape: {first}") from None
+    for name in (c for c, kind in schema.items() if kind == pl.String):
+        long = frame.select((pl.col(name).str.len_chars() > MAX_NAME_CHARS).arg_true().first())
+        if long.item() is not None:
+            raise TraceFormatError(
+                path,
+                f"{where}[{long.item()}].{name}: longer than the {MAX_NAME_CHARS:,} characters "
+                "a name may have",
+            )
+    return frame
 
 
 def _operation_names(path: Path, kinds: object, where: str) -> pl.DataFrame:
