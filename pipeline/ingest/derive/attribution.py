@@ -433,23 +433,8 @@ def _embedding_exchanges(
         .group_by("call")
         .agg(pl.col("range").sort_by("hops").last())
     )
-    placed = pl.col("range").is_not_null()
-    return (
-        context.with_row_index("call")
-        .with_columns(pl.col("call").cast(pl.Int64))
-        .join(found, on="call", how="left", maintain_order="left")
-        .with_columns(
-            pl.when(placed)
-            .then(pl.concat_str(pl.lit("embedding/"), "range"))
-            .otherwise("layer")
-            .alias("layer"),
-            pl.when(placed)
-            .then(pl.lit("embedding_range"))
-            .otherwise("attributed_by")
-            .alias("attributed_by"),
-        )
-        .drop("call", "range")
-    )
+    layer = pl.concat_str(pl.lit("embedding/"), "range")
+    return _place(context, found, pl.col("range").is_not_null(), layer, "embedding_range")
 
 
 def chunk_annotations(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
@@ -527,21 +512,9 @@ def chunk_annotation_context(
     weak = pl.col("attributed_by").is_null() | (pl.col("attributed_by") == "nvtx")
     marked = pl.col("part").is_not_null()
     chunk_layer = pl.format("layers.{}/{}", "layer_index", "part")
-    return (
-        context.with_columns(calls.get_column("phase").alias("_given_phase"))
-        .with_row_index("call")
-        .with_columns(pl.col("call").cast(pl.Int64))
-        .join(found, on="call", how="left", maintain_order="left")
-        .with_columns(
-            pl.coalesce("_given_phase", "chunk_phase", "phase").alias("phase"),
-            pl.when(marked & weak).then(chunk_layer).otherwise("layer").alias("layer"),
-            pl.when(marked & weak)
-            .then(pl.lit("chunk_annotation"))
-            .otherwise("attributed_by")
-            .alias("attributed_by"),
-        )
-        .select(context.columns)
-    )
+    given = pl.lit(calls.get_column("phase"))
+    phase = pl.coalesce(given, "chunk_phase", "phase").alias("phase")
+    return _place(context, found, marked & weak, chunk_layer, "chunk_annotation", phase)
 
 
 def _pipeline_boundaries(
@@ -582,18 +555,31 @@ def _pipeline_boundaries(
         ]
     ).select("call", pl.col("boundary_layer"))
     hit = pl.col("boundary_layer").is_not_null()
+    return _place(context, found, hit, pl.col("boundary_layer"), "pp_boundary")
+
+
+def _place(
+    context: pl.DataFrame,
+    found: pl.DataFrame,
+    hit: pl.Expr,
+    layer: pl.Expr,
+    rule: str,
+    *also: pl.Expr,
+) -> pl.DataFrame:
+    """``context`` with ``layer`` as the layer of each call where ``hit`` holds, attributed
+    by ``rule``, and ``also`` worked out beside them. ``found`` has a row for each call a
+    rule places (``call``: the call's row number in ``context``) and the columns the
+    expressions read."""
     return (
         context.with_row_index("call")
         .with_columns(pl.col("call").cast(pl.Int64))
         .join(found, on="call", how="left", maintain_order="left")
         .with_columns(
-            pl.when(hit).then("boundary_layer").otherwise("layer").alias("layer"),
-            pl.when(hit)
-            .then(pl.lit("pp_boundary"))
-            .otherwise("attributed_by")
-            .alias("attributed_by"),
+            *also,
+            pl.when(hit).then(layer).otherwise("layer").alias("layer"),
+            pl.when(hit).then(pl.lit(rule)).otherwise("attributed_by").alias("attributed_by"),
         )
-        .drop("call", "boundary_layer")
+        .select(context.columns)
     )
 
 
