@@ -40,7 +40,7 @@ from ...ingest.kineto.comms import (
     process_groups,
 )
 from ...ingest.kineto.stream import BATCH_BYTES, EventStream
-from ...ingest.result import ENGINE, ParseResult, Warnings
+from ...ingest.result import ENGINE, ParseResult, Warnings, parser_columns
 from ...ingest.values import fits_int64, int64_or_none, rank_from_file_name, str_or_none
 from ...ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
@@ -90,26 +90,9 @@ _ARG_COLUMNS = {  # the scalar ones (raw JSON text is turned into columns by its
     for name, dtype in group.items()
     if dtype != "raw"
 }
-OPS_COLUMNS = [
-    "op_id",
-    "pid",
-    "tid",
-    "name",
-    "kind",
-    "start_ns",
-    "end_ns",
-    "dur_ns",
-    "depth",
-    "parent_id",
-    "module_path",
-    "input_dims",
-    "input_types",
-    "external_id",
-    "correlation",
-    "step",
-    "seq_nr",
-    "fwd_tid",
-]
+#: The ops columns a trace gives: every one but the rank (each file's, added after) and
+#: the NVTX domain (Nsight's).
+OPS_COLUMNS = parser_columns("ops", without=("rank", "domain"))
 #: Times beyond this many microseconds (about 95 years from the epoch) are not times.
 MAX_ABS_US = 3 * 10**15
 #: A raw field the event did not have (msgspec cannot make a Raw field optional).
