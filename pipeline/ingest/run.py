@@ -30,22 +30,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ..dataset.arrow_convert import array_from_list, table_from_lists
 from ..dataset.commit import PartWriter, Transaction, discard_parts, write_part
-from ..dataset.schema import conform, table_schema
+from ..dataset.schema import conform
+from ..dataset.small_parts import (
+    copy_part_without,
+    files_part,
+    pack_table,
+    write_shared_parts,
+)
 from ..dataset.store import (
     ROW_GROUP_ROWS,
     DatasetWriteError,
     FileEntry,
     check_job_name,
-    file_key,
     job_name_from,
     part_columns,
     part_id,
     part_path,
-    row_groups,
 )
 from ..errors import TokenwireError, TraceFormatError
 from ..guards import die_with_parent, limit_message
@@ -69,7 +71,8 @@ BATCH_BYTES = 8 * 1024 * 1024
 #: The small tables of parsed files wait in the main process until the commit writes them,
 #: up to this many (packed) bytes in all; past it, those held are written at once, one part
 #: per table and job shared by their files. Measured on a generated job of 1,024 ranks:
-#: 2,048 files held 504 MB as tables, 112 MB packed (:func:`_packed`).
+#: 2,048 files held 504 MB as tables, 112 MB packed
+#: (:func:`~pipeline.dataset.small_parts.pack_table`).
 SMALL_TABLES_BYTES = 256 * 1024 * 1024
 
 
@@ -639,7 +642,7 @@ def _write_tables(
             ranks.update(table.column("rank").unique().to_pylist())
         if table.num_rows < small_rows:
             table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
-            out.small[name] = _packed(part_columns(name, table))
+            out.small[name] = pack_table(part_columns(name, table))
             continue
         with PartWriter(dataset, part_path(name, out.job, out.file_id)) as part:
             for start in range(0, table.num_rows, ROW_GROUP_ROWS):
@@ -704,7 +707,7 @@ def _drop_refused(
     for (name, rel), file_ids in sorted(drop.items()):
         kept = holders[rel]
         new = part_path(name, kept[0].job, part_id(out.file_id for out in kept))
-        _copy_part_without(txn.dataset, rel, new, file_ids)
+        copy_part_without(txn.dataset, rel, new, file_ids)
         for out in kept:
             out.parts[name] = [new if r == rel else r for r in out.parts[name]]
         txn.discard(rel)
@@ -730,14 +733,16 @@ def _commit(txn: Transaction, accepted: list[FileOutcome]) -> None:
         for out in outs:
             out.parts["files"] = [rel]
             out.rows["files"] = 1
-            manifest.files[file_key(out.job, out.file_id)] = FileEntry(
-                file_id=out.file_id,
-                sha256=out.sha256,
-                path=str(out.path.resolve()),
-                job=out.job,
-                format=out.format,
-                ranks=out.ranks,
-                parts=out.parts,
+            manifest.add(
+                FileEntry(
+                    file_id=out.file_id,
+                    sha256=out.sha256,
+                    path=str(out.path.resolve()),
+                    job=out.job,
+                    format=out.format,
+                    ranks=out.ranks,
+                    parts=out.parts,
+                )
             )
     from ..dataset.compact import compact
 
@@ -745,64 +750,16 @@ def _commit(txn: Transaction, accepted: list[FileOutcome]) -> None:
     txn.commit(removed=stale + merged)  # until here the dataset is as it was
 
 
-def _packed(table: pa.Table) -> bytes:
-    """``table`` as an Arrow stream in one LZ4 frame, after its uncompressed size: a fifth of
-    the table's size (measured: packing or unpacking a rank's small tables, 0.2 ms; LZ4 for
-    each buffer of the stream instead, 0.7 ms)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
-        stream.write_table(table)
-    raw = sink.getvalue()
-    return raw.size.to_bytes(8, "little") + pa.compress(raw, "lz4", asbytes=True)
-
-
-def _unpacked(data: bytes) -> pa.Table:
-    size = int.from_bytes(data[:8], "little")
-    return pa.ipc.open_stream(pa.decompress(memoryview(data)[8:], size, "lz4")).read_all()
-
-
 def _write_small_tables(dataset: Path, job: str, outs: list[FileOutcome]) -> None:
-    """Write the small tables ``outs`` hold as one part per table (rows in file id order,
-    unpacked a row group at a time), listed under each file whose rows it holds.
-
-    The tables are written side by side, a thread per core, each holding one row group at
-    a time: unpacking and Parquet encoding release the GIL. At the commit the workers are
-    done and the cores free (measured: the commit of a 1,024-rank job, 2.7 -> 1.8 s on 2
-    cores); past :data:`SMALL_TABLES_BYTES`, during the run, the threads share the cores
-    with the workers.
-    """
-    outs = sorted(outs, key=lambda out: out.file_id or "")
-    names = sorted({name for out in outs for name in out.small})
-    holders = {name: [out for out in outs if name in out.small] for name in names}
-    with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
-        # (leaving the block waits for every write: a failed one leaves no thread writing)
-        written = [pool.submit(_write_small_table, dataset, job, n, holders[n]) for n in names]
-    for future in written:
-        future.result()  # the first error, if any
-
-
-def _write_small_table(dataset: Path, job: str, name: str, holders: list[FileOutcome]) -> None:
-    """Write table ``name`` of ``holders`` as one part and list it under each of them."""
-    rel = part_path(name, job, part_id(out.file_id for out in holders))
-    with PartWriter(dataset, rel) as part:
-        for group in row_groups(_unpacked(out.small.pop(name)) for out in holders):
-            part.write(pa.concat_tables(group))
-    for out in holders:
-        out.parts[name] = [rel]
-
-
-def _copy_part_without(dataset: Path, rel: str, new: str, file_ids: set[str]) -> None:
-    """Write part ``rel`` again as ``new``, without the rows of ``file_ids``."""
-    import pyarrow.compute as pc  # (50 ms to import, for a rank clash only)
-
-    unwanted = array_from_list(sorted(file_ids), pa.string())
-    with PartWriter(dataset, new) as part:
-        for batch in pq.ParquetFile(dataset / rel).iter_batches(ROW_GROUP_ROWS):
-            part.write(
-                pa.Table.from_batches([batch]).filter(
-                    pc.invert(pc.is_in(batch.column("file_id"), unwanted))
-                )
-            )
+    """Write the small tables ``outs`` hold as one part per table
+    (:func:`~pipeline.dataset.small_parts.write_shared_parts`), listed under each file whose
+    rows it holds. At the commit the workers are done and the cores free; past
+    :data:`SMALL_TABLES_BYTES`, during the run, the writes share the cores with them."""
+    names = {out.file_id: list(out.small) for out in outs}
+    written = write_shared_parts(dataset, job, [(out.file_id, out.small) for out in outs])
+    for out in outs:
+        for name in names[out.file_id]:
+            out.parts[name] = [written[name]]
 
 
 class _SmallTables:
@@ -844,22 +801,23 @@ def _finished(small: _SmallTables, on_file, out: FileOutcome) -> None:
 def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
     """One ``files`` row per outcome of ``job``, as its part holds them."""
     now = time.time_ns()
-    rows = {
-        "file_id": [out.file_id for out in outs],
-        "sha256": [out.sha256 for out in outs],
-        "path": [str(out.path.resolve()) for out in outs],
-        "format": [out.format for out in outs],
-        "format_version": [out.format_version for out in outs],
-        "size_bytes": [out.path.stat().st_size for out in outs],
-        "ranks": [out.ranks for out in outs],
-        "rank_source": [out.rank_source for out in outs],
-        "rows": [sum(out.rows.values()) for out in outs],
-        "warnings": [out.warning_count for out in outs],
-        "warning_messages": [out.warnings for out in outs],
-        "ingested_at_ns": [now] * len(outs),
-    }
-    schema = pa.schema([f for f in table_schema("files").arrow if f.name in rows])
-    return part_columns("files", conform("files", table_from_lists(rows, schema), job=job))
+    return files_part(
+        job,
+        {
+            "file_id": [out.file_id for out in outs],
+            "sha256": [out.sha256 for out in outs],
+            "path": [str(out.path.resolve()) for out in outs],
+            "format": [out.format for out in outs],
+            "format_version": [out.format_version for out in outs],
+            "size_bytes": [out.path.stat().st_size for out in outs],
+            "ranks": [out.ranks for out in outs],
+            "rank_source": [out.rank_source for out in outs],
+            "rows": [sum(out.rows.values()) for out in outs],
+            "warnings": [out.warning_count for out in outs],
+            "warning_messages": [out.warnings for out in outs],
+            "ingested_at_ns": [now] * len(outs),
+        },
+    )
 
 
 @contextmanager
