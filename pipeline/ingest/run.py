@@ -7,7 +7,8 @@ except the small ones (most tables of most files of a many-rank job), which come
 main process. That process then checks the run as a whole (two files claiming one rank of
 one job), writes the small tables and the ``files`` rows as one part per table and job, and
 commits the manifest. A file whose bytes are already in the dataset under the same job is
-skipped (the same bytes under another job are that job's file).
+skipped (the same bytes under another job are that job's file), unless its rank comes from
+its file name and that names another rank (:func:`_plan`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from ..ingest.derive.attribution import attribute_collectives
 from ..ingest.derive.time_breakdown import add_time_breakdown
 from ..ingest.detect import detect, module_for
 from ..ingest.result import ParseResult
+from ..ingest.values import rank_from_file_name
 
 if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
     from ..ingest.distributed import Cluster
@@ -241,6 +243,7 @@ def ingest(
     on_start: Callable[[int], None] | None = None,
     on_file: Callable[[FileOutcome], None] | None = None,
     step_marker: str | None = None,
+    fmt: str | None = None,
 ) -> IngestSummary:
     """Parse ``paths`` into ``dataset``.
 
@@ -265,6 +268,10 @@ def ingest(
         A regular expression matching the whole name of the user annotations that bound
         steps in Kineto traces without ``ProfilerStep#N`` ranges (see
         :func:`pipeline.ingest.kineto.parse.parse`).
+    fmt
+        The format of every file (:mod:`pipeline.ingest.detect`'s name), not detected: a
+        file that is not one fails with the parser's error (``tokenwire hang`` reads
+        flight recorder dumps only).
 
     Returns
     -------
@@ -284,7 +291,7 @@ def ingest(
 
         finished = functools.partial(_finished, _SmallTables(txn.dataset), on_file)
         planned = _plan(inputs, sizes, txn, finished, outcomes, SMALL_PART_ROWS, cluster)
-        planned = ((i, (*a, step_marker)) for i, a in planned)
+        planned = ((i, (*a, step_marker, file_id, fmt)) for i, a, file_id in planned)
         results = _parse_all(planned, sizes, jobs, finished, cluster)
         accepted = _check_ranks(results, txn)
         _commit(txn, accepted)
@@ -302,11 +309,17 @@ def _plan(
     done: list[FileOutcome],
     small_rows: int,
     cluster: Cluster | None = None,
-) -> Iterator[tuple[int, tuple]]:
+) -> Iterator[tuple[int, tuple, str]]:
     """Hash the inputs, largest first (here, or on the Dask ``cluster``), and yield (input
-    index, :func:`parse_file` arguments) for each file to parse as soon as its hash is known,
-    so that parsing starts while the rest are hashed. Files already ingested (or repeated in
-    this run) and unreadable ones go to ``done`` instead.
+    index, :func:`parse_file` arguments, file id) for each file to parse as soon as its hash
+    is known, so that parsing starts while the rest are hashed. Files already ingested (or
+    repeated in this run) and unreadable ones go to ``done`` instead.
+
+    A file is its bytes and the rank its file name gives (:func:`rank_from_file_name`): the
+    dumps of pipeline stages that ran no collective are the same bytes, each rank's told by
+    its name alone. Its id is its sha256's first 16 hex digits; a file of the same bytes as
+    one before it under another name's rank takes :func:`_named_file_id` (and is skipped
+    after all if its trace states its rank: :func:`_check_ranks`).
     """
     # Largest first: no worker is left with a big file at the end. sorted() is stable, so of
     # two copies of a file (same size) the first given is the one parsed.
@@ -316,7 +329,11 @@ def _plan(
     # (a set: checked against every manifest entry instead, re-ingesting 32,768 files would
     # take 28.7 s, not 5.7 s)
     seen = txn.manifest.sha256s()
-    held = set(seen)  # (a file skipped for bytes held before the run is in the dataset)
+    known = {
+        (e.job, e.sha256, rank_from_file_name(Path(e.path).name))
+        for e in txn.manifest.files.values()
+    }
+    held = set(known)  # (a file skipped for bytes held before the run is in the dataset)
     with _hashing(cluster) as hashes:
         found = hashes([inputs[i].path for i in order], [sizes[i] for i in order])
         for i, sha in zip(order, found, strict=True):
@@ -328,15 +345,22 @@ def _plan(
                 # (the files table and the manifest hold paths as UTF-8 text)
                 error = f"{inp.path}: the file name is not valid UTF-8; rename it to ingest it"
                 out = FileOutcome(inp.path, inp.job, "failed", error=error)
-            elif (inp.job, sha) in seen:
+            elif (key := (inp.job, sha, rank_from_file_name(inp.path.name))) in known:
                 out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
-                out.held = (inp.job, sha) in held
+                out.held = key in held
             else:
+                file_id = sha[:16] if (inp.job, sha) not in seen else _named_file_id(sha, key[2])
                 seen.add((inp.job, sha))
-                yield i, (inp.path, inp.job, inp.explicit, sha, txn.dataset, small_rows)
+                known.add(key)
+                yield i, (inp.path, inp.job, inp.explicit, sha, txn.dataset, small_rows), file_id
                 continue
             done.append(out)
             _notify(on_file, out)
+
+
+def _named_file_id(sha256: str, rank: int | None) -> str:
+    """The id of a file whose bytes another file of its job has, its name giving ``rank``."""
+    return hashlib.sha256(f"{sha256}:rank{rank}".encode()).hexdigest()[:16]
 
 
 def _parse_all(
@@ -473,16 +497,19 @@ def parse_file(
     dataset: Path,
     small_rows: int = 0,
     step_marker: str | None = None,
+    file_id: str | None = None,
+    given: str | None = None,
 ) -> FileOutcome:
     """Detect, parse and write the parts of one file (runs in a worker process); tables of
     fewer than ``small_rows`` rows come back in the outcome instead. ``step_marker``: see
-    :func:`ingest` (Kineto traces only).
+    :func:`ingest` (Kineto traces only); ``file_id``: the file's (default: its sha256's
+    first 16 hex digits, :func:`_plan`); ``given``: its format, not detected.
 
     Never raises: bad input and internal errors come back as a failed outcome.
     """
 
     def parsed() -> tuple[str, ParseResult] | None:
-        fmt = detect(path)
+        fmt = given or detect(path)
         if fmt is None:
             if explicit:
                 raise TraceFormatError(path, "not a trace format tokenwire reads")
@@ -490,8 +517,8 @@ def parse_file(
         options = {"step_marker": step_marker} if step_marker and fmt == "kineto" else {}
         return fmt, module_for(fmt).parse(path, **options)
 
-    return _outcome(FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256),
-                    parsed, dataset, small_rows)  # fmt: skip
+    out = FileOutcome(path, job, "failed", file_id=file_id or sha256[:16], sha256=sha256)
+    return _outcome(out, parsed, dataset, small_rows)
 
 
 def _outcome(
@@ -550,7 +577,8 @@ def parse_files(batch: list[tuple]) -> list[FileOutcome]:
     outs: list[FileOutcome | None] = [None] * len(batch)
     formats: dict[str, list[int]] = {}
     for i, a in enumerate(batch):
-        if (fmt := _batch_format(a[0])) is not None:
+        given = a[8] if len(a) > 8 else None  # (a format given is parsed file by file)
+        if given is None and (fmt := _batch_format(a[0])) is not None:
             formats.setdefault(fmt, []).append(i)
     for fmt, members in formats.items():
         parsed = parse_together(fmt, [batch[i] for i in members])
@@ -593,7 +621,8 @@ def parse_together(fmt: str, batch: list[tuple]) -> list[FileOutcome]:
         return [parse_file(*a) for a in batch]
     outs = []
     for (path, job, _, sha256, dataset, *rest), result in zip(batch, results, strict=True):
-        out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
+        file_id = (rest[2] if len(rest) > 2 else None) or sha256[:16]
+        out = FileOutcome(path, job, "failed", file_id=file_id, sha256=sha256)
         small_rows = rest[0] if rest else 0
         parsed = functools.partial(_given, fmt, result)
         outs.append(_outcome(out, parsed, dataset, small_rows))
@@ -654,15 +683,23 @@ def _write_tables(
 
 
 def _check_ranks(results: list[FileOutcome], txn: Transaction) -> list[FileOutcome]:
-    """Refuse files that claim a rank another file of the same job and format already holds."""
+    """Refuse files that claim a rank another file of the same job and format already holds.
+    A file of the same bytes as another of its job, parsed for the other rank its name
+    gives (:func:`_plan`), whose trace states its rank after all, is that file again:
+    skipped."""
     owner: dict[tuple[str, str, int], str] = {}
     refused: list[FileOutcome] = []
     for e in txn.manifest.files.values():
         for r in e.ranks:
             owner[(e.job, e.format, r)] = e.path
+    held = txn.manifest.sha256s()
     accepted = []
     for out in results:
         if out.status != "ingested":
+            continue
+        if out.file_id != out.sha256[:16] and "file_name" not in (out.rank_source or ""):
+            out.status, out.held = "skipped", (out.job, out.sha256) in held
+            refused.append(out)
             continue
         clash = [
             (r, owner[(out.job, out.format, r)])
@@ -682,6 +719,9 @@ def _check_ranks(results: list[FileOutcome], txn: Transaction) -> list[FileOutco
             owner[(out.job, out.format, r)] = str(out.path)
         accepted.append(out)
     _drop_refused(txn, refused, accepted)
+    for out in refused:
+        if out.status == "skipped":  # (its rows dropped by the id they were written under)
+            out.file_id = out.sha256[:16]
     return accepted
 
 
