@@ -273,7 +273,7 @@ def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | 
     exchange kernels (vocab.MOE_EXCHANGE_KERNELS); ``_moe_library`` (pattern): its kernels
     (vocab.MOE_LIBRARY_KERNEL); ``_ep_directions`` (purpose, direction): the model's
     expert-parallel items (predict.EP_DIRECTIONS), empty without a job.yaml."""
-    from ..ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
+    from ..vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
 
     con.execute(
         "CREATE TEMP TABLE _moe_library AS SELECT ?::VARCHAR AS pattern", [MOE_LIBRARY_KERNEL]

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..gcpause import gc_paused
-from ..ingest.vocab import DTYPE_SIZES, bus_factor
 from ..synth.kineto import Event, KinetoTrace, render_trace
+from ..vocab import DTYPE_SIZES, bus_factor
 
 COMPUTE_STREAM = 7
 NCCL_VERSION = "2.26.2"

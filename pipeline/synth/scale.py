@@ -39,9 +39,9 @@ from typing import IO
 
 import numpy as np
 
-from ..ingest.vocab import OP_NAMES
 from ..synth import job as J
 from ..synth.kineto import Event, Slot, _Micro, render_trace
+from ..vocab import OP_NAMES
 
 FORMATS = ("kineto", "nccl", "nsys")
 _MARK = re.compile(r"@@(\d+)@@")

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 import pipeline
-from pipeline.ingest.vocab import (
+from pipeline.vocab import (
     DTYPE_SIZES,
     DTYPES,
     OP_NAMES,
@@ -27,7 +27,7 @@ from pipeline.ingest.vocab import (
 )
 
 PACKAGE = Path(pipeline.__file__).parent
-VOCAB = PACKAGE / "ingest" / "vocab.py"
+VOCAB = PACKAGE / "vocab.py"
 
 NAMES = [
     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
@@ -224,7 +224,7 @@ def test_every_dtype_a_parser_names_has_a_size():
 
 
 def test_ops_is_every_op_the_names_map_to():
-    from pipeline.ingest.vocab import _OP_PATTERNS, OPS
+    from pipeline.vocab import _OP_PATTERNS, OPS
 
     named = {*OP_NAMES.values(), *(op for _, op in _OP_PATTERNS), "unknown"}
     assert set(OPS) == named and len(OPS) == len(named)

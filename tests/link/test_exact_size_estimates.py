@@ -8,8 +8,8 @@ from __future__ import annotations
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from pipeline.ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
 from pipeline.model.predict import EP_DIRECTIONS
+from pipeline.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
 from tests.link.sql_harness import created, model_input, rows
 
 CALL = ("collective_links", "collectives")

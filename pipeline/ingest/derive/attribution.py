@@ -11,7 +11,7 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
 - phase: of a send/recv, the pipeline schedule's own name for the action around it
   (:func:`p2p_schedule_phase`); an enclosing autograd ``evaluate_function`` -> backward; an
   enclosing op or range
-  named as :data:`pipeline.ingest.vocab.PHASE_HINTS` says (optimizer, then backward, then
+  named as :data:`pipeline.vocab.PHASE_HINTS` says (optimizer, then backward, then
   forward; a module scope is forward); else a launch on the autograd engine's own thread (one
   that runs ``evaluate_function`` ops and no ``ProfilerStep``) -> backward; else NULL (link
   decides: send/recv direction, or ``other``).
@@ -22,10 +22,10 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
   reduce-scatters run in autograd hooks, outside any module scope; for other backward work
   the module path of the forward op with the same autograd sequence number
   (``backward_of_forward_op``); else the innermost NVTX range that is not a communication
-  library's own (``nvtx``; :data:`pipeline.ingest.vocab.LIBRARY_RANGE`); else ``loss`` inside
+  library's own (``nvtx``; :data:`pipeline.vocab.LIBRARY_RANGE`); else ``loss`` inside
   a forward op that computes a loss (``loss_op``), ``optimizer`` in the optimizer phase
   (``optimizer``); for an all-to-all that none of those places, the outermost of TorchRec's
-  ranges around its embedding exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`)
+  ranges around its embedding exchanges (:data:`pipeline.vocab.EMBEDDING_EXCHANGE_RANGE`)
   as ``embedding/<range>`` (``embedding_range``); for a pipeline send/recv, the layer of the
   op that produced (send) or consumes (recv) its tensor (``pp_boundary``).
   ``attributed_by`` says which; link names the rest (gradient buckets, metrics).
@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from ...ingest.derive.nesting import rows_of
 from ...ingest.result import ENGINE, columns, values_at
-from ...ingest.vocab import (
+from ...vocab import (
     CHUNK_ANNOTATION,
     EMBEDDING_EXCHANGE_RANGE,
     LIBRARY_RANGE,
@@ -414,7 +414,7 @@ def _embedding_exchanges(
     embeddings that nothing else placed.
 
     TorchRec records no module scope around them, but wraps each in a named range
-    (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`): the outermost such range around
+    (:data:`pipeline.vocab.EMBEDDING_EXCHANGE_RANGE`): the outermost such range around
     the launch names the layer ``embedding/<range>`` (``embedding/sparse_data_dist``: the
     input features sent to the ranks holding their tables), so link gives it the kind
     ``embedding``. Names are hints only: a module path, the forward op's module or an NVTX

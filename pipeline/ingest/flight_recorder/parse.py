@@ -58,7 +58,7 @@ from ...ingest.values import (
     describe,
     rank_from_file_name,
 )
-from ...ingest.vocab import DTYPE_SIZES, op_of
+from ...vocab import DTYPE_SIZES, op_of
 
 FORMAT = "flight_recorder"
 

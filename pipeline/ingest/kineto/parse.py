@@ -42,7 +42,7 @@ from ...ingest.kineto.comms import (
 from ...ingest.kineto.stream import BATCH_BYTES, EventStream
 from ...ingest.result import ENGINE, ParseResult, Warnings, parser_columns
 from ...ingest.values import fits_int64, int64_or_none, rank_from_file_name, str_or_none
-from ...ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
+from ...vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
     "cpu_op",

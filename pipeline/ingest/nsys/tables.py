@@ -31,7 +31,7 @@ from ...ingest.nsys.raw import (
     NsysRaw,
 )
 from ...ingest.result import DUR_NS, Warnings, schema_columns
-from ...ingest.vocab import kernel_kind_expr, per_distinct
+from ...vocab import kernel_kind_expr, per_distinct
 
 _COPY_KINDS = {
     0: "Unknown",

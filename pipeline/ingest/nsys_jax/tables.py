@@ -24,7 +24,7 @@ import pyarrow as pa
 from ...ingest.nsys_jax.hlo import Instruction, array_bytes
 from ...ingest.result import DUR_NS, Warnings, parsed_table, schema_columns
 from ...ingest.values import fits_int64
-from ...ingest.vocab import XLA_COLLECTIVES
+from ...vocab import XLA_COLLECTIVES
 
 STEP_MODULE = r"(?i)step"
 _SIZES = {

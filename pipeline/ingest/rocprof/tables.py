@@ -5,7 +5,7 @@ ops, steps and ranks.
   ``stream`` the HSA queue it ran on (rocprofiler-sdk's HIP stream ids are not given for
   every dispatch), grid in workgroups (HSA grids count work-items).
 - **collectives**: the dispatches of communication kernels (RCCL's ``ncclDevKernel_*``,
-  :data:`~pipeline.ingest.vocab.COMM_KERNEL`), their op read from the kernel name. RCCL
+  :data:`~pipeline.vocab.COMM_KERNEL`), their op read from the kernel name. RCCL
   builds its generic kernel (``ncclDevKernel_Generic_1``) for every collective: its name
   says no op, so the op comes from the RCCL calls when the file has them
   (:mod:`pipeline.ingest.rocprof.rccl`), and is ``unknown`` otherwise. The records hold no
@@ -25,7 +25,7 @@ from ...ingest.derive.nesting import add_nesting
 from ...ingest.result import DUR_NS, Warnings, parsed_table, schema_columns
 from ...ingest.rocprof.rccl import match_calls
 from ...ingest.rocprof.records import Process
-from ...ingest.vocab import kernel_kind_expr, op_expr, per_distinct
+from ...vocab import kernel_kind_expr, op_expr, per_distinct
 
 STEP_RANGE = r"^ProfilerStep#(\d+)$"
 
