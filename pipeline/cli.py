@@ -561,100 +561,21 @@ def predict(  # noqa: ANN201
 
 
 def _what_if(config, dataset, job_name, target, overrides, nccl_tests, fmt, peak) -> None:  # noqa: ANN001
-    """``predict --from``: the observed layout and the targets, ranked by projected step; the
-    measured step's MFU with ``peak`` (FLOP/s per GPU; else job.yaml's ``hardware``, else the
-    GPU the traces name), and what a person would warn about each layout."""
-    import json
-
-    from .model import memory, timing, whatif
+    """``predict --from``: the observed layout and the targets, ranked by projected step
+    (:mod:`pipeline.model.whatif_run`)."""
+    from .model import whatif_run
 
     if config is None:
         raise click.UsageError("--from needs --config: the job.yaml of the observed run")
     try:
-        obs, base, acc = _observed_run(config, dataset, job_name, nccl_tests)
-        targets, notes = _what_if_targets(config, base, target, overrides)
-        rows = whatif.project(base, obs, targets)
-        measured_mfu, peak, source = _measured_mfu(base, obs, acc, peak)
-        warnings = [w for t in [base, *targets] for w in memory.layout_warnings(t, acc)]
+        found = whatif_run.what_if(config, dataset, job_name, target, overrides, nccl_tests, peak)
     except TokenwireError as exc:
         _fail(str(exc))
-    for line in [f"{n.layout}: {n.action}: {n.reason}" for n in notes]:
+    for line in found.notes_text():
         _say("Note", line)
-    for w in warnings:
+    for w in found.warnings:
         _say("Warning", w["message"])
-    if fmt == "json":
-        doc = whatif.as_dict(obs, rows) | {"mfu": measured_mfu, "timing": timing.summary(base)}
-        doc |= {"peak_flops": peak, "accelerator": memory.accelerator_summary(acc),
-                "layouts": [vars(n) for n in notes], "warnings": warnings}  # fmt: skip
-        click.echo(json.dumps(doc, indent=2))
-        return
-    click.echo(whatif.format_projections(obs, rows))
-    click.echo(timing.format_summary(base))
-    if measured_mfu is not None:
-        click.echo(
-            f"MFU of the measured step: {measured_mfu:.1%} of {peak / 1e12:g} TFLOP/s a GPU "
-            f"({source})"
-        )
-
-
-def _observed_run(config, dataset, job_name, nccl_tests):  # noqa: ANN001, ANN202
-    """The observation, the observed job (timed with the run's fits) and its accelerator:
-    job.yaml's ``hardware``, else the GPU the dataset's ``ranks`` name."""
-    import duckdb
-
-    from .dataset.location import overflow_error
-    from .dataset.views import connect
-    from .model import memory, timing, whatif
-    from .model.config import build_job
-
-    con = connect(dataset, read_only=True)
-    try:
-        obs = whatif.observed_in(con, job_name, str(dataset))
-        acc = memory.job_accelerator(build_job(config, {}))
-        acc = acc or memory.traced_accelerator(con, obs.job)
-    except duckdb.Error as exc:  # (values near int64's limits adding up past it)
-        overflow_error(Path(dataset), "whatif.sql", exc)
-        raise
-    finally:
-        con.close()
-    base = whatif.with_observed_fits(timing.with_fits(build_job(config, {}), nccl_tests), obs)
-    return obs, base, acc
-
-
-def _what_if_targets(config, base, target, overrides):  # noqa: ANN001, ANN202
-    """The layouts to project and the notes on those adjusted or dropped: the flags' or
-    ``--target``'s layout, else every layout of the observed world."""
-    import dataclasses
-
-    from .model import whatif
-    from .model.memory import describe
-
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if given or target is not None:
-        one = whatif.target(config, given, target)
-        note = whatif.batch_note(base, one)
-        notes = [] if note is None else [whatif.LayoutNote(describe(one), "differs", note)]
-        targets = [one]
-    else:
-        targets, notes = whatif.layouts_explained(config, base.parallel.world_size, {})
-        targets = [t for t in targets if t.parallel != base.parallel]
-    return [dataclasses.replace(t, network=base.network) for t in targets], notes
-
-
-def _measured_mfu(base, obs, acc, peak):  # noqa: ANN001, ANN202
-    """The measured step's MFU, the peak it used and where the peak came from (None, None,
-    None without a peak)."""
-    from .model.compute import mfu
-
-    source = "--peak-tflops"
-    if peak is None:
-        peak, source = base.peak_flops, "job.yaml hardware"
-    if peak is None and acc is not None:
-        peak = acc.peak_flops(base.dtypes.activations)
-        source = f"{acc.name}, {acc.source}"
-    if peak is None:
-        return None, None, None
-    return mfu(base, obs.step_s, peak), peak, source
+    click.echo(found.to_json() if fmt == "json" else found.to_text())
 
 
 @cli.command()
@@ -838,6 +759,7 @@ def diff(
     docs/diff.md describes every column.
     """
     from .diff import VIEWS, diff_jobs, view_descriptions
+    from .diff.text import table_text, wrapped
     from .output import refuse_inside
 
     if query is not None:
@@ -868,8 +790,10 @@ def diff(
         return
     for n in names:
         if fmt == "table" and len(names) > 1:
-            click.echo(_wrapped(f"{n}: {view_descriptions()[n]}", width))
-        click.echo(_diff_text(result.views[n], fmt, width), nl=False)
+            click.echo(wrapped(f"{n}: {view_descriptions()[n]}", width))
+        frame = result.views[n]
+        text = table_text(frame, width) if fmt == "table" else format_frame(frame, fmt)
+        click.echo(text, nl=False)
 
 
 def _diff_query(
@@ -884,84 +808,6 @@ def _diff_query(
     except TokenwireError as exc:
         _fail(str(exc))
     click.echo(format_frame(frame, fmt), nl=False)
-
-
-def _wrapped(text: str, width: int) -> str:
-    import textwrap
-
-    return textwrap.fill(text, width) if width else text
-
-
-def _diff_text(frame, fmt: str, width: int = DIFF_WIDTH) -> str:
-    """A diff view as text. A table has numbers in full (bytes, not 2.158592e6), times in
-    whole ns (the unit in the column's name), other fractions to 3 decimals, and fits
-    ``width`` columns: its leading text columns (the rows' keys) and as many of the others
-    as fit, then the keys again with the next ones (``width`` 0: one block)."""
-    if fmt != "table":
-        return format_frame(frame, fmt)
-    import polars as pl
-    import polars.selectors as cs
-
-    times = cs.ends_with("_ns", "_ns_a", "_ns_b")
-    frame = frame.with_columns(cs.float().round(3)).with_columns(times.round(0))
-    if "metric" in frame.columns:  # (diff_steps: a row per metric, its unit in its name)
-        whole = pl.col("metric").str.ends_with("_ns")
-        floats = [n for n in ("a", "b", "change") if n in frame.columns]
-        frame = frame.with_columns(
-            pl.when(whole).then(pl.col(n).round(0)).otherwise(pl.col(n)).alias(n) for n in floats
-        )
-    keys = []
-    for name, dtype in frame.schema.items():
-        if dtype != pl.String:
-            break
-        keys.append(name)
-    values = frame.columns[len(keys) :]
-    # (long keys, such as layer paths and op names, lose their middle until they leave a
-    # third of the width to values: their heads and tails tell them apart)
-    text_chars = 80
-    while (
-        text_chars > 16
-        and width
-        and _table_width(_cut(frame.select(keys), keys, text_chars)) > width * 2 // 3
-    ):
-        text_chars -= 4
-    frame = _cut(frame, keys, text_chars)
-    blocks: list[list[str]] = []
-    for name in values:
-        trial = [*keys, *(blocks[-1] if blocks else []), name]
-        if blocks and (not width or _table_width(frame.select(trial)) <= width):
-            blocks[-1].append(name)
-        else:
-            blocks.append([name])
-    return "\n".join(_table_text(frame.select([*keys, *block])) for block in blocks or [[]])
-
-
-def _cut(frame, columns: list[str], chars: int):
-    """``frame`` with the text of ``columns`` longer than ``chars`` cut in the middle."""
-    import polars as pl
-
-    head, tail = chars // 2, chars - chars // 2 - 1
-    return frame.with_columns(
-        pl.when(pl.col(c).str.len_chars() > chars)
-        .then(pl.col(c).str.head(head) + "…" + pl.col(c).str.tail(tail))
-        .otherwise(pl.col(c))
-        .alias(c)
-        for c in columns
-    )
-
-
-def _table_text(frame) -> str:
-    import polars as pl
-
-    with pl.Config(
-        tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=1000, tbl_width_chars=10_000,
-        fmt_float="full", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
-    ):  # fmt: skip
-        return str(frame) + "\n"
-
-
-def _table_width(frame) -> int:
-    return max(len(line) for line in _table_text(frame).splitlines())
 
 
 @cli.command("export")
@@ -1047,20 +893,11 @@ def export(
         result = ex.export_timeline(dataset, output=output, scope=scope)
     except TokenwireError as exc:
         _fail(str(exc))
-    if result.untimed_ranks:
-        _say("Warning", f"ranks without timed collectives (none exported): {result.untimed_ranks}")
-    counts = ", ".join(f"{n:,} {k}" for k, n in result.counts.items() if k != "events")
-    click.echo(
-        f"wrote {result.output} ({result.size_bytes / 1e6:.1f} MB, job {result.job}, "
-        f"{result.counts['events']:,} events: {counts})",
-        err=True,
-    )
-    if result.counts["events"] > ex.MANY_EVENTS:
-        _say(
-            "Warning",
-            f"{result.counts['events']:,} events may be more than a browser opens comfortably; "
-            "narrow with --step, --ranks or --window (docs/export.md)",
-        )
+    if line := result.untimed_warning():
+        _say("Warning", line)
+    click.echo(result.summary(), err=True)
+    if line := result.size_warning():
+        _say("Warning", line)
 
 
 def _export_flows(
@@ -1089,8 +926,4 @@ def _export_flows(
         result = export_flows(dataset, output=output, scope=scope)
     except TokenwireError as exc:
         _fail(str(exc))
-    click.echo(
-        f"wrote {result.output} ({result.size_bytes / 1e6:.1f} MB, job {result.job}, "
-        f"{result.flows:,} flows, {result.bytes:,.0f} bytes)",
-        err=True,
-    )
+    click.echo(result.summary(), err=True)

@@ -500,13 +500,20 @@ def _worker(rank: int, run: str, world: int, port: int, out: str, micro: int = M
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model, step = _build(run, rank, world)
+    record_steps(rank, out, step, with_modules=True)
+
+
+def record_steps(rank: int, out: str, step, *, with_modules: bool) -> None:
+    """Profile :data:`STEPS` calls of ``step`` on this rank (the middle two recorded), then
+    write its trace and flight recorder dump into ``out``, gzipped, and leave the group."""
     tmp = Path(out) / f"rank{rank}.pt.trace.json"
 
     def ready(prof) -> None:
         prof.export_chrome_trace(str(tmp))
 
     with profile(
-        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True, with_modules=True,
+        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
+        with_modules=with_modules,
         schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready,
     ) as prof:  # fmt: skip
         for i in range(STEPS):

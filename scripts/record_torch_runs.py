@@ -70,7 +70,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F  # noqa: N812
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record_cpu_runs import (  # noqa: E402
@@ -80,15 +80,14 @@ from record_cpu_runs import (  # noqa: E402
     LAYERS,
     MICRO,
     SEQ,
-    STEPS,
     VOCAB,
     Block,
     TinyGPT,
     _batch,
     _dp_step,
     _free_port,
-    _gzip_bytes,
     _gzip_file,
+    record_steps,
 )
 
 RUNS = {"tp_dtensor": 2, "pp_1f1b": 2, "ddp4": 4, "fsdp1": 2, "tp_dtensor4": 4, "pp_1f1b4": 4,
@@ -126,19 +125,7 @@ def _tp_dtensor(rank: int, world: int):
     for block in model.blocks:
         parallelize_module(block, mesh, plan)
         block.attn.heads = HEADS // world  # the local heads of the column-parallel Q K V
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step(i: int) -> None:
-        ids, target = _batch(i, 0)
-        with record_function("forward"):
-            loss = model(ids, target)
-        with record_function("backward"):
-            loss.backward()
-        with record_function("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-    return step
+    return _dp_step(model, 0, None)  # (no data parallel: no loss report)
 
 
 class _First(nn.Module):
@@ -358,19 +345,7 @@ def _tp_sp(rank: int, world: int):
     parallelize_module(model, mesh, plan)
     for block in model.blocks:
         block.attn.heads = HEADS // world  # the local heads of the column-parallel Q K V
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step(i: int) -> None:
-        ids, target = _batch(i, 0)
-        with record_function("forward"):
-            loss = model(ids, target)
-        with record_function("backward"):
-            loss.backward()
-        with record_function("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-    return step
+    return _dp_step(model, 0, None)  # (no data parallel: no loss report)
 
 
 # ------------------------------------------------------------- recommendation model (a2a)
@@ -442,27 +417,7 @@ def _worker(rank: int, run: str, world: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     step = _BUILD[run](rank, world)
-    tmp = Path(out) / f"rank{rank}.pt.trace.json"
-
-    def ready(prof) -> None:
-        prof.export_chrome_trace(str(tmp))
-
-    with profile(
-        activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
-        with_modules=run not in NO_MODULES,
-        schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready,
-    ) as prof:  # fmt: skip
-        for i in range(STEPS):
-            step(i)
-            prof.step()
-    dist.barrier()
-    fr = torch._C._distributed_c10d._dump_fr_trace_json()
-    _gzip_bytes(
-        fr if isinstance(fr, bytes) else fr.encode(),
-        Path(out) / f"rank{rank}.flight_recorder.json.gz",
-    )
-    _gzip_file(tmp)
-    dist.destroy_process_group()
+    record_steps(rank, out, step, with_modules=run not in NO_MODULES)
 
 
 def job_yaml(run: str) -> str:

@@ -5,7 +5,7 @@ A part per table and input file would make a job of 1,024 ranks with a Kineto tr
 NCCL log each some 11,000 parts, most of a few hundred rows, and every query opens every
 part it reads (measured: 0.15 s per scan of a table of 2,048 parts, more than the rows
 cost). Ingest therefore writes the tables under :data:`SMALL_PART_ROWS` rows of the files
-of one run as one part per table and job (:mod:`pipeline.ingest.run`); what is left small
+of one run as one part per table and job (:mod:`pipeline.dataset.small_parts`); what is left small
 across runs (each later ingest into a job adds its own small part) is merged here, at
 commit: the parts of each table and job under :data:`SMALL_PART_ROWS` rows are rewritten as
 one part, ``<table>/job=<job>/part-<id>.parquet`` (``rank`` is a column of every part). The

@@ -121,6 +121,10 @@ class Manifest:
         """Relative paths of every part of every table, each once."""
         return [rel for rels in self.parts_by_table().values() for rel in rels]
 
+    def add(self, entry: FileEntry) -> None:
+        """List ``entry``: an ingested file, under its job and file id."""
+        self.files[file_key(entry.job, entry.file_id)] = entry
+
     def sha256s(self) -> set[tuple[str, str]]:
         """(job, sha256) of every file in the dataset (a set: an ingest looks up each
         input). Dedup is per job: the same bytes may belong to two jobs."""

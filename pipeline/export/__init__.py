@@ -40,6 +40,29 @@ class ExportResult:
     counts: dict[str, int]
     untimed_ranks: list[int] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """One line on what was written: the file, its size, the job and its events."""
+        counts = ", ".join(f"{n:,} {k}" for k, n in self.counts.items() if k != "events")
+        return (
+            f"wrote {self.output} ({self.size_bytes / 1e6:.1f} MB, job {self.job}, "
+            f"{self.counts['events']:,} events: {counts})"
+        )
+
+    def untimed_warning(self) -> str | None:
+        """The ranks left out for want of a timed collective, if any."""
+        if not self.untimed_ranks:
+            return None
+        return f"ranks without timed collectives (none exported): {self.untimed_ranks}"
+
+    def size_warning(self) -> str | None:
+        """Whether the file may be too large for a browser."""
+        if self.counts["events"] <= MANY_EVENTS:
+            return None
+        return (
+            f"{self.counts['events']:,} events may be more than a browser opens comfortably; "
+            "narrow with --step, --ranks or --window (docs/export.md)"
+        )
+
 
 def export_timeline(dataset: Path | str, *, output: Path | str, scope: Scope) -> ExportResult:
     """Write ``scope`` of a linked job of ``dataset`` to ``output`` as a Chrome trace

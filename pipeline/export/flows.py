@@ -40,6 +40,13 @@ class FlowsResult:
     flows: int
     bytes: float
 
+    def summary(self) -> str:
+        """One line on what was written: the file, its size, the job, its flows and bytes."""
+        return (
+            f"wrote {self.output} ({self.size_bytes / 1e6:.1f} MB, job {self.job}, "
+            f"{self.flows:,} flows, {self.bytes:,.0f} bytes)"
+        )
+
 
 def export_flows(dataset: Path | str, *, output: Path | str, scope: Scope) -> FlowsResult:
     """Write the flows of ``scope`` of a linked job of ``dataset`` to ``output`` (``.parquet``

@@ -104,6 +104,46 @@ def parsed_table(name: str, frame: pl.DataFrame) -> pa.Table:
     return empty_table(pa.schema([f for f in schema if f.name not in WRITER_COLUMNS]))
 
 
+#: A row's duration, as every parser's tables give it: its end less its start.
+DUR_NS = pl.col("end_ns") - pl.col("start_ns")
+
+
+def schema_columns(table: str, frame: pl.DataFrame, /, **made: pl.Expr | str) -> pl.DataFrame:
+    """The columns of table ``table`` that a parser gives, from ``frame``, in the schema's
+    order: each column of ``schemas/<table>.yaml`` (the writer's aside) that ``made`` makes
+    (an expression, or the name of the column of ``frame`` it is), else that ``frame`` holds
+    under the schema's name. The others are NULL when the table is conformed."""
+    columns = parser_columns(table)
+    unknown = sorted(set(made) - set(columns))
+    if unknown:
+        raise ValueError(f"table {table}: unknown columns {unknown}")
+    picked = []
+    for column in columns:
+        if column in made:
+            value = made[column]
+            picked.append((pl.col(value) if isinstance(value, str) else value).alias(column))
+        elif column in frame.columns:
+            picked.append(pl.col(column))
+    return frame.select(picked)
+
+
+def parser_columns(table: str, *, without: tuple[str, ...] = ()) -> list[str]:
+    """The columns of table ``table`` that a parser gives (the writer's aside), in the
+    schema's order, less ``without`` (those the parser does not know, or adds later)."""
+    return [
+        c.name
+        for c in table_schema(table).columns
+        if c.name not in WRITER_COLUMNS and c.name not in without
+    ]
+
+
+def parser_schema(table: str, names: tuple[str, ...]) -> pa.Schema:
+    """The Arrow schema of columns ``names`` of table ``table``, typed as ``schemas/``
+    says (nullable: the table is conformed after)."""
+    schema = table_schema(table)
+    return pa.schema([pa.field(n, schema.column(n).type) for n in names])
+
+
 def values_at(table: pa.Table, rows: np.ndarray, names: tuple[str, ...]) -> pl.DataFrame:
     """Columns ``names`` of ``table`` at ``rows`` only (a big trace's text columns would
     otherwise be copied whole), as strings; NULL where the parser left one out."""

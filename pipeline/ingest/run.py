@@ -7,7 +7,8 @@ except the small ones (most tables of most files of a many-rank job), which come
 main process. That process then checks the run as a whole (two files claiming one rank of
 one job), writes the small tables and the ``files`` rows as one part per table and job, and
 commits the manifest. A file whose bytes are already in the dataset under the same job is
-skipped (the same bytes under another job are that job's file).
+skipped (the same bytes under another job are that job's file), unless its rank comes from
+its file name and that names another rank (:func:`_plan`).
 """
 
 from __future__ import annotations
@@ -30,22 +31,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ..dataset.arrow_convert import array_from_list, table_from_lists
 from ..dataset.commit import PartWriter, Transaction, discard_parts, write_part
-from ..dataset.schema import conform, table_schema
+from ..dataset.schema import conform
+from ..dataset.small_parts import (
+    copy_part_without,
+    files_part,
+    pack_table,
+    write_shared_parts,
+)
 from ..dataset.store import (
     ROW_GROUP_ROWS,
     DatasetWriteError,
     FileEntry,
     check_job_name,
-    file_key,
     job_name_from,
     part_columns,
     part_id,
     part_path,
-    row_groups,
 )
 from ..errors import TokenwireError, TraceFormatError
 from ..guards import die_with_parent, limit_message
@@ -53,6 +56,7 @@ from ..ingest.derive.attribution import attribute_collectives
 from ..ingest.derive.time_breakdown import add_time_breakdown
 from ..ingest.detect import detect, module_for
 from ..ingest.result import ParseResult
+from ..ingest.values import rank_from_file_name
 
 if TYPE_CHECKING:  # (Dask is an optional extra, imported only for --scheduler)
     from ..ingest.distributed import Cluster
@@ -69,7 +73,8 @@ BATCH_BYTES = 8 * 1024 * 1024
 #: The small tables of parsed files wait in the main process until the commit writes them,
 #: up to this many (packed) bytes in all; past it, those held are written at once, one part
 #: per table and job shared by their files. Measured on a generated job of 1,024 ranks:
-#: 2,048 files held 504 MB as tables, 112 MB packed (:func:`_packed`).
+#: 2,048 files held 504 MB as tables, 112 MB packed
+#: (:func:`~pipeline.dataset.small_parts.pack_table`).
 SMALL_TABLES_BYTES = 256 * 1024 * 1024
 
 
@@ -238,6 +243,7 @@ def ingest(
     on_start: Callable[[int], None] | None = None,
     on_file: Callable[[FileOutcome], None] | None = None,
     step_marker: str | None = None,
+    fmt: str | None = None,
 ) -> IngestSummary:
     """Parse ``paths`` into ``dataset``.
 
@@ -262,6 +268,10 @@ def ingest(
         A regular expression matching the whole name of the user annotations that bound
         steps in Kineto traces without ``ProfilerStep#N`` ranges (see
         :func:`pipeline.ingest.kineto.parse.parse`).
+    fmt
+        The format of every file (:mod:`pipeline.ingest.detect`'s name), not detected: a
+        file that is not one fails with the parser's error (``tokenwire hang`` reads
+        flight recorder dumps only).
 
     Returns
     -------
@@ -281,7 +291,7 @@ def ingest(
 
         finished = functools.partial(_finished, _SmallTables(txn.dataset), on_file)
         planned = _plan(inputs, sizes, txn, finished, outcomes, SMALL_PART_ROWS, cluster)
-        planned = ((i, (*a, step_marker)) for i, a in planned)
+        planned = ((i, (*a, step_marker, file_id, fmt)) for i, a, file_id in planned)
         results = _parse_all(planned, sizes, jobs, finished, cluster)
         accepted = _check_ranks(results, txn)
         _commit(txn, accepted)
@@ -299,11 +309,17 @@ def _plan(
     done: list[FileOutcome],
     small_rows: int,
     cluster: Cluster | None = None,
-) -> Iterator[tuple[int, tuple]]:
+) -> Iterator[tuple[int, tuple, str]]:
     """Hash the inputs, largest first (here, or on the Dask ``cluster``), and yield (input
-    index, :func:`parse_file` arguments) for each file to parse as soon as its hash is known,
-    so that parsing starts while the rest are hashed. Files already ingested (or repeated in
-    this run) and unreadable ones go to ``done`` instead.
+    index, :func:`parse_file` arguments, file id) for each file to parse as soon as its hash
+    is known, so that parsing starts while the rest are hashed. Files already ingested (or
+    repeated in this run) and unreadable ones go to ``done`` instead.
+
+    A file is its bytes and the rank its file name gives (:func:`rank_from_file_name`): the
+    dumps of pipeline stages that ran no collective are the same bytes, each rank's told by
+    its name alone. Its id is its sha256's first 16 hex digits; a file of the same bytes as
+    one before it under another name's rank takes :func:`_named_file_id` (and is skipped
+    after all if its trace states its rank: :func:`_check_ranks`).
     """
     # Largest first: no worker is left with a big file at the end. sorted() is stable, so of
     # two copies of a file (same size) the first given is the one parsed.
@@ -313,7 +329,11 @@ def _plan(
     # (a set: checked against every manifest entry instead, re-ingesting 32,768 files would
     # take 28.7 s, not 5.7 s)
     seen = txn.manifest.sha256s()
-    held = set(seen)  # (a file skipped for bytes held before the run is in the dataset)
+    known = {
+        (e.job, e.sha256, rank_from_file_name(Path(e.path).name))
+        for e in txn.manifest.files.values()
+    }
+    held = set(known)  # (a file skipped for bytes held before the run is in the dataset)
     with _hashing(cluster) as hashes:
         found = hashes([inputs[i].path for i in order], [sizes[i] for i in order])
         for i, sha in zip(order, found, strict=True):
@@ -325,15 +345,22 @@ def _plan(
                 # (the files table and the manifest hold paths as UTF-8 text)
                 error = f"{inp.path}: the file name is not valid UTF-8; rename it to ingest it"
                 out = FileOutcome(inp.path, inp.job, "failed", error=error)
-            elif (inp.job, sha) in seen:
+            elif (key := (inp.job, sha, rank_from_file_name(inp.path.name))) in known:
                 out = FileOutcome(inp.path, inp.job, "skipped", file_id=sha[:16], sha256=sha)
-                out.held = (inp.job, sha) in held
+                out.held = key in held
             else:
+                file_id = sha[:16] if (inp.job, sha) not in seen else _named_file_id(sha, key[2])
                 seen.add((inp.job, sha))
-                yield i, (inp.path, inp.job, inp.explicit, sha, txn.dataset, small_rows)
+                known.add(key)
+                yield i, (inp.path, inp.job, inp.explicit, sha, txn.dataset, small_rows), file_id
                 continue
             done.append(out)
             _notify(on_file, out)
+
+
+def _named_file_id(sha256: str, rank: int | None) -> str:
+    """The id of a file whose bytes another file of its job has, its name giving ``rank``."""
+    return hashlib.sha256(f"{sha256}:rank{rank}".encode()).hexdigest()[:16]
 
 
 def _parse_all(
@@ -470,16 +497,19 @@ def parse_file(
     dataset: Path,
     small_rows: int = 0,
     step_marker: str | None = None,
+    file_id: str | None = None,
+    given: str | None = None,
 ) -> FileOutcome:
     """Detect, parse and write the parts of one file (runs in a worker process); tables of
     fewer than ``small_rows`` rows come back in the outcome instead. ``step_marker``: see
-    :func:`ingest` (Kineto traces only).
+    :func:`ingest` (Kineto traces only); ``file_id``: the file's (default: its sha256's
+    first 16 hex digits, :func:`_plan`); ``given``: its format, not detected.
 
     Never raises: bad input and internal errors come back as a failed outcome.
     """
 
     def parsed() -> tuple[str, ParseResult] | None:
-        fmt = detect(path)
+        fmt = given or detect(path)
         if fmt is None:
             if explicit:
                 raise TraceFormatError(path, "not a trace format tokenwire reads")
@@ -487,8 +517,8 @@ def parse_file(
         options = {"step_marker": step_marker} if step_marker and fmt == "kineto" else {}
         return fmt, module_for(fmt).parse(path, **options)
 
-    return _outcome(FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256),
-                    parsed, dataset, small_rows)  # fmt: skip
+    out = FileOutcome(path, job, "failed", file_id=file_id or sha256[:16], sha256=sha256)
+    return _outcome(out, parsed, dataset, small_rows)
 
 
 def _outcome(
@@ -547,7 +577,8 @@ def parse_files(batch: list[tuple]) -> list[FileOutcome]:
     outs: list[FileOutcome | None] = [None] * len(batch)
     formats: dict[str, list[int]] = {}
     for i, a in enumerate(batch):
-        if (fmt := _batch_format(a[0])) is not None:
+        given = a[8] if len(a) > 8 else None  # (a format given is parsed file by file)
+        if given is None and (fmt := _batch_format(a[0])) is not None:
             formats.setdefault(fmt, []).append(i)
     for fmt, members in formats.items():
         parsed = parse_together(fmt, [batch[i] for i in members])
@@ -590,7 +621,8 @@ def parse_together(fmt: str, batch: list[tuple]) -> list[FileOutcome]:
         return [parse_file(*a) for a in batch]
     outs = []
     for (path, job, _, sha256, dataset, *rest), result in zip(batch, results, strict=True):
-        out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
+        file_id = (rest[2] if len(rest) > 2 else None) or sha256[:16]
+        out = FileOutcome(path, job, "failed", file_id=file_id, sha256=sha256)
         small_rows = rest[0] if rest else 0
         parsed = functools.partial(_given, fmt, result)
         outs.append(_outcome(out, parsed, dataset, small_rows))
@@ -639,7 +671,7 @@ def _write_tables(
             ranks.update(table.column("rank").unique().to_pylist())
         if table.num_rows < small_rows:
             table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
-            out.small[name] = _packed(part_columns(name, table))
+            out.small[name] = pack_table(part_columns(name, table))
             continue
         with PartWriter(dataset, part_path(name, out.job, out.file_id)) as part:
             for start in range(0, table.num_rows, ROW_GROUP_ROWS):
@@ -651,15 +683,23 @@ def _write_tables(
 
 
 def _check_ranks(results: list[FileOutcome], txn: Transaction) -> list[FileOutcome]:
-    """Refuse files that claim a rank another file of the same job and format already holds."""
+    """Refuse files that claim a rank another file of the same job and format already holds.
+    A file of the same bytes as another of its job, parsed for the other rank its name
+    gives (:func:`_plan`), whose trace states its rank after all, is that file again:
+    skipped."""
     owner: dict[tuple[str, str, int], str] = {}
     refused: list[FileOutcome] = []
     for e in txn.manifest.files.values():
         for r in e.ranks:
             owner[(e.job, e.format, r)] = e.path
+    held = txn.manifest.sha256s()
     accepted = []
     for out in results:
         if out.status != "ingested":
+            continue
+        if out.file_id != out.sha256[:16] and "file_name" not in (out.rank_source or ""):
+            out.status, out.held = "skipped", (out.job, out.sha256) in held
+            refused.append(out)
             continue
         clash = [
             (r, owner[(out.job, out.format, r)])
@@ -679,6 +719,9 @@ def _check_ranks(results: list[FileOutcome], txn: Transaction) -> list[FileOutco
             owner[(out.job, out.format, r)] = str(out.path)
         accepted.append(out)
     _drop_refused(txn, refused, accepted)
+    for out in refused:
+        if out.status == "skipped":  # (its rows dropped by the id they were written under)
+            out.file_id = out.sha256[:16]
     return accepted
 
 
@@ -704,7 +747,7 @@ def _drop_refused(
     for (name, rel), file_ids in sorted(drop.items()):
         kept = holders[rel]
         new = part_path(name, kept[0].job, part_id(out.file_id for out in kept))
-        _copy_part_without(txn.dataset, rel, new, file_ids)
+        copy_part_without(txn.dataset, rel, new, file_ids)
         for out in kept:
             out.parts[name] = [new if r == rel else r for r in out.parts[name]]
         txn.discard(rel)
@@ -730,14 +773,16 @@ def _commit(txn: Transaction, accepted: list[FileOutcome]) -> None:
         for out in outs:
             out.parts["files"] = [rel]
             out.rows["files"] = 1
-            manifest.files[file_key(out.job, out.file_id)] = FileEntry(
-                file_id=out.file_id,
-                sha256=out.sha256,
-                path=str(out.path.resolve()),
-                job=out.job,
-                format=out.format,
-                ranks=out.ranks,
-                parts=out.parts,
+            manifest.add(
+                FileEntry(
+                    file_id=out.file_id,
+                    sha256=out.sha256,
+                    path=str(out.path.resolve()),
+                    job=out.job,
+                    format=out.format,
+                    ranks=out.ranks,
+                    parts=out.parts,
+                )
             )
     from ..dataset.compact import compact
 
@@ -745,64 +790,16 @@ def _commit(txn: Transaction, accepted: list[FileOutcome]) -> None:
     txn.commit(removed=stale + merged)  # until here the dataset is as it was
 
 
-def _packed(table: pa.Table) -> bytes:
-    """``table`` as an Arrow stream in one LZ4 frame, after its uncompressed size: a fifth of
-    the table's size (measured: packing or unpacking a rank's small tables, 0.2 ms; LZ4 for
-    each buffer of the stream instead, 0.7 ms)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
-        stream.write_table(table)
-    raw = sink.getvalue()
-    return raw.size.to_bytes(8, "little") + pa.compress(raw, "lz4", asbytes=True)
-
-
-def _unpacked(data: bytes) -> pa.Table:
-    size = int.from_bytes(data[:8], "little")
-    return pa.ipc.open_stream(pa.decompress(memoryview(data)[8:], size, "lz4")).read_all()
-
-
 def _write_small_tables(dataset: Path, job: str, outs: list[FileOutcome]) -> None:
-    """Write the small tables ``outs`` hold as one part per table (rows in file id order,
-    unpacked a row group at a time), listed under each file whose rows it holds.
-
-    The tables are written side by side, a thread per core, each holding one row group at
-    a time: unpacking and Parquet encoding release the GIL. At the commit the workers are
-    done and the cores free (measured: the commit of a 1,024-rank job, 2.7 -> 1.8 s on 2
-    cores); past :data:`SMALL_TABLES_BYTES`, during the run, the threads share the cores
-    with the workers.
-    """
-    outs = sorted(outs, key=lambda out: out.file_id or "")
-    names = sorted({name for out in outs for name in out.small})
-    holders = {name: [out for out in outs if name in out.small] for name in names}
-    with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
-        # (leaving the block waits for every write: a failed one leaves no thread writing)
-        written = [pool.submit(_write_small_table, dataset, job, n, holders[n]) for n in names]
-    for future in written:
-        future.result()  # the first error, if any
-
-
-def _write_small_table(dataset: Path, job: str, name: str, holders: list[FileOutcome]) -> None:
-    """Write table ``name`` of ``holders`` as one part and list it under each of them."""
-    rel = part_path(name, job, part_id(out.file_id for out in holders))
-    with PartWriter(dataset, rel) as part:
-        for group in row_groups(_unpacked(out.small.pop(name)) for out in holders):
-            part.write(pa.concat_tables(group))
-    for out in holders:
-        out.parts[name] = [rel]
-
-
-def _copy_part_without(dataset: Path, rel: str, new: str, file_ids: set[str]) -> None:
-    """Write part ``rel`` again as ``new``, without the rows of ``file_ids``."""
-    import pyarrow.compute as pc  # (50 ms to import, for a rank clash only)
-
-    unwanted = array_from_list(sorted(file_ids), pa.string())
-    with PartWriter(dataset, new) as part:
-        for batch in pq.ParquetFile(dataset / rel).iter_batches(ROW_GROUP_ROWS):
-            part.write(
-                pa.Table.from_batches([batch]).filter(
-                    pc.invert(pc.is_in(batch.column("file_id"), unwanted))
-                )
-            )
+    """Write the small tables ``outs`` hold as one part per table
+    (:func:`~pipeline.dataset.small_parts.write_shared_parts`), listed under each file whose
+    rows it holds. At the commit the workers are done and the cores free; past
+    :data:`SMALL_TABLES_BYTES`, during the run, the writes share the cores with them."""
+    names = {out.file_id: list(out.small) for out in outs}
+    written = write_shared_parts(dataset, job, [(out.file_id, out.small) for out in outs])
+    for out in outs:
+        for name in names[out.file_id]:
+            out.parts[name] = [written[name]]
 
 
 class _SmallTables:
@@ -844,22 +841,23 @@ def _finished(small: _SmallTables, on_file, out: FileOutcome) -> None:
 def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
     """One ``files`` row per outcome of ``job``, as its part holds them."""
     now = time.time_ns()
-    rows = {
-        "file_id": [out.file_id for out in outs],
-        "sha256": [out.sha256 for out in outs],
-        "path": [str(out.path.resolve()) for out in outs],
-        "format": [out.format for out in outs],
-        "format_version": [out.format_version for out in outs],
-        "size_bytes": [out.path.stat().st_size for out in outs],
-        "ranks": [out.ranks for out in outs],
-        "rank_source": [out.rank_source for out in outs],
-        "rows": [sum(out.rows.values()) for out in outs],
-        "warnings": [out.warning_count for out in outs],
-        "warning_messages": [out.warnings for out in outs],
-        "ingested_at_ns": [now] * len(outs),
-    }
-    schema = pa.schema([f for f in table_schema("files").arrow if f.name in rows])
-    return part_columns("files", conform("files", table_from_lists(rows, schema), job=job))
+    return files_part(
+        job,
+        {
+            "file_id": [out.file_id for out in outs],
+            "sha256": [out.sha256 for out in outs],
+            "path": [str(out.path.resolve()) for out in outs],
+            "format": [out.format for out in outs],
+            "format_version": [out.format_version for out in outs],
+            "size_bytes": [out.path.stat().st_size for out in outs],
+            "ranks": [out.ranks for out in outs],
+            "rank_source": [out.rank_source for out in outs],
+            "rows": [sum(out.rows.values()) for out in outs],
+            "warnings": [out.warning_count for out in outs],
+            "warning_messages": [out.warnings for out in outs],
+            "ingested_at_ns": [now] * len(outs),
+        },
+    )
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from ..ingest.vocab import DIMS, GROUP_NAME_DIMS
+from ..vocab import DIMS, GROUP_NAME_DIMS
 
 if TYPE_CHECKING:
     from ..model.config import Job

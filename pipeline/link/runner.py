@@ -5,17 +5,11 @@ names do not start with ``_`` are published.
 
 Inputs besides the raw tables, registered before the SQL runs (empty without a job.yaml):
 ``_job_layout`` (job, comm, parallel_dim, conflicts) from the job's rank order and what of
-the traces contradicts it (``layout_check``); ``_job_facts`` (job, tokens_per_step,
-bucket_key: the job.yaml key that sets DP's gradient buckets, dims: the dimensions of
-degree above 1); ``_alternative_bytes`` (the ranks' bytes per dimension, op and phase were
-a key given another value: :func:`pipeline.model.predict.alternative_totals`);
-``predictions`` (the analytic model's rows for every rank); ``_gradient_plan`` (the dense
-gradients each rank reduces over data parallel, in order:
-:func:`pipeline.model.predict.gradient_plan`); ``_layout_ep_groups`` (job,
-rank, comm: each traced rank's expert-parallel group), ``_layout_ep_members`` (job, comm,
-ranks: each such group's members) and ``_ep_directions`` (purpose, direction of the
-model's expert-parallel items); and always ``_moe_exchange_kernels`` (pattern, direction:
-what names an MoE library's token exchange) and ``_moe_library`` (pattern: the library's
+the traces contradicts it (``layout_check``); the model's ``predictions``, ``_job_facts``,
+``_alternative_bytes``, ``_gradient_plan``, ``_layout_ep_groups`` and ``_layout_ep_members``
+(:mod:`pipeline.model.link_inputs`); ``_ep_directions`` (purpose, direction of the model's
+expert-parallel items); and always ``_moe_exchange_kernels`` (pattern, direction: what
+names an MoE library's token exchange) and ``_moe_library`` (pattern: the library's
 kernels).
 """
 
@@ -266,83 +260,35 @@ def _register_job_inputs(
 ) -> list[str]:
     """The runner's inputs (module docstring); the warnings on where job.yaml's layout
     contradicts the traces."""
+    from ..model.link_inputs import TABLES, ModelInputs
+
     layout = {"job": [], "comm": [], "parallel_dim": [], "conflicts": []}
     warnings: list[str] = []
-    facts = {"job": [], "tokens_per_step": [], "bucket_key": [], "dims": []}
-    alternatives: list[tuple] = []
-    ep_groups: dict[str, list] = {"job": [], "rank": [], "comm": []}
-    ep_members: dict[str, list] = {"job": [], "comm": [], "ranks": []}
-    predictions = []
-    plan_rows: dict[str, list] = {k: [] for k in _PLAN_COLUMNS}
+    model = ModelInputs()
     if config is not None:
-        from ..model.predict import alternative_totals, predictions_table
-
-        job_spec = config
-        world = job_spec.parallel.world_size
         for job in jobs:
-            ranks = _traced_ranks(con, job, config)
-            predictions.append(
-                conform(
-                    "predictions", predictions_table(job_spec, ranks, world_size=world), job=job
-                )
-            )
-            groups = _comm_dims_from_layout(con, job, job_spec)
-            found = layout_check.conflicts(con, job, job_spec, groups)
+            model.add(job, config, _traced_ranks(con, job, config))
+            groups = _comm_dims_from_layout(con, job, config)
+            found = layout_check.conflicts(con, job, config, groups)
             for g in groups:
                 layout["job"].append(job)
                 layout["comm"].append(g.comm)
                 layout["parallel_dim"].append(g.dim)
                 layout["conflicts"].append(found.get(g.comm))
             warnings += _conflict_warnings(config, job, groups, found, len(jobs) > 1)
-            for key, value in zip(facts, _facts_row(job, job_spec), strict=True):
-                facts[key].append(value)
-            alternatives += [(job, *a) for a in alternative_totals(job_spec, ranks)]
-            _add_ep_groups(ep_groups, ep_members, job, job_spec, ranks)
-            _add_gradient_plan(plan_rows, job, job_spec, ranks)
     # (built by DuckDB from the lists: pyarrow would import pandas, and arrow_convert's
     # Polars, 0.16 s to import, is otherwise not needed by a link without a job.yaml)
-    _table_of_lists(con, "_job_layout", layout, ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR[]"))
-    _table_of_lists(con, "_job_facts", facts, ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR[]"))
-    _table_of_lists(con, "_layout_ep_groups", ep_groups, ("VARCHAR", "BIGINT", "VARCHAR"))
-    _table_of_lists(con, "_layout_ep_members", ep_members, ("VARCHAR", "VARCHAR", "BIGINT[]"))
-    _register_alternatives(con, alternatives)
+    types = ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR[]")
+    _table_of_lists(con, "_job_layout", layout, dict(zip(layout, types, strict=True)))
+    for name, columns in model.columns.items():
+        _table_of_lists(con, name, columns, TABLES[name])
     _register_exchange_directions(con, config)
-    con.execute(
-        "CREATE TEMP TABLE _gradient_plan AS SELECT "
-        + ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in _PLAN_COLUMNS.items()),
-        [plan_rows[n] for n in _PLAN_COLUMNS],
-    )
-    if predictions:
-        con.register("_predictions_arrow", pa.concat_tables(predictions))
+    if model.predictions:
+        con.register("_predictions_arrow", pa.concat_tables(model.predictions))
         con.execute("CREATE VIEW predictions AS SELECT * FROM _predictions_arrow")
     else:
         con.execute(f"CREATE VIEW predictions AS {empty_select(table_schema('predictions'))}")
     return warnings
-
-
-def _facts_row(job: str, job_spec: Job) -> tuple:
-    """``_job_facts``'s row of ``job``: tokens per step, the job.yaml key that sets DP's
-    gradient buckets, and the dimensions of degree above 1."""
-    torch = job_spec.conventions.torch_buckets
-    bucket_key = "conventions.ddp_bucket_mb" if torch else "parallel.bucket_size"
-    par = job_spec.parallel
-    degrees = {"tp": par.tp, "cp": par.cp, "pp": par.pp, "ep": par.ep, "dp": par.dp}
-    dims = [d for d, n in degrees.items() if n > 1]
-    return job, job_spec.tokens_per_step, bucket_key, dims
-
-
-def _add_ep_groups(
-    ep_groups: dict[str, list], ep_members: dict[str, list], job: str, job_spec: Job, ranks
-) -> None:
-    """The rows of ``_layout_ep_groups`` and ``_layout_ep_members`` for ``job``
-    (:func:`_ep_groups`), appended to their column lists."""
-    by_rank, members = _ep_groups(job_spec, ranks)
-    for rank, comm in by_rank:
-        for key, value in zip(ep_groups, (job, rank, comm), strict=True):
-            ep_groups[key].append(value)
-    for comm, group_ranks in members.items():
-        for key, value in zip(ep_members, (job, comm, group_ranks), strict=True):
-            ep_members[key].append(value)
 
 
 def _traced_ranks(con: duckdb.DuckDBPyConnection, job: str, config: Job) -> list[int]:
@@ -366,12 +312,10 @@ def _traced_ranks(con: duckdb.DuckDBPyConnection, job: str, config: Job) -> list
 
 
 def _table_of_lists(
-    con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, list], types: tuple[str, ...]
+    con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, list], types: dict[str, str]
 ) -> None:
     """Temp table ``table`` with a column per list of ``columns``, typed as ``types`` says."""
-    select = ", ".join(
-        f"unnest(?::{t}[]) AS {name}" for name, t in zip(columns, types, strict=True)
-    )
+    select = ", ".join(f"unnest(?::{types[name]}[]) AS {name}" for name in columns)
     con.execute(f"CREATE TEMP TABLE {table} AS SELECT {select}", list(columns.values()))
 
 
@@ -396,31 +340,12 @@ def _conflict_warnings(
     return lines
 
 
-def _ep_groups(
-    job_spec: Job, ranks: list[int]
-) -> tuple[list[tuple[int, str]], dict[str, list[int]]]:
-    """(rank, comm) of each traced rank's expert-parallel group, named ``job.yaml:ep:<lowest
-    rank>``, and the members of each such group (listed once per group, not per rank);
-    none where the layout has no expert parallelism. The communicator of an MoE library's
-    kernels (DeepEP's buffer is made over the EP process group), which no trace names."""
-    if job_spec.parallel.ep < 2:
-        return [], {}
-    from ..model.predict import group, span
-
-    by_rank = [(r, f"job.yaml:ep:{span(job_spec, r, ('ep',), expert=True).lo}") for r in ranks]
-    members: dict[str, list[int]] = {}
-    for r, comm in by_rank:
-        if comm not in members:
-            members[comm] = group(job_spec, r, ("ep",), expert=True)
-    return by_rank, members
-
-
 def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | None) -> None:
     """``_moe_exchange_kernels`` (pattern, direction): what names an MoE library's token
     exchange kernels (vocab.MOE_EXCHANGE_KERNELS); ``_moe_library`` (pattern): its kernels
     (vocab.MOE_LIBRARY_KERNEL); ``_ep_directions`` (purpose, direction): the model's
     expert-parallel items (predict.EP_DIRECTIONS), empty without a job.yaml."""
-    from ..ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
+    from ..vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
 
     con.execute(
         "CREATE TEMP TABLE _moe_library AS SELECT ?::VARCHAR AS pattern", [MOE_LIBRARY_KERNEL]
@@ -440,47 +365,6 @@ def _register_exchange_directions(con: duckdb.DuckDBPyConnection, config: Job | 
             "unnest(?::VARCHAR[]) AS direction",
             [list(pairs), list(pairs.values())],
         )
-
-
-def _register_alternatives(con: duckdb.DuckDBPyConnection, rows: list[tuple]) -> None:
-    """``_alternative_bytes`` from (job, key, value, what, ranks, parallel_dim, op, phase,
-    bytes) rows: the bytes of each of the ranks listed."""
-    names = ("job", "key", "value", "what", "ranks", "parallel_dim", "op", "phase", "bytes")
-    types = ("VARCHAR",) * 4 + ("BIGINT[]",) + ("VARCHAR",) * 3 + ("BIGINT",)
-    columns = [[row[i] for row in rows] for i in range(len(names))]
-    select = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
-    con.execute(f"CREATE TEMP TABLE _alternative_bytes AS SELECT {select}", columns)
-
-
-#: ``_gradient_plan``: per rank, the units of its dense gradients in the order data
-#: parallel reduces them, each the byte range [lo_bytes, hi_bytes) of that sequence.
-_PLAN_COLUMNS = {
-    "job": "VARCHAR",
-    "rank": "BIGINT",
-    "position": "BIGINT",
-    "unit_kind": "VARCHAR",
-    "layer_index": "BIGINT",
-    "local_index": "BIGINT",
-    "lo_bytes": "BIGINT",
-    "hi_bytes": "BIGINT",
-}
-
-
-def _add_gradient_plan(rows: dict[str, list], job: str, spec: Job, ranks: list[int]) -> None:
-    """Each rank's gradient plan (one per pipeline stage, shared by its ranks)."""
-    from ..model.predict import coordinates, gradient_plan
-
-    stages: dict[int, list] = {}
-    for rank in ranks:
-        pp = coordinates(spec, rank)["pp"]
-        if pp not in stages:
-            stages[pp] = gradient_plan(spec, pp)
-        lo = 0
-        for position, unit in enumerate(stages[pp]):
-            values = (job, rank, position, unit.kind, unit.layer, unit.local, lo, lo + unit.bytes)
-            for name, value in zip(_PLAN_COLUMNS, values, strict=True):
-                rows[name].append(value)
-            lo += unit.bytes
 
 
 def _comm_dims_from_layout(

@@ -21,8 +21,8 @@ import yaml
 
 from ..errors import ConfigError, TraceFormatError, one_line, shown
 from ..guards import require_regular
-from ..ingest.vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
 from ..model.presets import PRESETS, preset
+from ..vocab import DIMS, DTYPE_SIZES, WORLD_DIMS
 
 #: job.yaml's dtype names -> the dataset's (fp8: E4M3, as Transformer Engine's forward pass).
 JOB_DTYPES: dict[str, str] = {

@@ -27,7 +27,6 @@ import pyarrow as pa
 from ..dataset.arrow_convert import table_from_lists
 from ..errors import ConfigError
 from ..gcpause import gc_paused
-from ..ingest.vocab import DIMS
 from ..model import params as P
 from ..model.config import (
     DTYPE_BYTES,
@@ -40,6 +39,7 @@ from ..model.config import (
 )
 from ..model.timing import call_time, choose
 from ..model.traffic import ep_a2a_message
+from ..vocab import DIMS
 
 #: Display and sort order of phases (of dimensions: vocab.DIMS).
 PHASES = ("forward", "backward", "optimizer", "other")
@@ -47,7 +47,7 @@ PHASES = ("forward", "backward", "optimizer", "other")
 #: Which way each expert-parallel item's tokens go: ``towards`` the experts (the forward
 #: dispatch, the backward of combine), ``back`` from them, or ``both`` (one item of dispatch
 #: and combine of one size). Link sizes an MoE library's kernel that records no size by it
-#: (``pipeline/link/size_estimates.sql``, :data:`pipeline.ingest.vocab.MOE_EXCHANGE_KERNELS`).
+#: (``pipeline/link/size_estimates.sql``, :data:`pipeline.vocab.MOE_EXCHANGE_KERNELS`).
 EP_DIRECTIONS: dict[str, str] = {
     "expert dispatch and combine": "both",
     "dispatch and combine gradients": "both",

@@ -41,9 +41,9 @@ from typing import Any
 import polars as pl
 
 from ..dataset.sql_files import sql_text
-from ..ingest.vocab import bus_factor_expr
 from ..model.config import AUTO_ALGORITHMS, Job, Network
 from ..model.traffic import hierarchical_split, node_split, wire_bytes
+from ..vocab import bus_factor_expr
 
 #: nccl-tests' ops the fit can use, in the model's op names.
 FIT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..ingest.vocab import bus_factor
+from ..vocab import bus_factor
 
 #: Collective ops the model emits (the project's ``op`` vocabulary).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "broadcast")

@@ -29,13 +29,13 @@ from typing import Any
 
 from ..dataset.sql_files import sql_text
 from ..errors import ConfigError, DatasetError
-from ..ingest.vocab import WORLD_DIMS
 from ..model import params as P
 from ..model.compute import phase_split, step_flops
 from ..model.config import Job, build_job
 from ..model.memory import describe
 from ..model.predict import _peer, predict_ranks
 from ..model.timing import Fitted, dataset_fits, exposed
+from ..vocab import WORLD_DIMS
 
 #: Classes of layers whose work :func:`class_work` measures.
 CLASSES = ("transformer", "embedding", "lm_head", "other")

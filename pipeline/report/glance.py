@@ -54,8 +54,8 @@ def _trace_facts(ctx: Context) -> list[tuple[str, object]]:
 
 def _job_facts(ctx: Context) -> list[tuple[str, object]]:
     """What the job.yaml says: model, layout, batch, dtypes."""
-    from ..ingest.vocab import DIMS
     from ..model.predict import layout_summary, model_summary
+    from ..vocab import DIMS
 
     job = ctx.config
     m, lay = model_summary(job), layout_summary(job)

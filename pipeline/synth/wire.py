@@ -1,6 +1,6 @@
 """The public facts the sample generator writes its bytes and times from, stated here on their
 own: the generator is the second witness the tests compare tokenwire's output with, so it
-takes no number from the code under test (``pipeline.ingest.vocab``, ``pipeline.model``).
+takes no number from the code under test (``pipeline.vocab``, ``pipeline.model``).
 A sample made from the package's own bus factor or element sizes would agree with the package
 even where both were wrong. ``tests/synth/test_wire_facts.py`` checks that the two statements
 agree.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 
 from pipeline.analysis import hang
 from pipeline.cli import cli
-from pipeline.errors import TraceFormatError
+from pipeline.errors import TokenwireError
 from tests.conftest import REPO_ROOT
 
 #: The project's recorded runs (a folder per run).
@@ -313,13 +314,62 @@ def test_unfinished_send_without_a_recv(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("run", DDP)
 def test_two_dumps_of_the_same_rank(run: str, tmp_path: Path) -> None:
+    """Two dumps claiming rank 0 (not the same bytes): ingest's rank rule refuses the
+    second, as ``tokenwire ingest`` would."""
     r0 = _raw(run, 0)
     folder = _write(tmp_path / "dup", {0: r0})
-    (folder / "copy_rank0.json").write_text(json.dumps(r0))
-    with pytest.raises(TraceFormatError, match="rank 0 group pg:0 was already read"):
+    (folder / "copy_rank0.json").write_text(json.dumps({**r0, "entries": r0["entries"][:-1]}))
+    taken = f"{folder / 'rank0.json'}: rank 0 of job 'dup' is already taken by"
+    with pytest.raises(TokenwireError, match=re.escape(taken)):
         hang.analyze_paths([folder])
     code, out = _run_cli(str(folder))
-    assert code == 1 and "Error:" in out
+    assert code == 1 and out.startswith(f"Error: {taken}")
+
+
+@pytest.mark.parametrize("run", DDP)
+def test_the_same_dump_twice_is_read_once(run: str, tmp_path: Path) -> None:
+    """The same bytes under names of two ranks, the dump stating its rank (0): one dump,
+    of rank 0."""
+    r0 = {**_raw(run, 0), "rank": 0}
+    folder = _write(tmp_path / "twice", {0: r0, 1: r0})
+    assert hang.analyze_paths([folder]).dumped_ranks == [0]
+    from pipeline.ingest.run import ingest
+
+    summary = ingest([folder], tmp_path / "ds", job="twice")
+    assert [(o.path.name, o.status) for o in summary.outcomes] == [
+        ("rank0.json", "ingested"),
+        ("rank1.json", "skipped"),
+    ]
+    assert summary.outcomes[1].file_id == summary.outcomes[0].file_id
+
+
+def test_identical_dumps_whose_names_give_their_ranks_are_one_each(tmp_path: Path) -> None:
+    """Dumps without a rank key, the same bytes (a pipeline stage that ran no collective),
+    each rank's told by its file name: every rank is read, by hang as by ingest, and the
+    folder they are in is left as it was."""
+    from pipeline.dataset.views import connect
+    from pipeline.ingest.run import ingest
+
+    doc = _nccl_doc([_nccl(s, "completed", True) for s in (1, 2)])
+    folder = _write(tmp_path / "pp", {0: doc, 1: doc, 2: doc})
+    before = sorted(p.name for p in folder.iterdir())
+    report = hang.analyze_paths([folder])
+    assert report.dumped_ranks == [0, 1, 2] and not report.problem_found
+    assert sorted(p.name for p in folder.iterdir()) == before
+    dataset = tmp_path / "ds"
+    summary = ingest([folder], dataset, job="pp")
+    assert [o.status for o in summary.outcomes] == ["ingested"] * 3
+    rows = (
+        connect(dataset)
+        .execute("SELECT ranks, rank_source FROM files ORDER BY ranks[1]")
+        .fetchall()
+    )
+    assert rows == [([0], "file_name"), ([1], "file_name"), ([2], "file_name")]
+    ids = {o.file_id for o in summary.outcomes}
+    assert len(ids) == 3 and summary.outcomes[0].file_id == summary.outcomes[0].sha256[:16]
+    assert hang.analyze_dataset(dataset).to_json() == report.to_json()
+    again = ingest([folder], dataset, job="pp")  # (each file held already: skipped)
+    assert [(o.status, o.held) for o in again.outcomes] == [("skipped", True)] * 3
 
 
 def test_folder_without_dumps(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pipeline.cli import cli
 from pipeline.errors import TraceFormatError
 from pipeline.ingest.detect import detect
 from pipeline.ingest.jax_trace.parse import parse
-from pipeline.ingest.vocab import XLA_COLLECTIVES
+from pipeline.vocab import XLA_COLLECTIVES
 from tests.conftest import REPO_ROOT
 
 DATA = REPO_ROOT / "tests/data/jax_cpu"

@@ -19,7 +19,7 @@ from pipeline.ingest.nccl import log as nccl_log
 from pipeline.ingest.nccl import nccl_tests
 from pipeline.ingest.nsys.collectives import PAYLOAD_SCHEMA, collectives
 from pipeline.ingest.result import Warnings
-from pipeline.ingest.vocab import op_expr
+from pipeline.vocab import op_expr
 
 #: NCCL INFO ``<Func>: opCount ...`` lines: NCCL's function names (``ncclFuncToString``,
 #: src/collectives.cc).

@@ -229,13 +229,13 @@ def test_a_refused_file_is_taken_out_of_small_tables_written_with_others(
     # held until the third file, then written together
     monkeypatch.setattr(run, "SMALL_TABLES_BYTES", sum(sizes) - min(sizes) // 2)
     rewritten = []
-    copy_part_without = run._copy_part_without
+    copy_part_without = run.copy_part_without
 
     def spy(dataset: Path, rel: str, new: str, file_ids: set[str]) -> None:
         rewritten.append(rel)
         copy_part_without(dataset, rel, new, file_ids)
 
-    monkeypatch.setattr(run, "_copy_part_without", spy)
+    monkeypatch.setattr(run, "copy_part_without", spy)
     result = _ingest(str(src), "-o", str(tmp_path / "ds"))
     assert result.exit_code == 1
     assert "b.json: rank 0 of job 'job' is already taken by" in result.stderr

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 import pipeline
-from pipeline.ingest.vocab import (
+from pipeline.vocab import (
     DTYPE_SIZES,
     DTYPES,
     OP_NAMES,
@@ -27,7 +27,7 @@ from pipeline.ingest.vocab import (
 )
 
 PACKAGE = Path(pipeline.__file__).parent
-VOCAB = PACKAGE / "ingest" / "vocab.py"
+VOCAB = PACKAGE / "vocab.py"
 #: The sample generator states these facts again on its own, from their public sources
 #: (pipeline/synth/wire.py): it is the witness the package's output is tested against, so
 #: it takes none of them from the package (tests/synth/test_wire_facts.py: they agree).
@@ -234,7 +234,7 @@ def test_every_dtype_a_parser_names_has_a_size():
 
 
 def test_ops_is_every_op_the_names_map_to():
-    from pipeline.ingest.vocab import _OP_PATTERNS, OPS
+    from pipeline.vocab import _OP_PATTERNS, OPS
 
     named = {*OP_NAMES.values(), *(op for _, op in _OP_PATTERNS), "unknown"}
     assert set(OPS) == named and len(OPS) == len(named)

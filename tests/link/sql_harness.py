@@ -18,6 +18,7 @@ from pipeline.dataset.sql_files import measures_sql, sql_text
 from pipeline.dataset.views import typed_columns
 from pipeline.link.plan import SqlFile, created_objects, sql_files
 from pipeline.link.runner import _run_file
+from pipeline.model.link_inputs import TABLES
 
 _POLARS = {
     "string": pl.String,
@@ -153,38 +154,33 @@ def created(
     return got.sort(order_by, nulls_last=True)
 
 
-def no_gradient_plan() -> pl.DataFrame:
-    """``_gradient_plan`` of a job linked without a job.yaml: no rows (runner._PLAN_COLUMNS)."""
-    from pipeline.link.runner import _PLAN_COLUMNS
+def model_input(table: str, **columns: list) -> pl.DataFrame:
+    """Rows of ``table``, one of the model's inputs that link registers
+    (pipeline.model.link_inputs.TABLES), one list per column, typed as link types it; no
+    rows where no column is given."""
+    select = ", ".join(f"NULL::{t} AS {n}" for n, t in TABLES[table].items())
+    empty = duckdb.sql(f"SELECT {select} LIMIT 0").pl()
+    return pl.DataFrame(columns, schema=empty.schema) if columns else empty
 
-    types = {"VARCHAR": pl.String, "BIGINT": pl.Int64}
-    return pl.DataFrame(schema={n: types[t] for n, t in _PLAN_COLUMNS.items()})
+
+def no_gradient_plan() -> pl.DataFrame:
+    """``_gradient_plan`` of a job linked without a job.yaml: no rows."""
+    return model_input("_gradient_plan")
 
 
 def no_job_facts() -> pl.DataFrame:
-    """``_job_facts`` with no row: no job of the test has the degrees of a job.yaml
-    (runner._facts_row)."""
-    return pl.DataFrame(
-        schema={"job": pl.String, "tokens_per_step": pl.Int64, "bucket_key": pl.String,
-                "dims": pl.List(pl.String)}
-    )  # fmt: skip
+    """``_job_facts`` with no row: no job of the test has the degrees of a job.yaml."""
+    return model_input("_job_facts")
 
 
 def job_facts(job: str, bucket_key: str, dims: list[str]) -> pl.DataFrame:
-    """``_job_facts`` of one job linked with a job.yaml (runner._facts_row): the key that
-    sets its gradient buckets and its dimensions of degree above 1."""
-    return pl.DataFrame(
-        {"job": [job], "tokens_per_step": [None], "bucket_key": [bucket_key], "dims": [dims]},
-        schema={"job": pl.String, "tokens_per_step": pl.Int64, "bucket_key": pl.String,
-                "dims": pl.List(pl.String)},
-    )  # fmt: skip
+    """``_job_facts`` of one job linked with a job.yaml (link_inputs.facts_row): the key
+    that sets its gradient buckets and its dimensions of degree above 1."""
+    return model_input(
+        "_job_facts", job=[job], tokens_per_step=[None], bucket_key=[bucket_key], dims=[dims]
+    )
 
 
 def no_alternatives() -> pl.DataFrame:
-    """``_alternative_bytes`` with no row: no other value of a key is tried
-    (runner._register_alternatives)."""
-    return pl.DataFrame(
-        schema={"job": pl.String, "key": pl.String, "value": pl.String, "what": pl.String,
-                "ranks": pl.List(pl.Int64), "parallel_dim": pl.String, "op": pl.String,
-                "phase": pl.String, "bytes": pl.Int64}
-    )  # fmt: skip
+    """``_alternative_bytes`` with no row: no other value of a key is tried."""
+    return model_input("_alternative_bytes")

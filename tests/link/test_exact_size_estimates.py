@@ -8,9 +8,9 @@ from __future__ import annotations
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from pipeline.ingest.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
 from pipeline.model.predict import EP_DIRECTIONS
-from tests.link.sql_harness import created, rows
+from pipeline.vocab import MOE_EXCHANGE_KERNELS, MOE_LIBRARY_KERNEL
+from tests.link.sql_harness import created, model_input, rows
 
 CALL = ("collective_links", "collectives")
 EP = "job.yaml:ep:0"
@@ -90,22 +90,18 @@ def _inputs(*, job_yaml: bool) -> dict[str, pl.DataFrame]:
             {"purpose": list(directions), "direction": list(directions.values())},
             schema={"purpose": pl.String, "direction": pl.String},
         ),
-        "_layout_ep_groups": pl.DataFrame(
-            {
-                "job": ["j"] * len(ep_groups),
-                "rank": [g[0] for g in ep_groups],
-                "comm": [g[1] for g in ep_groups],
-            },
-            schema={"job": pl.String, "rank": pl.Int64, "comm": pl.String},
-        ),  # fmt: skip
-        "_layout_ep_members": pl.DataFrame(
-            {
-                "job": ["j"] * len(ep_members),
-                "comm": [m[0] for m in ep_members],
-                "ranks": [m[1] for m in ep_members],
-            },
-            schema={"job": pl.String, "comm": pl.String, "ranks": pl.List(pl.Int64)},
-        ),  # fmt: skip
+        "_layout_ep_groups": model_input(
+            "_layout_ep_groups",
+            job=["j"] * len(ep_groups),
+            rank=[g[0] for g in ep_groups],
+            comm=[g[1] for g in ep_groups],
+        ),
+        "_layout_ep_members": model_input(
+            "_layout_ep_members",
+            job=["j"] * len(ep_members),
+            comm=[m[0] for m in ep_members],
+            ranks=[m[1] for m in ep_members],
+        ),
         "_links_dimmed": links,
         "_moe_exchange_kernels": pl.DataFrame(
             {

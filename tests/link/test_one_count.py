@@ -79,7 +79,7 @@ _OP_TABLES = (
 def test_every_table_speaks_one_op_vocabulary(linked_sample: Path) -> None:
     """The tables name ops as vocab.OPS does, and a send/recv pair's instance is a ``send``
     as its calls are (not a name of its own only collective_instances has)."""
-    from pipeline.ingest.vocab import OPS
+    from pipeline.vocab import OPS
 
     ds = pipeline.open(linked_sample)
     for table in _OP_TABLES:

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
-from pipeline.dataset import compact, store
+from pipeline.dataset import compact, small_parts, store
 from pipeline.ingest import run
 from tests.conftest import tree_digest
 from tests.reliability.corpus import write_inline_seeds
@@ -135,7 +135,7 @@ def test_disk_full_while_writing_the_small_tables_at_commit(
     src = make_job(tmp_path / "more", events=5)
     before = tree_digest(dataset)
     shared = "part-" + "e" * 16  # the name of the parts written for the run as a whole
-    monkeypatch.setattr(run, "part_id", lambda names: "e" * 16)
+    monkeypatch.setattr(small_parts, "part_id", lambda names: "e" * 16)
     _disk_full_on(monkeypatch, shared)
     result = ingest(src, "-o", dataset)
     assert result.exit_code == 1, result.output

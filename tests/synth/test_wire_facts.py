@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.ingest.vocab import DTYPES, OP_NAMES, bus_factor
+from pipeline.vocab import DTYPES, OP_NAMES, bus_factor
 from pipeline.synth.job import DTYPE
 from pipeline.synth.wire import ELEMENT_BYTES, NCCL_FUNCS, ring_bytes_per_byte
 

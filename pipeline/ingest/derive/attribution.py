@@ -11,7 +11,7 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
 - phase: of a send/recv, the pipeline schedule's own name for the action around it
   (:func:`p2p_schedule_phase`); an enclosing autograd ``evaluate_function`` -> backward; an
   enclosing op or range
-  named as :data:`pipeline.ingest.vocab.PHASE_HINTS` says (optimizer, then backward, then
+  named as :data:`pipeline.vocab.PHASE_HINTS` says (optimizer, then backward, then
   forward; a module scope is forward); else a launch on the autograd engine's own thread (one
   that runs ``evaluate_function`` ops and no ``ProfilerStep``) -> backward; else NULL (link
   decides: send/recv direction, or ``other``).
@@ -22,10 +22,10 @@ correlation) and the ops enclosing it (``parent_id``), innermost first:
   reduce-scatters run in autograd hooks, outside any module scope; for other backward work
   the module path of the forward op with the same autograd sequence number
   (``backward_of_forward_op``); else the innermost NVTX range that is not a communication
-  library's own (``nvtx``; :data:`pipeline.ingest.vocab.LIBRARY_RANGE`); else ``loss`` inside
+  library's own (``nvtx``; :data:`pipeline.vocab.LIBRARY_RANGE`); else ``loss`` inside
   a forward op that computes a loss (``loss_op``), ``optimizer`` in the optimizer phase
   (``optimizer``); for an all-to-all that none of those places, the outermost of TorchRec's
-  ranges around its embedding exchanges (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`)
+  ranges around its embedding exchanges (:data:`pipeline.vocab.EMBEDDING_EXCHANGE_RANGE`)
   as ``embedding/<range>`` (``embedding_range``); for a pipeline send/recv, the layer of the
   op that produced (send) or consumes (recv) its tensor (``pp_boundary``).
   ``attributed_by`` says which; link names the rest (gradient buckets, metrics).
@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from ...ingest.derive.nesting import rows_of
 from ...ingest.result import ENGINE, columns, values_at
-from ...ingest.vocab import (
+from ...vocab import (
     CHUNK_ANNOTATION,
     EMBEDDING_EXCHANGE_RANGE,
     LIBRARY_RANGE,
@@ -414,7 +414,7 @@ def _embedding_exchanges(
     embeddings that nothing else placed.
 
     TorchRec records no module scope around them, but wraps each in a named range
-    (:data:`pipeline.ingest.vocab.EMBEDDING_EXCHANGE_RANGE`): the outermost such range around
+    (:data:`pipeline.vocab.EMBEDDING_EXCHANGE_RANGE`): the outermost such range around
     the launch names the layer ``embedding/<range>`` (``embedding/sparse_data_dist``: the
     input features sent to the ranks holding their tables), so link gives it the kind
     ``embedding``. Names are hints only: a module path, the forward op's module or an NVTX
@@ -433,23 +433,8 @@ def _embedding_exchanges(
         .group_by("call")
         .agg(pl.col("range").sort_by("hops").last())
     )
-    placed = pl.col("range").is_not_null()
-    return (
-        context.with_row_index("call")
-        .with_columns(pl.col("call").cast(pl.Int64))
-        .join(found, on="call", how="left", maintain_order="left")
-        .with_columns(
-            pl.when(placed)
-            .then(pl.concat_str(pl.lit("embedding/"), "range"))
-            .otherwise("layer")
-            .alias("layer"),
-            pl.when(placed)
-            .then(pl.lit("embedding_range"))
-            .otherwise("attributed_by")
-            .alias("attributed_by"),
-        )
-        .drop("call", "range")
-    )
+    layer = pl.concat_str(pl.lit("embedding/"), "range")
+    return _place(context, found, pl.col("range").is_not_null(), layer, "embedding_range")
 
 
 def chunk_annotations(host: pl.DataFrame, ops: pa.Table) -> pl.DataFrame:
@@ -527,21 +512,9 @@ def chunk_annotation_context(
     weak = pl.col("attributed_by").is_null() | (pl.col("attributed_by") == "nvtx")
     marked = pl.col("part").is_not_null()
     chunk_layer = pl.format("layers.{}/{}", "layer_index", "part")
-    return (
-        context.with_columns(calls.get_column("phase").alias("_given_phase"))
-        .with_row_index("call")
-        .with_columns(pl.col("call").cast(pl.Int64))
-        .join(found, on="call", how="left", maintain_order="left")
-        .with_columns(
-            pl.coalesce("_given_phase", "chunk_phase", "phase").alias("phase"),
-            pl.when(marked & weak).then(chunk_layer).otherwise("layer").alias("layer"),
-            pl.when(marked & weak)
-            .then(pl.lit("chunk_annotation"))
-            .otherwise("attributed_by")
-            .alias("attributed_by"),
-        )
-        .select(context.columns)
-    )
+    given = pl.lit(calls.get_column("phase"))
+    phase = pl.coalesce(given, "chunk_phase", "phase").alias("phase")
+    return _place(context, found, marked & weak, chunk_layer, "chunk_annotation", phase)
 
 
 def _pipeline_boundaries(
@@ -582,18 +555,31 @@ def _pipeline_boundaries(
         ]
     ).select("call", pl.col("boundary_layer"))
     hit = pl.col("boundary_layer").is_not_null()
+    return _place(context, found, hit, pl.col("boundary_layer"), "pp_boundary")
+
+
+def _place(
+    context: pl.DataFrame,
+    found: pl.DataFrame,
+    hit: pl.Expr,
+    layer: pl.Expr,
+    rule: str,
+    *also: pl.Expr,
+) -> pl.DataFrame:
+    """``context`` with ``layer`` as the layer of each call where ``hit`` holds, attributed
+    by ``rule``, and ``also`` worked out beside them. ``found`` has a row for each call a
+    rule places (``call``: the call's row number in ``context``) and the columns the
+    expressions read."""
     return (
         context.with_row_index("call")
         .with_columns(pl.col("call").cast(pl.Int64))
         .join(found, on="call", how="left", maintain_order="left")
         .with_columns(
-            pl.when(hit).then("boundary_layer").otherwise("layer").alias("layer"),
-            pl.when(hit)
-            .then(pl.lit("pp_boundary"))
-            .otherwise("attributed_by")
-            .alias("attributed_by"),
+            *also,
+            pl.when(hit).then(layer).otherwise("layer").alias("layer"),
+            pl.when(hit).then(pl.lit(rule)).otherwise("attributed_by").alias("attributed_by"),
         )
-        .drop("call", "boundary_layer")
+        .select(context.columns)
     )
 
 

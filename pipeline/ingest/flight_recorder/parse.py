@@ -49,7 +49,7 @@ import pyarrow as pa
 from ...dataset.arrow_convert import table_from_lists
 from ...errors import TraceFormatError
 from ...ingest.gz import gunzip
-from ...ingest.result import ParseResult, Warnings
+from ...ingest.result import ParseResult, Warnings, parser_schema
 from ...ingest.values import (
     INT64_MAX,
     OutOfRange,
@@ -58,7 +58,7 @@ from ...ingest.values import (
     describe,
     rank_from_file_name,
 )
-from ...ingest.vocab import DTYPE_SIZES, op_of
+from ...vocab import DTYPE_SIZES, op_of
 
 FORMAT = "flight_recorder"
 
@@ -789,15 +789,4 @@ def parse(path: Path) -> ParseResult:
 
 
 def _collectives_arrow() -> pa.Schema:
-    types = {
-        "comm": pa.string(),
-        "pg_name": pa.string(),
-        "op": pa.string(),
-        "op_name": pa.string(),
-        "dtype": pa.string(),
-        "state": pa.string(),
-        "size_source": pa.string(),
-        "is_p2p": pa.bool_(),
-        "retired": pa.bool_(),
-    }
-    return pa.schema([(c, types.get(c, pa.int64())) for c in _COLUMNS])
+    return parser_schema("collectives", _COLUMNS)

@@ -11,7 +11,7 @@ StepTraceAnnotation`` ranges carry ``args.step_num``.
   Python frame, ``runtime`` for the rest), nested per thread;
 - **steps**: the ``StepTraceAnnotation`` ranges, numbered as the program numbered them;
 - **collectives**: the thunks of XLA's collective instructions
-  (:data:`~pipeline.ingest.vocab.XLA_COLLECTIVES`), in the step whose range holds their
+  (:data:`~pipeline.vocab.XLA_COLLECTIVES`), in the step whose range holds their
   start. The trace holds no operand shapes: ``bytes`` is null.
 
 The file names no rank and no process index: the rank is read from its path (``rank3``
@@ -32,7 +32,7 @@ from ...ingest.derive.nesting import add_nesting
 from ...ingest.gz import GZIP_MAGIC, gunzip
 from ...ingest.result import ParseResult, parsed_table
 from ...ingest.values import MAX_NAME_CHARS, rank_from_file_name
-from ...ingest.vocab import XLA_COLLECTIVES
+from ...vocab import XLA_COLLECTIVES
 
 FORMAT = "jax_trace"
 #: The names TSL's trace viewer gives its processes: the planes of an XSpace.

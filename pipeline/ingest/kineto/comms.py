@@ -22,7 +22,7 @@ import polars as pl
 
 from ...ingest.result import ENGINE
 from ...ingest.values import fits_int64, int64_or_none, str_or_none
-from ...ingest.vocab import (
+from ...vocab import (
     COLLECTIVE_LAUNCH_OP,
     METADATA_OPS,
     dtype_expr,
@@ -218,10 +218,10 @@ def _enclosing(inner: pl.LazyFrame, outer: pl.LazyFrame, prefix: str) -> pl.Lazy
 def comm_by_launch(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """``kernels`` with the kernel a collective op launched classed ``comm`` where its name
     says nothing (kind ``other``): a custom all-reduce, a vendor's or a new library's kernel
-    that :data:`~pipeline.ingest.vocab.COMM_KERNEL` does not list yet.
+    that :data:`~pipeline.vocab.COMM_KERNEL` does not list yet.
 
     The launching op is the ``c10d::`` / ``symm_mem::`` op
-    (:data:`~pipeline.ingest.vocab.COLLECTIVE_LAUNCH_OP`) or ``nccl:<op>`` annotation around
+    (:data:`~pipeline.vocab.COLLECTIVE_LAUNCH_OP`) or ``nccl:<op>`` annotation around
     the runtime call that launched the kernel (same thread). Only an op that launched no
     kernel named as communication counts, and of its unnamed kernels only the first (one
     call, one collective); copies, memsets and kernels of a known kind stay what they are

@@ -40,7 +40,7 @@ from ...ingest.kineto.comms import (
     process_groups,
 )
 from ...ingest.kineto.stream import BATCH_BYTES, EventStream
-from ...ingest.result import ENGINE, ParseResult, Warnings
+from ...ingest.result import ENGINE, ParseResult, Warnings, parser_columns
 from ...ingest.values import (
     MAX_NAME_CHARS,
     fits_int64,
@@ -48,7 +48,7 @@ from ...ingest.values import (
     rank_from_file_name,
     str_or_none,
 )
-from ...ingest.vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
+from ...vocab import COMM_KERNEL, kernel_kind_expr, per_distinct
 
 HOST_KINDS = (
     "cpu_op",
@@ -96,26 +96,9 @@ _ARG_COLUMNS = {  # the scalar ones (raw JSON text is turned into columns by its
     for name, dtype in group.items()
     if dtype != "raw"
 }
-OPS_COLUMNS = [
-    "op_id",
-    "pid",
-    "tid",
-    "name",
-    "kind",
-    "start_ns",
-    "end_ns",
-    "dur_ns",
-    "depth",
-    "parent_id",
-    "module_path",
-    "input_dims",
-    "input_types",
-    "external_id",
-    "correlation",
-    "step",
-    "seq_nr",
-    "fwd_tid",
-]
+#: The ops columns a trace gives: every one but the rank (each file's, added after) and
+#: the NVTX domain (Nsight's).
+OPS_COLUMNS = parser_columns("ops", without=("rank", "domain"))
 #: Times beyond this many microseconds (about 95 years from the epoch) are not times.
 MAX_ABS_US = 3 * 10**15
 #: An event's name or category (:data:`~pipeline.ingest.values.MAX_NAME_CHARS`).

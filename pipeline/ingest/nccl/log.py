@@ -40,7 +40,7 @@ from ...ingest.nccl import lines as L
 from ...ingest.nccl.version import infer_versions
 from ...ingest.result import ParseResult, Warnings, parsed_table
 from ...ingest.values import LineOutOfRange, check_line_numbers, product_fits
-from ...ingest.vocab import DTYPE_SIZES, op_name_expr
+from ...vocab import DTYPE_SIZES, op_name_expr
 
 FORMAT = "nccl_log"
 

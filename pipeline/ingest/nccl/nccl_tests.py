@@ -20,7 +20,7 @@ from ...errors import TraceFormatError
 from ...ingest.nccl.lines import iter_batches
 from ...ingest.result import ParseResult, Warnings, parsed_table
 from ...ingest.values import LineOutOfRange, check_line_numbers
-from ...ingest.vocab import OP_NAMES, op_name_expr
+from ...vocab import OP_NAMES, op_name_expr
 
 FORMAT = "nccl_tests"
 

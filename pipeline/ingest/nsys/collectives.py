@@ -31,7 +31,7 @@ from __future__ import annotations
 import polars as pl
 
 from ...ingest.result import Warnings
-from ...ingest.vocab import OP_NAMES, op_name_expr
+from ...vocab import OP_NAMES, op_name_expr
 
 #: NCCL API calls that are collectives: the vocabulary's names of NCCL's API (its only
 #: ``nccl``-prefixed names).

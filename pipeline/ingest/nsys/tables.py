@@ -30,8 +30,8 @@ from ...ingest.nsys.raw import (
     NVTX_START_END,
     NsysRaw,
 )
-from ...ingest.result import Warnings
-from ...ingest.vocab import kernel_kind_expr, per_distinct
+from ...ingest.result import DUR_NS, Warnings, schema_columns
+from ...vocab import kernel_kind_expr, per_distinct
 
 _COPY_KINDS = {
     0: "Unknown",
@@ -338,23 +338,10 @@ def _fill_rank(df: pl.DataFrame, units: pl.DataFrame) -> pl.DataFrame:
 
 
 def _kernel_table(k: pl.DataFrame) -> pa.Table:
+    grid = pl.concat_list("grid_x", "grid_y", "grid_z")
+    block = pl.concat_list("block_x", "block_y", "block_z")
     return (
-        k.select(
-            "rank",
-            "kernel_id",
-            "device",
-            "stream",
-            "name",
-            "kind",
-            "start_ns",
-            "end_ns",
-            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-            "correlation",
-            "bytes",
-            pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
-            pl.concat_list("block_x", "block_y", "block_z").alias("block"),
-            "nvtx_range",
-        )
+        schema_columns("kernels", k, dur_ns=DUR_NS, grid=grid, block=block)
         .with_columns(
             pl.when(pl.col("grid").list.drop_nulls().list.len() == 3).then(pl.col("grid")),
             pl.when(pl.col("block").list.drop_nulls().list.len() == 3).then(pl.col("block")),
@@ -364,21 +351,7 @@ def _kernel_table(k: pl.DataFrame) -> pa.Table:
 
 
 def _ops_table(o: pl.DataFrame) -> pa.Table:
-    return o.select(
-        "rank",
-        "op_id",
-        "pid",
-        "tid",
-        "name",
-        "kind",
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-        "depth",
-        "parent_id",
-        "correlation",
-        "domain",
-    ).to_arrow()
+    return schema_columns("ops", o, dur_ns=DUR_NS).to_arrow()
 
 
 def _ranks_table(
@@ -417,26 +390,4 @@ def _collectives_table(c: pl.DataFrame) -> pa.Table:
         pl.col("collective_id").cast(pl.Int64),
         pl.int_range(pl.len()).over(["rank", "comm"]).cast(pl.Int64).alias("seq"),
     )
-    return c.select(
-        "rank",
-        "collective_id",
-        "comm",
-        "seq",
-        "op",
-        "op_name",
-        "dtype",
-        "bytes",
-        "group_size",
-        "peer",
-        "root",
-        "redop",
-        "algorithm",
-        "protocol",
-        "start_ns",
-        "end_ns",
-        "dur_ns",
-        "enqueue_ns",
-        "stream",
-        "correlation",
-        "size_source",
-    ).to_arrow()
+    return schema_columns("collectives", c).to_arrow()

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ...ingest.values import fits_int64
-from ...ingest.vocab import DTYPE_SIZES
+from ...vocab import DTYPE_SIZES
 
 #: xla.PrimitiveType -> the dataset's dtype name (its size: vocab.DTYPE_SIZES); TUPLE (13)
 #: and TOKEN (17) are no arrays.

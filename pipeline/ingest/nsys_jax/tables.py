@@ -22,9 +22,9 @@ import polars as pl
 import pyarrow as pa
 
 from ...ingest.nsys_jax.hlo import Instruction, array_bytes
-from ...ingest.result import Warnings, parsed_table
+from ...ingest.result import DUR_NS, Warnings, parsed_table, schema_columns
 from ...ingest.values import fits_int64
-from ...ingest.vocab import XLA_COLLECTIVES
+from ...vocab import XLA_COLLECTIVES
 
 STEP_MODULE = r"(?i)step"
 _SIZES = {
@@ -225,20 +225,7 @@ def _collectives(ranges: pl.DataFrame, hlo: pl.DataFrame, warnings: Warnings) ->
 
 
 def _ops_table(r: pl.DataFrame) -> pl.DataFrame:
-    return r.select(
-        "op_id",
-        "pid",
-        "tid",
-        "name",
-        pl.lit("nvtx").alias("kind"),
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-        "depth",
-        "parent_id",
-        "step",
-        "domain",
-    )
+    return schema_columns("ops", r, kind=pl.lit("nvtx"), dur_ns=DUR_NS)
 
 
 def _ranks_table(found: Found, ranges: pl.DataFrame) -> pl.DataFrame:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from ...ingest.result import Warnings
-from ...ingest.vocab import op_name_expr
+from ...vocab import op_name_expr
 
 _KEYS = ["rank", "tid"]
 

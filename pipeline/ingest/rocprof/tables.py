@@ -5,7 +5,7 @@ ops, steps and ranks.
   ``stream`` the HSA queue it ran on (rocprofiler-sdk's HIP stream ids are not given for
   every dispatch), grid in workgroups (HSA grids count work-items).
 - **collectives**: the dispatches of communication kernels (RCCL's ``ncclDevKernel_*``,
-  :data:`~pipeline.ingest.vocab.COMM_KERNEL`), their op read from the kernel name. RCCL
+  :data:`~pipeline.vocab.COMM_KERNEL`), their op read from the kernel name. RCCL
   builds its generic kernel (``ncclDevKernel_Generic_1``) for every collective: its name
   says no op, so the op comes from the RCCL calls when the file has them
   (:mod:`pipeline.ingest.rocprof.rccl`), and is ``unknown`` otherwise. The records hold no
@@ -22,10 +22,10 @@ import polars as pl
 import pyarrow as pa
 
 from ...ingest.derive.nesting import add_nesting
-from ...ingest.result import Warnings, parsed_table
+from ...ingest.result import DUR_NS, Warnings, parsed_table, schema_columns
 from ...ingest.rocprof.rccl import match_calls
 from ...ingest.rocprof.records import Process
-from ...ingest.vocab import kernel_kind_expr, op_expr, per_distinct
+from ...vocab import kernel_kind_expr, op_expr, per_distinct
 
 STEP_RANGE = r"^ProfilerStep#(\d+)$"
 
@@ -190,61 +190,32 @@ def _with_step(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def _kernel_table(k: pl.DataFrame) -> pl.DataFrame:
-    return k.sort("proc", "start_ns", "dispatch_id").select(
-        "rank",
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("kernel_id"),
-        pl.col("gpu_index").alias("device"),
-        pl.col("queue").alias("stream"),
-        "name",
-        "kind",
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-        "correlation",
-        "grid",
-        "block",
-        "step",
+    return schema_columns(
+        "kernels",
+        k.sort("proc", "start_ns", "dispatch_id"),
+        kernel_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        device="gpu_index",
+        stream="queue",
+        dur_ns=DUR_NS,
     )
 
 
 def _collective_table(c: pl.DataFrame) -> pl.DataFrame:
-    return c.sort("rank", "start_ns", "dispatch_id").select(
-        "rank",
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("collective_id"),
-        pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("seq"),
-        pl.coalesce(
-            pl.when(op_expr(pl.col("name")) != "unknown").then(op_expr(pl.col("name"))),
-            "call_op",
-            pl.lit("unknown"),
-        ).alias("op"),
-        pl.coalesce("call_name", "name").alias("op_name"),
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-        pl.col("call_ns").alias("enqueue_ns"),
-        pl.col("queue").alias("stream"),
-        "correlation",
-        "step",
-        pl.lit("none").alias("size_source"),
-        pl.lit(False)
-        .alias("is_p2p")
-        .or_(pl.col("call_op").is_in(["send", "recv"]).fill_null(False)),
+    op = op_expr(pl.col("name"))
+    return schema_columns(
+        "collectives",
+        c.sort("rank", "start_ns", "dispatch_id"),
+        collective_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        seq=pl.int_range(pl.len(), dtype=pl.Int64).over("rank"),
+        op=pl.coalesce(pl.when(op != "unknown").then(op), "call_op", pl.lit("unknown")),
+        op_name=pl.coalesce("call_name", "name"),
+        dur_ns=DUR_NS,
+        enqueue_ns="call_ns",
+        stream="queue",
+        size_source=pl.lit("none"),
+        is_p2p=pl.lit(False).or_(pl.col("call_op").is_in(["send", "recv"]).fill_null(False)),
     )
 
 
 def _op_table(o: pl.DataFrame) -> pl.DataFrame:
-    return o.select(
-        "rank",
-        "op_id",
-        "pid",
-        "tid",
-        pl.col("name").fill_null(""),
-        "kind",
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-        "depth",
-        "parent_id",
-        "correlation",
-        "step",
-    )
+    return schema_columns("ops", o, name=pl.col("name").fill_null(""), dur_ns=DUR_NS)

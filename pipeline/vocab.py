@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..ingest.values import product_fits
+from .ingest.values import product_fits
 
 #: Substring (of the lower-cased name, underscores removed) -> op; first match wins, so the
 #: compound names come before the words they contain.
