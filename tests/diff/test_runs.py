@@ -8,7 +8,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
+import pipeline
 from pipeline.diff import VIEWS, diff_jobs
 from tests.cpu_gloo import BLOCK, EMBED, FP32, HEAD, LOSS, PARAMS, B, S
 
@@ -170,6 +172,26 @@ def test_sample_against_itself_changes_nothing(sample: Path) -> None:
         assert frame.height > 0, name
         assert set(frame["found"]) == {"both"}, name
     traffic = diff.views["diff_traffic"]
+    # the sample's traffic (TP 2 x PP 2 x DP 2, 1F1B): TP all-reduces forward and backward,
+    # pipeline sends and receives both ways, DP's gradient buckets and loss report; each a
+    # step's mean of token_wire's two profiled steps on both sides
+    per_step = pipeline.open(sample).sql(
+        "SELECT parallel_dim, op, phase, sum(calls) / 2 AS calls_a, sum(bytes) / 2 AS bytes_a "
+        "FROM token_wire GROUP BY ALL ORDER BY ALL"
+    )
+    assert per_step.select("parallel_dim", "op", "phase").rows() == [
+        ("dp", "all_reduce", "backward"), ("dp", "all_reduce", "other"),
+        ("pp", "recv", "backward"), ("pp", "recv", "forward"),
+        ("pp", "send", "backward"), ("pp", "send", "forward"),
+        ("tp", "all_reduce", "backward"), ("tp", "all_reduce", "forward"),
+    ]  # fmt: skip
+    got = traffic.sort("parallel_dim", "op", "phase")
+    assert_frame_equal(got.select(per_step.columns), per_step, check_dtypes=False)
+    assert_frame_equal(
+        got.select(pl.col("calls_b").alias("calls_a"), pl.col("bytes_b").alias("bytes_a")),
+        per_step.select("calls_a", "bytes_a"),
+        check_dtypes=False,
+    )
     assert traffic["bytes_change"].to_list() == [0] * traffic.height
     assert (traffic["calls_a"] == traffic["calls_b"]).all()
     assert (traffic["busbw_gbps_a"].fill_null(-1) == traffic["busbw_gbps_b"].fill_null(-1)).all()
