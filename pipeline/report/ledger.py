@@ -16,7 +16,8 @@ def section(ctx: Context, limit: int = 40) -> Section:
     if dims.height == 0:
         return sec.add(
             Note(
-                "Needs tokenwire link --config job.yaml: the ledger sets every observed "
+                "Needs the job's job.yaml (tokenwire report --config job.yaml; tokenwire "
+                "link --config job.yaml stores it): the ledger sets every observed "
                 "collective of a traced step against the model's items (dimension, op, "
                 "phase, purpose, size).",
                 "missing",

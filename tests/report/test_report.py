@@ -327,7 +327,7 @@ def test_without_job_yaml_shows_how_to_add_a_prediction(sample_raw, tmp_path):
     page = out.read_text()
     assert "No job.yaml given" in page
     assert "--config job.yaml" in page
-    assert "Needs tokenwire link --config job.yaml" in page  # the ledger
+    assert "Needs the job&#x27;s job.yaml (tokenwire report --config job.yaml" in page
     # link's other tables are computed for the report, and said to be
     assert "not stored (tokenwire link stores them)" in page
     assert {"traffic_per_layer", "late_ranks", "wait_transfer"} <= set(result.charts)
