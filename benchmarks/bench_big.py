@@ -65,6 +65,35 @@ if __name__ == "__main__":
     with ProcessPoolExecutor(2, mp_context=get_context("fork")) as pool:
         print(sum(pool.map(decode, sorted(sys.argv[1:], key=lambda p: -os.path.getsize(p)))))
 """.replace("import gzip, sys", "import gzip, os, sys")
+#: A second floor, of parse-and-write: ``bench_floor.FLOOR``'s work (orjson, the events'
+#: name, cat, ph, pid, tid, ts, dur and args as JSON text in one pyarrow table, zstd
+#: Parquet) on each file, the files shared by two processes.
+WRITE_FLOOR = """
+import gzip, os, sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+import orjson, pyarrow as pa, pyarrow.parquet as pq
+
+def write(task):
+    i, path, out = task
+    raw = Path(path).read_bytes()
+    events = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw)
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    cols = {k: [e.get(k) for e in events] for k in ("name", "cat", "ph", "pid", "tid")}
+    cols = {k: [None if v is None else str(v) for v in vs] for k, vs in cols.items()}
+    cols["ts"] = [float(e["ts"]) if "ts" in e else None for e in events]
+    cols["dur"] = [float(e["dur"]) if "dur" in e else None for e in events]
+    cols["args"] = [orjson.dumps(e["args"]).decode() if "args" in e else None for e in events]
+    pq.write_table(pa.table(cols), Path(out) / f"part-{i}.parquet", compression="zstd")
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    files = sorted(sys.argv[2:], key=lambda p: -os.path.getsize(p))
+    with ProcessPoolExecutor(2, mp_context=get_context("fork")) as pool:
+        list(pool.map(write, [(i, p, out) for i, p in enumerate(files)]))
+"""
 #: ``tokenwire ingest`` as a user runs it: one worker per core once the input is large.
 INGEST = """
 import sys
@@ -137,13 +166,15 @@ def compare(
         (into / f.name).symlink_to(f.resolve())
     links = sorted(str(p) for p in folder.rglob("*.json*"))
     mb = sum(json_mb(f) for f in files)
-    runs: dict[str, list[Measurement]] = {"floor": [], "tokenwire": []}
+    runs: dict[str, list[Measurement]] = {"floor": [], "write_floor": [], "tokenwire": []}
     for i in range(repeats):
         for key in runs:
             out = work / f"ds-{key}"
             shutil.rmtree(out, ignore_errors=True)
             if key == "floor":
                 m = measure("typed decode, 2 processes", FLOOR, *links)
+            elif key == "write_floor":
+                m = measure("parse and write, 2 processes", WRITE_FLOOR, str(out), *links)
             else:
                 m = measure("tokenwire ingest", INGEST, str(out), *map(str, jobs))
             shutil.rmtree(out, ignore_errors=True)
@@ -160,6 +191,7 @@ def compare(
         m.cpu_seconds or 0 for m in runs["floor"]
     )
     verdict = "met" if ratio <= TARGET else "NOT MET"
+    written = statistics.median(m.seconds for m in runs["write_floor"])
     rss = statistics.median(m.peak_rss_mb for m in runs["tokenwire"])
     if hta:
         m = measure("HTA TraceAnalysis load", HTA_LOAD, *map(str, jobs), check=False)
@@ -170,7 +202,8 @@ def compare(
         f"== {title}: {len(files)} files, {mb:,.1f} MB of JSON: floor {floor:.2f} s, "
         f"tokenwire {ours:.2f} s (peak RSS {rss:,.0f} MB): "
         f"ingest / typed-decode floor {ratio:.2f}x (CPU {cpu:.2f}x), target <= {TARGET}x: "
-        f"{verdict}",
+        f"{verdict}; the parse-and-write floor / the typed-decode floor {written / floor:.2f}x, "
+        f"tokenwire / the parse-and-write floor {ours / written:.2f}x",
         flush=True,
     )
     return ratio
