@@ -4,17 +4,26 @@ and a fixed base (the same command on one small file: the interpreter, its impor
 dataset's write).
 
     python -m benchmarks.bench_memory [--trace FILE | --file-mb 40] [--counts 4,16,64]
+    python -m benchmarks.bench_memory --big-mb 1050   # one trace of 1 GB or more
+
 
 The rank files are copies of one trace (default: a generated one-rank GPT job of
 ``--file-mb`` MB, ``pipeline.synth``), each under a rank of its own. A bound holds when
 ``(peak - base) / the file's JSON`` stays the same as the job grows, and at most 1.5. The
 floor of benchmarks/bench_floor.py (orjson, pyarrow) runs on the smallest job beside it,
 its base measured the same way.
+
+``--big-mb N`` measures instead one generated one-rank trace of about N MB (issue target: for
+a trace of 1 GB or more, the whole ingest's peak RSS at most the file's size), ingested as a
+user runs ``tokenwire ingest`` on it; the file is written under the system's temporary
+folder and deleted after.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,12 +38,51 @@ def _generated_trace(out: Path, file_mb: int) -> Path:
     return next(out.glob("*.json"))
 
 
+#: ``tokenwire ingest`` of one folder as a user runs it (the worker count ingest picks).
+INGEST_DEFAULT = """
+import sys
+from pipeline.ingest.run import ingest
+sys.exit(1 if ingest([sys.argv[1]], sys.argv[2]).errors else 0)
+"""
+#: Peak RSS of a 1 GB+ trace's ingest / the file's size: at most this.
+BIG_TARGET = 1.0
+
+
+def big_trace(file_mb: int, repeats: int = 2) -> None:
+    """Peak RSS of the ingest of one generated trace of about ``file_mb`` MB, next to its
+    size (median of ``repeats`` runs)."""
+    with tempfile.TemporaryDirectory(prefix="tw-memory-big-") as tmp:
+        work = Path(tmp)
+        trace = _generated_trace(work / "generated", file_mb)
+        size = trace.stat().st_size
+        runs = []
+        for i in range(repeats):
+            m = measure("ingest of one big trace", INGEST_DEFAULT, str(trace.parent),
+                        str(work / f"ds{i}"))  # fmt: skip
+            shutil.rmtree(work / f"ds{i}", ignore_errors=True)
+            runs.append(m)
+            print(f"  run {i + 1}: peak RSS {m.peak_rss_mb * 2**20 / 1e6:,.0f} MB, "
+                  f"{m.seconds:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+        peak = sorted(m.peak_rss_mb for m in runs)[(len(runs) - 1) // 2] * 2**20
+        ratio = peak / size
+        verdict = "met" if ratio <= BIG_TARGET else "NOT MET"
+        print(
+            f"== ingest of one {size / 1e6:,.0f} MB trace: peak RSS {peak / 1e6:,.0f} MB, "
+            f"{ratio:.2f}x the file, target <= {BIG_TARGET}x: {verdict}",
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, help="the Kineto trace every rank file copies")
     parser.add_argument("--file-mb", type=int, default=40, help="size of the generated trace")
     parser.add_argument("--counts", default="4,16,64", help="rank files per job, comma-separated")
+    parser.add_argument("--big-mb", type=int, help="one generated trace of this size instead")
     args = parser.parse_args(argv)
+    if args.big_mb:
+        big_trace(args.big_mb)
+        return
     small = next(iter(sorted((REPO / "sample_traces").glob("rank0.*.json*"))))
     with tempfile.TemporaryDirectory(prefix="tw-memory-") as tmp:
         work = Path(tmp)

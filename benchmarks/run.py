@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from benchmarks import (
+    bench_big,
     bench_floor,
     bench_kineto,
     bench_link,
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller inputs, a few minutes")
     args = parser.parse_args()
     bench_kineto.main(["--quick"] if args.quick else [])
+    bench_big.main(["--quick"] if args.quick else [])
     sys.argv = ["bench_nccl_log", "--size-mb", "100" if args.quick else "500"]
     bench_nccl_log.main()
     sys.argv = ["bench_nsys", "--kernels", "200000" if args.quick else "2000000"]
@@ -39,6 +41,8 @@ def main() -> None:
     bench_ranks.main(["--quick"] if args.quick else [])
     bench_floor.main(["--copies", "4"] if args.quick else [])
     bench_memory.main(["--file-mb", "10", "--counts", "2,8"] if args.quick else [])
+    if not args.quick:  # (a trace of 1 GB or more: the memory target's own size)
+        bench_memory.main(["--big-mb", "1050"])
     bench_predict.main(["--list-max", "16384"] if args.quick else [])
 
 
