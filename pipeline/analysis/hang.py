@@ -709,7 +709,11 @@ def load_dumps(paths: Sequence[Path], *, job: str | None = None) -> LoadedDumps:
             seen[rank, comm] = f
         warnings += [f"{f.name}: {m}" for m in result.warnings.messages()]
         for name in tables:
-            t = conform(name, result.tables[name], job=job, source=result.format, file_id=file_id)
+            try:  # (a value outside its schema's range, as an ingest would refuse it)
+                t = conform(name, result.tables[name], job=job, source=result.format,
+                            file_id=file_id)  # fmt: skip
+            except DatasetError as exc:
+                raise TraceFormatError(f, str(exc)) from None
             tables[name].append(pl.from_arrow(t))
     return LoadedDumps(
         collectives=pl.concat(tables["collectives"]),
