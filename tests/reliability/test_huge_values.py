@@ -156,3 +156,16 @@ def test_ingest_writes_no_text_its_readers_would_refuse(
     done = run_cli("ingest", path, "-o", tmp_path / "ds")
     assert_one_error(done, f"{path}: ops.name: ", "more than the 900,000", "MAX_TEXT_CHUNK_BYTES")
     assert not (tmp_path / "ds").exists()
+
+
+def test_nsys_json_export_text_of_100_mb(tmp_path: Path) -> None:
+    from tests.reliability.corpus import nsys_json_lines
+
+    lines = nsys_json_lines()
+    nvtx = [x for x in lines if "NvtxEvent" in x]
+    nvtx[-1]["NvtxEvent"]["Text"] = "x" * BIG
+    path = tmp_path / "rank0.nsys.json.gz"
+    text = "\n".join(json.dumps(x, separators=(",", ":")) for x in lines) + "\n"
+    path.write_bytes(gzip.compress(text.encode(), compresslevel=1))
+    done = run_cli("ingest", path, "-o", tmp_path / "ds")
+    assert_one_error(done, f"{path}: NVTX events: column 'text': a text longer than the 1,048,576")

@@ -666,6 +666,33 @@ def _sums_cell(command: str) -> None:
 for _command in _SUMS:
     _sums_cell(_command)
 
+_hang_sums = CELLS["hang", 4]
+
+
+@cell("hang", 4)
+def _hang_counts_past_int64(w: World, tmp: Path) -> None:
+    """Dumps read straight: an all_to_all whose four inputs of 2**62 elements add up to
+    2**64 (0 once wrapped to int64) and whose outputs are empty is unbalanced; a byte count
+    past the schema's range is refused naming the dump."""
+    from tests.reliability.corpus import flight_recorder_doc
+
+    _hang_sums(w, tmp / "dataset")
+    dumps = tmp / "dumps"
+    dumps.mkdir()
+    for rank in range(4):
+        doc = flight_recorder_doc(rank, entries=1)
+        doc["pg_config"]["0"]["ranks"] = "[0, 1, 2, 3]"
+        doc["entries"][0].update(
+            profiling_name="nccl:all_to_all", input_sizes=[[2**62]], output_sizes=[[0]],
+            input_dtypes=["Byte"], output_dtypes=["Byte"],
+        )  # fmt: skip
+        (dumps / f"rank{rank}.flight_recorder.json").write_text(json.dumps(doc))
+    result = ok(w.run("hang", dumps), code=4)
+    assert "all_to_all_total differs" in result.stdout, result.stdout
+    doc["entries"][0]["input_sizes"] = [[2**63 - 1]]
+    (dumps / "rank3.flight_recorder.json").write_text(json.dumps(doc))
+    refused(w.run("hang", dumps), f"{dumps / 'rank3.flight_recorder.json'}: collectives.bytes")
+
 
 # ----------------------------------------------------------- class 5: huge claims
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.vocab import DTYPES, OP_NAMES, bus_factor
 from pipeline.synth.job import DTYPE
 from pipeline.synth.wire import ELEMENT_BYTES, NCCL_FUNCS, ring_bytes_per_byte
+from pipeline.vocab import DTYPES, OP_NAMES, bus_factor
 
 
 def test_the_generators_element_sizes_are_the_vocabularys() -> None:

@@ -91,9 +91,9 @@ def read(path: Path, lines: Iterable[bytes]) -> NsysRaw:
     if not strings:
         raise TraceFormatError(path, "not an Nsight Systems json export: no string table", line=1)
     return NsysRaw(
-        kernels=frame(kernels, KERNEL_SCHEMA),
-        runtime=frame(runtime, RUNTIME_SCHEMA),
-        nvtx=frame(nvtx, NVTX_SCHEMA),
+        kernels=frame(kernels, KERNEL_SCHEMA, "CUDA kernel events"),
+        runtime=frame(runtime, RUNTIME_SCHEMA, "CUDA runtime events"),
+        nvtx=frame(nvtx, NVTX_SCHEMA, "NVTX events"),
         processes=processes,
         format_version="json",
     )

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from ...ingest.values import MAX_NAME_CHARS
+
 #: GPU activity: kernels, memcpys and memsets in one frame (``activity`` says which).
 KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "start": pl.Int64,
@@ -92,7 +94,19 @@ def frame(rows: list[tuple], schema: dict[str, pl.DataType], what: str = "") -> 
         first = (str(exc).splitlines() or [""])[0]
         raise BadValue(f"{what or 'table'}: a value does not fit its column: {first}") from None
     check_times(out, what)
+    check_names(out, what)
     return out
+
+
+def check_names(df: pl.DataFrame, what: str) -> None:
+    """Raise :class:`BadValue`, naming ``what`` and the column, for a text longer than
+    :data:`~pipeline.ingest.values.MAX_NAME_CHARS` (kernel names, NVTX texts, strings)."""
+    for name in (c for c, kind in df.schema.items() if kind == pl.String):
+        if df.select((pl.col(name).str.len_chars() > MAX_NAME_CHARS).any()).item():
+            raise BadValue(
+                f"{what or 'table'}: column {name!r}: a text longer than the "
+                f"{MAX_NAME_CHARS:,} characters a name may have"
+            )
 
 
 def check_times(df: pl.DataFrame, what: str) -> None:
