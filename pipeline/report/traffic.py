@@ -190,9 +190,9 @@ def journey_section(ctx: Context, traffic: Traffic, table: pl.DataFrame) -> Sect
         Chart(
             "token_journey",
             _journey_chart(rows),
-            "Embedding vector = hidden x activation element size; on the wire = "
+            "Embedding vector = hidden x activation element size; messages = "
             "collective message bytes per step over all traced ranks / tokens per "
-            "step.",
+            "step (the bytes links carry are in On the wire).",
         )
     )
 
@@ -221,14 +221,15 @@ def _embedding(ctx: Context, tokens: int) -> tuple[Note, list[dict]]:
 
 
 def _wire_rows(traffic: Traffic, table: pl.DataFrame) -> list[dict]:
-    """Bytes per token on the wire per dimension, observed and (when known) predicted."""
+    """Collective message bytes per token per dimension, observed and (when known)
+    predicted."""
     per = per_token(traffic, table)
     assert per is not None  # (journey_section has checked the tokens and the traffic)
     sides = [("observed", "bytes_per_token")]
     if traffic.predicted_from:
         sides.append(("predicted", "predicted_per_token"))
     return [
-        {"stage": f"on the wire: {r['parallel_dim']}", "side": side, "bytes_per_token": r[col]}
+        {"stage": f"messages: {r['parallel_dim']}", "side": side, "bytes_per_token": r[col]}
         for r in per[0].iter_rows(named=True)
         for side, col in sides
         if r[col] is not None
@@ -265,8 +266,8 @@ def _wire_note(traffic: Traffic, table: pl.DataFrame) -> Note:
     assert per is not None  # (journey_section has checked the tokens and the traffic)
     _, observed, predicted = per
     return Note(
-        f"On the wire, all parallel dimensions together: {fmt.nbytes(observed)} of "
-        "collective messages per token observed (message sizes summed over all traced ranks)"
+        f"In collective messages, all parallel dimensions together: {fmt.nbytes(observed)} "
+        "per token observed (message sizes summed over all traced ranks)"
         + (f", {fmt.nbytes(predicted)} predicted." if predicted is not None else "."),
         "text",
     )

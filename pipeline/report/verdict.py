@@ -134,7 +134,9 @@ def _time_sentence(ctx: Context, no_timing: str | None) -> str:
 
 
 def _token_sentence(data: traffic.Traffic, table: pl.DataFrame) -> str:
-    """Bytes per token on the wire, per dimension (the journey section's figures)."""
+    """Collective message bytes per token, per dimension (the journey section's figures):
+    each traced rank's calls, as the ledger counts them, not the bytes links carry (the
+    ``wire`` table, where a send and its receive are one transfer)."""
     per_token = traffic.per_token(data, table)
     if per_token is None:
         return ""
@@ -145,7 +147,8 @@ def _token_sentence(data: traffic.Traffic, table: pl.DataFrame) -> str:
     )
     pred = f" ({fmt.nbytes(predicted)} predicted)" if predicted is not None else ""
     return (
-        f"Each token puts {fmt.nbytes(observed)} of collective messages on the wire{pred}: {split}."
+        f"Each token accounts for {fmt.nbytes(observed)} of collective messages over all ranks"
+        f"{pred}: {split}."
     )
 
 
@@ -326,7 +329,8 @@ def _token_chart(data: traffic.Traffic, table: pl.DataFrame) -> Chart | None:
     dims = per_token[0].sort("bytes_per_token", descending=True)
     sides = (("observed", "bytes_per_token"), ("predicted", "predicted_per_token"))
     chart = _sides_chart(dims, sides, "kB", 1e3, "kB per token", "Bytes per token", 150)
-    return Chart("verdict_tokens", chart, "Collective message bytes per token on the wire.")
+    caption = "Collective message bytes per token, over all ranks' calls."
+    return Chart("verdict_tokens", chart, caption)
 
 
 def _what_if_chart(projected: WhatIf, top: int = 8) -> Chart | None:

@@ -175,7 +175,7 @@ def test_the_first_screen_states_the_verdict_in_the_tables_figures(browser, tmp_
         "sum(predicted_bytes) / count(DISTINCT step) / max(tokens) FROM token_wire"
     ).rows()[0]
     assert (
-        f"Each token puts {fmt.nbytes(per_token)} of collective messages on the wire "
+        f"Each token accounts for {fmt.nbytes(per_token)} of collective messages over all ranks "
         f"({fmt.nbytes(predicted_per_token)} predicted)"
     ) in tokens
     assert what_if.startswith(f"The what-if projects {_short(screen['what_if'])} as the fastest")
