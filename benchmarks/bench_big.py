@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_floor import json_mb
+from benchmarks.bench_floor import WRITE_PART, json_mb
 from benchmarks.bench_kineto import HTA_LOAD
 from benchmarks.big_kineto import write_big_run
 from benchmarks.measure import REPO, Measurement, line, measure
@@ -68,24 +68,16 @@ if __name__ == "__main__":
 #: A second floor, of parse-and-write: ``bench_floor.FLOOR``'s work (orjson, the events'
 #: name, cat, ph, pid, tid, ts, dur and args as JSON text in one pyarrow table, zstd
 #: Parquet) on each file, the files shared by two processes.
-WRITE_FLOOR = """
-import gzip, os, sys
+WRITE_FLOOR = (
+    WRITE_PART
+    + """
+import os, sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
-import orjson, pyarrow as pa, pyarrow.parquet as pq
 
 def write(task):
     i, path, out = task
-    raw = Path(path).read_bytes()
-    events = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw)
-    events = events.get("traceEvents", []) if isinstance(events, dict) else events
-    cols = {k: [e.get(k) for e in events] for k in ("name", "cat", "ph", "pid", "tid")}
-    cols = {k: [None if v is None else str(v) for v in vs] for k, vs in cols.items()}
-    cols["ts"] = [float(e["ts"]) if "ts" in e else None for e in events]
-    cols["dur"] = [float(e["dur"]) if "dur" in e else None for e in events]
-    cols["args"] = [orjson.dumps(e["args"]).decode() if "args" in e else None for e in events]
-    pq.write_table(pa.table(cols), Path(out) / f"part-{i}.parquet", compression="zstd")
+    write_part(path, Path(out) / f"part-{i}.parquet")
 
 if __name__ == "__main__":
     out = sys.argv[1]
@@ -94,6 +86,7 @@ if __name__ == "__main__":
     with ProcessPoolExecutor(2, mp_context=get_context("fork")) as pool:
         list(pool.map(write, [(i, p, out) for i, p in enumerate(files)]))
 """
+)
 #: ``tokenwire ingest`` as a user runs it: one worker per core once the input is large.
 INGEST = """
 import sys
