@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..dataset.arrow_convert import array_from_list, table_from_lists
+from ..dataset.arrow_convert import array_from_list, string_scalar, table_from_lists
 from ..dataset.commit import PartWriter, Transaction, discard_parts, write_part
 from ..dataset.schema import conform, table_schema
 from ..dataset.store import (
@@ -496,10 +496,12 @@ def _outcome(
     parsed: Callable[[], tuple[str, ParseResult] | None],
     dataset: Path,
     small_rows: int,
+    together: bool = False,
 ) -> FileOutcome:
     """``out`` (failed until it is written) once the format and tables that ``parsed``
-    gives (None: a format tokenwire does not read) are worked out and written."""
-    path = out.path
+    gives (None: a format tokenwire does not read) are worked out and written. With
+    ``together``, its small tables are left as parsed, for :func:`_conform_small` to conform
+    and pack with those of the other files of its batch."""
     try:
         found = parsed()
         if found is None:
@@ -514,16 +516,28 @@ def _outcome(
         if not result.derived:
             attribute_collectives(result.tables)
             add_time_breakdown(result.tables)
-        _write_tables(out, result.tables, dataset, small_rows)
+        _write_tables(out, result.tables, dataset, small_rows, pack=not together)
         out.status = "ingested"
     except DatasetWriteError:
         _remove_parts(dataset, out)
         raise  # the disk, not this file: stop the whole run
-    except TraceFormatError as exc:
+    except Exception as exc:
+        _fail(out, exc)
+    if out.status == "failed":
+        _remove_parts(dataset, out)
+    return out
+
+
+def _fail(out: FileOutcome, exc: Exception) -> None:
+    """``out`` failed with ``exc``: its one-line error (bad input names the file; anything
+    else is a bug in tokenwire, or a limit of the machine)."""
+    path = out.path
+    out.status = "failed"
+    if isinstance(exc, TraceFormatError):
         out.error = str(exc)
-    except TokenwireError as exc:
+    elif isinstance(exc, TokenwireError):
         out.error = f"{path}: {exc}"
-    except Exception as exc:  # a parser bug must not take the other files down with it
+    else:  # a parser bug must not take the other files down with it
         first = (str(exc).splitlines() or [""])[0]
         limit = limit_message(exc)  # (memory or open files: the limit, not a bug)
         out.error = (
@@ -534,9 +548,6 @@ def _outcome(
         out.internal = limit is None
         if os.environ.get("TOKENWIRE_DEBUG"):
             out.traceback = traceback.format_exc()
-    if out.status == "failed":
-        _remove_parts(dataset, out)
-    return out
 
 
 def parse_files(batch: list[tuple]) -> list[FileOutcome]:
@@ -593,7 +604,8 @@ def parse_together(fmt: str, batch: list[tuple]) -> list[FileOutcome]:
         out = FileOutcome(path, job, "failed", file_id=sha256[:16], sha256=sha256)
         small_rows = rest[0] if rest else 0
         parsed = functools.partial(_given, fmt, result)
-        outs.append(_outcome(out, parsed, dataset, small_rows))
+        outs.append(_outcome(out, parsed, dataset, small_rows, together=True))
+    _conform_small(outs, batch[0][4])
     return outs
 
 
@@ -612,6 +624,63 @@ def _given(fmt: str, result: ParseResult | Exception) -> tuple[str, ParseResult]
     return fmt, result
 
 
+def _conform_small(outs: list[FileOutcome], dataset: Path) -> None:
+    """Conform and pack the small tables of a batch's files (left as parsed by
+    :func:`_write_tables`): each table of the files of one job at once, for what conforming
+    costs whatever the rows (checks and casts of every column: 2 to 3 ms a file, most of a
+    small file's write), then each file's rows packed alone. Where that fails, each file's
+    tables are conformed alone, so that only a file whose rows are refused fails."""
+    groups: dict[tuple[str, str], list[FileOutcome]] = {}
+    for out in outs:
+        if out.status == "ingested" and out.small:
+            groups.setdefault((out.job, out.format or ""), []).append(out)
+    for group in groups.values():
+        for name in sorted({name for out in group for name in out.small}):
+            holders = [out for out in group if name in out.small]
+            try:
+                tables = _conformed_together(name, holders)
+            except Exception:  # (the file whose rows are refused is found below)
+                tables = None
+            for i, out in enumerate(holders):
+                if out.status != "ingested":
+                    continue
+                try:
+                    table = tables[i] if tables is not None else _conformed(name, out)
+                    out.small[name] = _packed(table)
+                except Exception as exc:
+                    _fail(out, exc)
+                    _remove_parts(dataset, out)
+
+
+def _conformed(name: str, out: FileOutcome) -> pa.Table:
+    """``out``'s small table ``name`` conformed (:func:`~pipeline.dataset.schema.conform`),
+    as its part holds it."""
+    table = conform(name, out.small[name], job=out.job, source=out.format, file_id=out.file_id)
+    return part_columns(name, table)
+
+
+def _conformed_together(name: str, holders: list[FileOutcome]) -> list[pa.Table]:
+    """Table ``name`` of each of ``holders`` (files of one job and format) conformed by one
+    :func:`~pipeline.dataset.schema.conform` of all their rows, as its part holds it, each
+    file's rows a slice: the same values, columns and types as each conformed alone."""
+    pieces = [out.small[name] for out in holders]
+    first = holders[0]
+    whole = conform(name, pa.concat_tables(pieces), job=first.job, source=first.format,
+                    file_id="")  # fmt: skip
+    ids = pa.chunked_array(
+        [pa.repeat(string_scalar(out.file_id or ""), p.num_rows) for out, p in
+         zip(holders, pieces, strict=True)],
+        pa.string(),
+    )  # fmt: skip
+    at = whole.schema.get_field_index("file_id")
+    whole = part_columns(name, whole.set_column(at, whole.schema.field(at), ids.combine_chunks()))
+    out, start = [], 0
+    for piece in pieces:
+        out.append(whole.slice(start, piece.num_rows))
+        start += piece.num_rows
+    return out
+
+
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:
     """Delete the parts a failed file wrote (the manifest never listed them) and drop the
     small tables it holds. (A file refused for its rank: :func:`_drop_refused`.)"""
@@ -621,10 +690,16 @@ def _remove_parts(dataset: Path, out: FileOutcome) -> None:
 
 
 def _write_tables(
-    out: FileOutcome, tables: dict[str, pa.Table], dataset: Path, small_rows: int
+    out: FileOutcome,
+    tables: dict[str, pa.Table],
+    dataset: Path,
+    small_rows: int,
+    *,
+    pack: bool = True,
 ) -> None:
     """Write each table's part, or keep it in ``out.small`` when it has fewer than
-    ``small_rows`` rows; ``tables`` is emptied as they are written (memory).
+    ``small_rows`` rows (conformed and packed; without ``pack``, as it is, for
+    :func:`_conform_small`); ``tables`` is emptied as they are written (memory).
 
     A table is conformed (its columns cast to the schema's types, which copies them) and
     written one row group at a time, so a big trace's ops are never copied whole.
@@ -638,8 +713,11 @@ def _write_tables(
         if "rank" in table.column_names:
             ranks.update(table.column("rank").unique().to_pylist())
         if table.num_rows < small_rows:
-            table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
-            out.small[name] = _packed(part_columns(name, table))
+            if pack:
+                table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
+                out.small[name] = _packed(part_columns(name, table))
+            else:
+                out.small[name] = table
             continue
         with PartWriter(dataset, part_path(name, out.job, out.file_id)) as part:
             for start in range(0, table.num_rows, ROW_GROUP_ROWS):
