@@ -66,11 +66,13 @@ BATCH_FILE_BYTES = 2 * 1024 * 1024
 BATCH_FILES = 32
 #: ... and this many bytes (on disk); a larger file is a task alone.
 BATCH_BYTES = 8 * 1024 * 1024
-#: The small tables of parsed files wait in the main process until the commit writes them,
-#: up to this many (packed) bytes in all; past it, those held are written at once, one part
-#: per table and job shared by their files. Measured on a generated job of 1,024 ranks:
-#: 2,048 files held 504 MB as tables, 112 MB packed (:func:`_packed`).
-SMALL_TABLES_BYTES = 256 * 1024 * 1024
+#: The small tables of parsed files wait in the main process until the commit writes them
+#: (packed, :func:`_packed`), up to this many bytes in all as tables; past it, those held are
+#: written at once, one part per table and job shared by their files. A table is unpacked
+#: whole to be written (each of a batch's files holds a slice of it), so this bounds the
+#: main process's memory. Measured on a generated job of 1,024 ranks: 2,048 files held
+#: 504 MB as tables, some 90 MB packed.
+SMALL_TABLES_BYTES = 512 * 1024 * 1024
 
 
 @dataclass
@@ -80,6 +82,18 @@ class InputFile:
     path: Path
     job: str
     explicit: bool
+
+
+@dataclass(frozen=True)
+class SmallRows:
+    """One file's rows of a small table: ``count`` rows from ``start`` of a packed table
+    (:func:`_packed`) that the files of its batch share (sent from a worker once for all of
+    them, unpacked once at the commit); ``nbytes``: the rows' size as a table."""
+
+    packed: bytes = field(repr=False)
+    start: int
+    count: int
+    nbytes: int
 
 
 @dataclass
@@ -96,9 +110,10 @@ class FileOutcome:
     rank_source: str | None = None
     ranks: list[int] = field(default_factory=list)
     parts: dict[str, list[str]] = field(default_factory=dict)
-    #: Tables too small for a part of their own (conformed, as a part holds them, in a
-    #: compressed Arrow stream): written at commit with those of the other files of the job.
-    small: dict[str, bytes] = field(default_factory=dict, repr=False)
+    #: Tables too small for a part of their own (conformed, as a part holds them, packed
+    #: with those of the other files of its batch): written at commit with those of the
+    #: other files of the job.
+    small: dict[str, SmallRows] = field(default_factory=dict, repr=False)
     rows: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
@@ -638,18 +653,32 @@ def _conform_small(outs: list[FileOutcome], dataset: Path) -> None:
         for name in sorted({name for out in group for name in out.small}):
             holders = [out for out in group if name in out.small]
             try:
-                tables = _conformed_together(name, holders)
+                whole = _conformed_together(name, holders)
             except Exception:  # (the file whose rows are refused is found below)
-                tables = None
-            for i, out in enumerate(holders):
+                whole = None
+            if whole is not None:
+                _share(whole, holders, name)
+                continue
+            for out in holders:
                 if out.status != "ingested":
                     continue
                 try:
-                    table = tables[i] if tables is not None else _conformed(name, out)
-                    out.small[name] = _packed(table)
+                    out.small[name] = _small_rows(_conformed(name, out))
                 except Exception as exc:
                     _fail(out, exc)
                     _remove_parts(dataset, out)
+
+
+def _share(whole: pa.Table, holders: list[FileOutcome], name: str) -> None:
+    """Pack ``whole`` (table ``name`` of ``holders``, their rows one after another, in
+    order) once, and give each holder its rows of it."""
+    packed = _packed(whole)
+    start = 0
+    for out in holders:
+        count = out.small[name].num_rows
+        size = _unpacked_size(packed) * count // max(1, whole.num_rows)
+        out.small[name] = SmallRows(packed, start, count, size)
+        start += count
 
 
 def _conformed(name: str, out: FileOutcome) -> pa.Table:
@@ -659,10 +688,10 @@ def _conformed(name: str, out: FileOutcome) -> pa.Table:
     return part_columns(name, table)
 
 
-def _conformed_together(name: str, holders: list[FileOutcome]) -> list[pa.Table]:
-    """Table ``name`` of each of ``holders`` (files of one job and format) conformed by one
-    :func:`~pipeline.dataset.schema.conform` of all their rows, as its part holds it, each
-    file's rows a slice: the same values, columns and types as each conformed alone."""
+def _conformed_together(name: str, holders: list[FileOutcome]) -> pa.Table:
+    """Table ``name`` of ``holders`` (files of one job and format), their rows one after
+    another, conformed by one :func:`~pipeline.dataset.schema.conform` of them all, as its
+    part holds it: the same values, columns and types as each file's conformed alone."""
     pieces = [out.small[name] for out in holders]
     first = holders[0]
     whole = conform(name, pa.concat_tables(pieces), job=first.job, source=first.format,
@@ -673,12 +702,7 @@ def _conformed_together(name: str, holders: list[FileOutcome]) -> list[pa.Table]
         pa.string(),
     )  # fmt: skip
     at = whole.schema.get_field_index("file_id")
-    whole = part_columns(name, whole.set_column(at, whole.schema.field(at), ids.combine_chunks()))
-    out, start = [], 0
-    for piece in pieces:
-        out.append(whole.slice(start, piece.num_rows))
-        start += piece.num_rows
-    return out
+    return part_columns(name, whole.set_column(at, whole.schema.field(at), ids.combine_chunks()))
 
 
 def _remove_parts(dataset: Path, out: FileOutcome) -> None:
@@ -715,7 +739,7 @@ def _write_tables(
         if table.num_rows < small_rows:
             if pack:
                 table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
-                out.small[name] = _packed(part_columns(name, table))
+                out.small[name] = _small_rows(part_columns(name, table))
             else:
                 out.small[name] = table
             continue
@@ -834,8 +858,20 @@ def _packed(table: pa.Table) -> bytes:
     return raw.size.to_bytes(8, "little") + pa.compress(raw, "lz4", asbytes=True)
 
 
+def _small_rows(table: pa.Table) -> SmallRows:
+    """A lone file's small table, packed."""
+    packed = _packed(table)
+    return SmallRows(packed, 0, table.num_rows, _unpacked_size(packed))
+
+
+def _unpacked_size(data: bytes) -> int:
+    """The size of a table :func:`_packed` as ``data``, unpacked (its Arrow stream's; the
+    table's ``nbytes`` takes a pass over each column of a table of slices)."""
+    return int.from_bytes(data[:8], "little")
+
+
 def _unpacked(data: bytes) -> pa.Table:
-    size = int.from_bytes(data[:8], "little")
+    size = _unpacked_size(data)
     return pa.ipc.open_stream(pa.decompress(memoryview(data)[8:], size, "lz4")).read_all()
 
 
@@ -860,11 +896,23 @@ def _write_small_tables(dataset: Path, job: str, outs: list[FileOutcome]) -> Non
 
 
 def _write_small_table(dataset: Path, job: str, name: str, holders: list[FileOutcome]) -> None:
-    """Write table ``name`` of ``holders`` as one part and list it under each of them."""
+    """Write table ``name`` of ``holders`` as one part and list it under each of them.
+
+    Each packed table is unpacked once, and each holder's rows are a slice of it; a row
+    group is written as one array per column (a table of thousands of pieces takes the
+    Parquet writer 1.5 to 3 times as long to encode: per piece, not per row).
+    """
     rel = part_path(name, job, part_id(out.file_id for out in holders))
+    held = [out.small.pop(name) for out in holders]
+    tables: dict[int, pa.Table] = {}
+    for rows in held:
+        if id(rows.packed) not in tables:
+            tables[id(rows.packed)] = _unpacked(rows.packed)
+    pieces = [tables[id(rows.packed)].slice(rows.start, rows.count) for rows in held]
+    del held, tables  # (the packed bytes: those of this table are no longer needed)
     with PartWriter(dataset, rel) as part:
-        for group in row_groups(_unpacked(out.small.pop(name)) for out in holders):
-            part.write(pa.concat_tables(group))
+        for group in row_groups(pieces):
+            part.write(pa.concat_tables(group).combine_chunks())
     for out in holders:
         out.parts[name] = [rel]
 
@@ -898,7 +946,7 @@ class _SmallTables:
         if not out.small:
             return
         self.held.append(out)
-        self.bytes += sum(len(data) for data in out.small.values())
+        self.bytes += sum(rows.nbytes for rows in out.small.values())
         if self.bytes > SMALL_TABLES_BYTES:
             for job, outs in _by_job(self.held).items():
                 _write_small_tables(self.dataset, job, outs)
