@@ -828,14 +828,15 @@ def _commit(txn: Transaction, accepted: list[FileOutcome]) -> None:
     for job, outs in _by_job(accepted).items():
         _write_small_tables(txn.dataset, job, outs)
         rel = part_path("files", job, part_id(out.file_id for out in outs))
-        write_part(txn.dataset, rel, _files_rows(job, outs))
-        for out in outs:
+        paths = _real_paths(outs)
+        write_part(txn.dataset, rel, _files_rows(job, outs, paths))
+        for out, path in zip(outs, paths, strict=True):
             out.parts["files"] = [rel]
             out.rows["files"] = 1
             manifest.files[file_key(out.job, out.file_id)] = FileEntry(
                 file_id=out.file_id,
                 sha256=out.sha256,
-                path=str(out.path.resolve()),
+                path=path,
                 job=out.job,
                 format=out.format,
                 ranks=out.ranks,
@@ -909,9 +910,10 @@ def _write_small_table(dataset: Path, job: str, name: str, holders: list[FileOut
         if id(rows.packed) not in tables:
             tables[id(rows.packed)] = _unpacked(rows.packed)
     pieces = [tables[id(rows.packed)].slice(rows.start, rows.count) for rows in held]
+    sizes = [rows.nbytes for rows in held]
     del held, tables  # (the packed bytes: those of this table are no longer needed)
     with PartWriter(dataset, rel) as part:
-        for group in row_groups(pieces):
+        for group in row_groups(pieces, sizes):
             part.write(pa.concat_tables(group).combine_chunks())
     for out in holders:
         out.parts[name] = [rel]
@@ -967,13 +969,31 @@ def _finished(small: _SmallTables, on_file, out: FileOutcome) -> None:
     _notify(on_file, out)
 
 
-def _files_rows(job: str, outs: list[FileOutcome]) -> pa.Table:
-    """One ``files`` row per outcome of ``job``, as its part holds them."""
+def _real_paths(outs: list[FileOutcome]) -> list[str]:
+    """Each file's absolute path with no link in it (``Path.resolve``): each folder's
+    resolved once for all its files, a file that is a link itself alone (a resolve walks
+    every component of the path: 0.6 s for 4,096 files)."""
+    folders: dict[Path, Path] = {}
+    paths = []
+    for out in outs:
+        path = out.path
+        if path.is_symlink():
+            paths.append(str(path.resolve()))
+            continue
+        if path.parent not in folders:
+            folders[path.parent] = path.parent.resolve()
+        paths.append(str(folders[path.parent] / path.name))
+    return paths
+
+
+def _files_rows(job: str, outs: list[FileOutcome], paths: list[str]) -> pa.Table:
+    """One ``files`` row per outcome of ``job`` (at its file's real path, of ``paths``), as
+    its part holds them."""
     now = time.time_ns()
     rows = {
         "file_id": [out.file_id for out in outs],
         "sha256": [out.sha256 for out in outs],
-        "path": [str(out.path.resolve()) for out in outs],
+        "path": paths,
         "format": [out.format for out in outs],
         "format_version": [out.format_version for out in outs],
         "size_bytes": [out.path.stat().st_size for out in outs],
