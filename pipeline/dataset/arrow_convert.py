@@ -48,7 +48,10 @@ def _list_array(values: Sequence[list], type: pa.ListType) -> pa.Array:
     lengths = np.fromiter((len(v) for v in values), np.int64, len(values))
     offsets = np.zeros(len(values) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    inner = array_from_list([x for v in values for x in v], type.value_type)
+    flat = [x for v in values for x in v]
+    # (no values: an empty array of the type; an empty Polars column comes back as no
+    # chunks, which pyarrow combines by way of pandas)
+    inner = array_from_list(flat, type.value_type) if flat else pa.nulls(0, type.value_type)
     return pa.ListArray.from_arrays(from_numpy(offsets), inner, type=type)
 
 
