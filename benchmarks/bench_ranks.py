@@ -14,6 +14,10 @@ DuckDB ``count(*)`` of every table, each in its own child process, and prints th
 ``--target-mb`` makes each rank's trace bigger (the job's Kineto MB in all): at 3,000 MB for
 1,024 ranks each trace holds some 5,400 ops, a table per file above 4,096 rows
 (``--baseline-rows 4096`` compares that threshold with tokenwire's 16 Ki).
+
+``--scale-ranks N`` times instead the ingest of docs/scale.md's job (TP8 x PP4, 1 step, 4
+layers, a Kineto trace and an NCCL log per rank) of N ranks with 2 workers, whole process,
+against the target of 3 minutes for 16,384 ranks (N / 16,384 of it for fewer ranks).
 """
 
 from __future__ import annotations
@@ -97,6 +101,30 @@ def run(folder: Path, work: Path, baseline_rows: int = 0) -> dict[str, dict[str,
     return out
 
 
+#: docs/scale.md's target: 16,384 ranks ingested in 3 minutes on 2 cores.
+SCALE_TARGET_S = 180.0
+
+
+def scale(ranks: int, work: Path) -> None:
+    """Generate docs/scale.md's job of ``ranks`` ranks, ingest it with 2 workers (a whole
+    process, imports included) and print the time beside the target."""
+    dp = max(1, ranks // 32)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        folder = Path(tmp) / "job"
+        command = [sys.executable, "-m", "pipeline.synth", str(folder), "--tp", "8", "--pp", "4"]
+        command += ["--dp", str(dp), "--steps", "1", "--layers", "4"]
+        command += ["--global-batch", str(4 * dp), "--formats", "kineto,nccl"]
+        subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+        files = sum(1 for _ in folder.iterdir())
+        m = measure(f"ingest, 2 workers, {32 * dp:,} ranks", INGEST, "merged",
+                    str(Path(tmp) / "ds"), str(folder))  # fmt: skip
+    target = SCALE_TARGET_S * 32 * dp / 16384
+    print(f"== docs/scale.md's job: {32 * dp:,} ranks, {files:,} files, ingest with 2 workers")
+    print(line(m))
+    print(f"  ingest {m.seconds:7.1f} s (CPU {m.cpu_seconds:7.1f} s): target at most {target:.0f} s"
+          f" ({SCALE_TARGET_S:.0f} s for 16,384 ranks)")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     """Generate the job, run both layouts, print the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -106,7 +134,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--baseline-rows", type=int, default=0, help="small-table rows of the baseline (0: none)"
     )
+    parser.add_argument("--scale-ranks", type=int, help="instead: docs/scale.md's job's ingest")
     args = parser.parse_args(argv)
+    if args.scale_ranks:
+        args.work.mkdir(parents=True, exist_ok=True)
+        scale(args.scale_ranks, args.work)
+        return
     dp = 4 if args.quick else 32
     args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:

@@ -39,6 +39,7 @@ def main() -> None:
     bench_link.main()
     bench_page.main(["--ranks", "1024" if args.quick else "16384"])
     bench_ranks.main(["--quick"] if args.quick else [])
+    bench_ranks.main(["--scale-ranks", "1024" if args.quick else "16384"])
     bench_floor.main(["--copies", "4"] if args.quick else [])
     bench_memory.main(["--file-mb", "10", "--counts", "2,8"] if args.quick else [])
     if not args.quick:  # (a trace of 1 GB or more: the memory target's own size)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,6 +23,18 @@ from ..dataset.arrow_convert import array_from_list, table_from_lists
 from ..dataset.commit import PartWriter
 from ..dataset.schema import conform, table_schema
 from ..dataset.store import ROW_GROUP_ROWS, part_columns, part_id, part_path, row_groups
+
+
+@dataclass(frozen=True)
+class SmallRows:
+    """One file's rows of a small table: ``count`` rows from ``start`` of a packed table
+    (:func:`pack_table`) that the files of its batch share (sent from a worker once for all
+    of them, unpacked once at the commit); ``nbytes``: the rows' size as a table."""
+
+    packed: bytes = field(repr=False)
+    start: int
+    count: int
+    nbytes: int
 
 
 def pack_table(table: pa.Table) -> bytes:
@@ -35,17 +48,29 @@ def pack_table(table: pa.Table) -> bytes:
     return raw.size.to_bytes(8, "little") + pa.compress(raw, "lz4", asbytes=True)
 
 
+def small_rows(table: pa.Table) -> SmallRows:
+    """A lone file's small table, packed."""
+    packed = pack_table(table)
+    return SmallRows(packed, 0, table.num_rows, unpacked_size(packed))
+
+
+def unpacked_size(data: bytes) -> int:
+    """The size of a table :func:`pack_table` packed as ``data``, unpacked (its Arrow
+    stream's; the table's ``nbytes`` takes a pass over each column of a table of slices)."""
+    return int.from_bytes(data[:8], "little")
+
+
 def unpack_table(data: bytes) -> pa.Table:
     """The table :func:`pack_table` packed."""
-    size = int.from_bytes(data[:8], "little")
+    size = unpacked_size(data)
     return pa.ipc.open_stream(pa.decompress(memoryview(data)[8:], size, "lz4")).read_all()
 
 
 def write_shared_parts(
-    dataset: Path, job: str, held: list[tuple[str, dict[str, bytes]]]
+    dataset: Path, job: str, held: list[tuple[str, dict[str, SmallRows]]]
 ) -> dict[str, str]:
-    """Write the packed tables of ``held`` (file id, packed table by name: each file's
-    small tables) as one part per table, its rows in file id order, and return each table's
+    """Write the packed tables of ``held`` (file id, its rows of each small table by name)
+    as one part per table, its rows in file id order, and return each table's
     part. Each table is taken out of its file's dict as it is written (memory).
 
     The tables are written side by side, a thread per core, each holding one row group at
@@ -65,13 +90,26 @@ def write_shared_parts(
 
 
 def _write_shared_part(
-    dataset: Path, job: str, name: str, file_ids: list[str], holders: list[dict[str, bytes]]
+    dataset: Path, job: str, name: str, file_ids: list[str], holders: list[dict[str, SmallRows]]
 ) -> str:
-    """Write table ``name`` of ``holders`` (the files ``file_ids``) as one part."""
+    """Write table ``name`` of ``holders`` (the files ``file_ids``) as one part.
+
+    Each packed table is unpacked once, and each holder's rows are a slice of it; a row
+    group is written as one array per column (a table of thousands of pieces takes the
+    Parquet writer 1.5 to 3 times as long to encode: per piece, not per row).
+    """
     rel = part_path(name, job, part_id(file_ids))
+    held = [tables.pop(name) for tables in holders]
+    tables: dict[int, pa.Table] = {}
+    for rows in held:
+        if id(rows.packed) not in tables:
+            tables[id(rows.packed)] = unpack_table(rows.packed)
+    pieces = [tables[id(rows.packed)].slice(rows.start, rows.count) for rows in held]
+    sizes = [rows.nbytes for rows in held]
+    del held, tables  # (the packed bytes: those of this table are no longer needed)
     with PartWriter(dataset, rel) as part:
-        for group in row_groups(unpack_table(tables.pop(name)) for tables in holders):
-            part.write(pa.concat_tables(group))
+        for group in row_groups(pieces, sizes):
+            part.write(pa.concat_tables(group).combine_chunks())
     return rel
 
 

@@ -512,15 +512,20 @@ def part_id(names: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]
 
 
-def row_groups(pieces: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[list]:
+def row_groups(
+    pieces: Iterable[pa.Table | pa.RecordBatch], sizes: Iterable[int] | None = None
+) -> Iterator[list]:
     """Small tables or batches gathered into lists of about a row group each: until
-    :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES`, whichever comes first."""
+    :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES`, whichever comes first.
+    ``sizes``: each piece's bytes where the caller knows them (a slice's ``nbytes`` takes a
+    pass over its columns: 1.2 s for the 32,000 small tables of 2,048 ranks)."""
     pending: list = []
     rows = size = 0
+    known = iter(sizes) if sizes is not None else None
     for piece in pieces:
         pending.append(piece)
         rows += piece.num_rows
-        size += piece.nbytes
+        size += next(known) if known is not None else piece.nbytes
         if rows >= ROW_GROUP_ROWS or size >= ROW_GROUP_BYTES:
             yield pending
             pending, rows, size = [], 0, 0

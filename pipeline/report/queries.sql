@@ -90,19 +90,24 @@ GROUP BY ALL;
 -- source per rank: primary_sources); a gradient bucket counts under the layers whose
 -- gradients it carries (gradient_bucket_layers), each a share of its call.
 -- (summed per step first: the steps are counted from those sums, not from a second pass
--- over every link)
-WITH links AS (
+-- over every link. A collective is one link, so its share of a call is one over its
+-- bucket's layers, counted over the buckets alone: a window over every link took most
+-- of the query's time.)
+WITH buckets AS (
+    SELECT *, count(*) OVER (PARTITION BY rank, source, file_id, collective_id) AS layers
+    FROM gradient_bucket_layers WHERE job = $job
+),
+links AS (
     SELECT l.step, l.phase, coalesce(g.layer, l.layer) AS layer,
            coalesce(g.layer_index, l.layer_index) AS layer_index,
            coalesce(g.layer_kind, l.layer_kind) AS layer_kind,
            coalesce(g.layer_label, l.layer_label, g.layer, l.layer) AS layer_label,
            coalesce(g.bytes, l.bytes) AS bytes,
-           1.0 / count(*) OVER (PARTITION BY l.rank, l.source, l.file_id, l.collective_id)
-               AS calls
+           1.0 / coalesce(g.layers, 1) AS calls
     FROM collective_links l
     JOIN primary_sources p USING (job, rank, source)
-    LEFT JOIN gradient_bucket_layers g
-        ON g.job = l.job AND g.rank = l.rank AND g.source = l.source
+    LEFT JOIN buckets g
+        ON g.rank = l.rank AND g.source = l.source
        AND g.file_id = l.file_id AND g.collective_id = l.collective_id
     WHERE l.job = $job
 ),
@@ -670,10 +675,14 @@ WITH windows AS (
     SELECT rank, count(*) AS steps, avg(window_ns) AS window_ns FROM time_breakdown
     WHERE job = $job GROUP BY rank
 ),
+-- (each rank's waits summed per dimension, op and phase first: the rest reads those sums,
+-- not every wait again, and names them once each)
 w AS (
     SELECT rank, coalesce(parallel_dim, 'unknown') || ' ' || op || ' '
-               || coalesce(phase, 'unattributed') AS what, wait_ns, transfer_ns
-    FROM collective_waits WHERE job = $job
+               || coalesce(phase, 'unattributed') AS what, wait_ns, transfer_ns, busy_ns
+    FROM (SELECT rank, parallel_dim, op, phase, sum(wait_ns) AS wait_ns,
+                 sum(transfer_ns) AS transfer_ns, sum(wait_ns + transfer_ns) AS busy_ns
+          FROM collective_waits WHERE job = $job GROUP BY ALL)
 ),
 top AS (
     SELECT what FROM w GROUP BY what HAVING sum(wait_ns) > 0
@@ -690,7 +699,7 @@ SELECT p.rank, p.part, sum(p.ns) / any_value(n.steps) / 1e6 AS ms
 FROM parts p JOIN windows n USING (rank) GROUP BY ALL
 UNION ALL
 SELECT n.rank, 'rest of the step',
-       greatest(any_value(n.window_ns) - coalesce(sum(w.wait_ns + w.transfer_ns), 0)
+       greatest(any_value(n.window_ns) - coalesce(sum(w.busy_ns), 0)
                 / any_value(n.steps), 0) / 1e6
 FROM windows n LEFT JOIN w USING (rank) GROUP BY n.rank
 ORDER BY 1, 2;

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.dataset.schema import load_schemas
+from pipeline.dataset.small_parts import unpack_table
 from pipeline.dataset.store import read_manifest
 from pipeline.dataset.views import connect
 from pipeline.ingest import run
@@ -222,10 +223,10 @@ def test_a_refused_file_is_taken_out_of_small_tables_written_with_others(
     _trace(src, "c.json", 1)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    sizes = [
-        sum(map(len, run.parse_file(f, "job", False, "0" * 64, scratch, 4096).small.values()))
-        for f in sorted(src.iterdir())
-    ]
+    # (parsed together, as the ingest parses them: each file's share of the tables they
+    # share)
+    outs = run.parse_files([(f, "job", False, "0" * 64, scratch, 4096) for f in src.iterdir()])
+    sizes = [sum(r.nbytes for r in out.small.values()) for out in outs]
     # held until the third file, then written together
     monkeypatch.setattr(run, "SMALL_TABLES_BYTES", sum(sizes) - min(sizes) // 2)
     rewritten = []
@@ -377,3 +378,64 @@ def test_the_same_bytes_under_another_job_are_that_jobs_files(
         result = _ingest(str(tmp_path / "good"), "-o", str(dataset), "--job", job)
         assert "0 ingested, 2 skipped" in result.stderr
     assert tree_digest(dataset) == before
+
+
+def _nccl_log(path: Path, rank: int) -> Path:
+    """A small NCCL log of ``rank`` of a two-rank communicator: its init and one call."""
+    prefix = f"n:{5 + rank}:{5 + rank} [0] NCCL INFO"
+    path.write_text(
+        f"{prefix} comm 0x30 rank {rank} nranks 2 cudaDev {rank} busId {rank + 1}000 - "
+        "Init COMPLETE\n"
+        f"{prefix} AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x2 count 4 datatype 7 op 0 "
+        "root 0 comm 0x30 [nranks=2] stream 0x0\n"
+    )
+    return path
+
+
+def test_a_batch_whose_small_tables_are_refused_together_fails_only_the_file_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker conforms the small tables of its batch's files at once; where that refuses a
+    row, each file's tables are conformed alone, and only the file whose row it is fails,
+    with its path and the message conform gives, holding no small table."""
+    from pipeline.dataset.schema import conform
+    from pipeline.errors import DatasetError
+
+    good, bad = _nccl_log(tmp_path / "good.log", 0), _nccl_log(tmp_path / "bad.log", 1)
+
+    def refusing(name, table, **constants):  # (rank 1's ranks row, as a range check would)
+        if name == "ranks" and 1 in table.column("rank").to_pylist():
+            raise DatasetError("ranks.rank: 1 is outside 0..0")
+        return conform(name, table, **constants)
+
+    monkeypatch.setattr(run, "conform", refusing)
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    outs = run.parse_files([(p, "job", False, f"{i}" * 64, ds, 4096) for i, p in
+                            enumerate((good, bad))])  # fmt: skip
+    assert [o.status for o in outs] == ["ingested", "failed"]
+    assert outs[1].error == f"{bad}: ranks.rank: 1 is outside 0..0"
+    assert outs[1].small == {} and outs[1].parts == {}
+    held = outs[0].small
+    assert {"ranks", "communicators", "collectives"} <= set(held)
+    # the good file's rows, packed alone, as its part will hold them
+    ranks = unpack_table(held["ranks"].packed).slice(held["ranks"].start, held["ranks"].count)
+    assert ranks.column("rank").to_pylist() == [0]
+    assert set(ranks.column("file_id").to_pylist()) == {"0" * 16}
+
+
+def test_a_batchs_small_tables_are_each_files_rows_as_conformed_alone(tmp_path: Path) -> None:
+    """The small tables of a batch's files, conformed and packed together, give each file
+    the rows (values, columns and types) its tables conformed and packed alone hold."""
+    logs = [_nccl_log(tmp_path / f"rank{r}.log", r) for r in (0, 1)]
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    args = [(p, "job", False, f"{i}" * 64, ds, 4096) for i, p in enumerate(logs)]
+    together = run.parse_files(args)
+    assert together[0].small["ranks"].packed is together[1].small["ranks"].packed  # (shared)
+    for a, out in zip(args, together, strict=True):
+        alone = run.parse_file(*a)
+        assert set(out.small) == set(alone.small)
+        for name, rows in out.small.items():
+            mine = unpack_table(rows.packed).slice(rows.start, rows.count)
+            assert mine.equals(unpack_table(alone.small[name].packed)), name

@@ -670,8 +670,18 @@ def json_value(text: str | None) -> Any:
 
 
 def int_list(value: Any) -> list[int] | None:
-    """``value`` when it is a list of int64s, else None (unknown)."""
-    if isinstance(value, list) and all(int64_or_none(v) is not None for v in value):
+    """``value`` when it is a list of int64s, else None (unknown).
+
+    A list of plain ints is checked by its types, least and greatest (a world group lists
+    every rank, in every rank's trace: checked one by one in Python, the 16,384 ranks of
+    each trace of a 16,384-rank job took 10 ms of its parse); any other list one value at
+    a time."""
+    if not isinstance(value, list):
+        return None
+    if not value or (set(map(type, value)) == {int} and fits_int64(min(value))
+                     and fits_int64(max(value))):  # fmt: skip
+        return value
+    if all(int64_or_none(v) is not None for v in value):
         return value
     return None
 
