@@ -48,7 +48,7 @@ def pack_table(table: pa.Table) -> bytes:
     return raw.size.to_bytes(8, "little") + pa.compress(raw, "lz4", asbytes=True)
 
 
-def small_rows(table: pa.Table) -> SmallRows:
+def packed_rows(table: pa.Table) -> SmallRows:
     """A lone file's small table, packed."""
     packed = pack_table(table)
     return SmallRows(packed, 0, table.num_rows, unpacked_size(packed))

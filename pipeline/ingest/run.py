@@ -40,7 +40,7 @@ from ..dataset.small_parts import (
     copy_part_without,
     files_part,
     pack_table,
-    small_rows,
+    packed_rows,
     unpacked_size,
     write_shared_parts,
 )
@@ -686,7 +686,7 @@ def _conform_small(outs: list[FileOutcome], dataset: Path) -> None:
                 if out.status != "ingested":
                     continue
                 try:
-                    out.small[name] = small_rows(_conformed(name, out))
+                    out.small[name] = packed_rows(_conformed(name, out))
                 except Exception as exc:
                     _fail(out, exc)
                     _remove_parts(dataset, out)
@@ -762,7 +762,7 @@ def _write_tables(
         if table.num_rows < small_rows:
             if pack:
                 table = conform(name, table, job=out.job, source=out.format, file_id=out.file_id)
-                out.small[name] = small_rows(part_columns(name, table))
+                out.small[name] = packed_rows(part_columns(name, table))
             else:
                 out.small[name] = table
             continue
