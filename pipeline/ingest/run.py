@@ -78,9 +78,10 @@ BATCH_BYTES = 8 * 1024 * 1024
 #: (packed, :class:`~pipeline.dataset.small_parts.SmallRows`), up to this many bytes in all
 #: as tables; past it, those held are written at once, one part per table and job shared by
 #: their files. A table is unpacked whole to be written (each of a batch's files holds a
-#: slice of it), so this bounds the main process's memory. Measured on a generated job of 1,024 ranks: 2,048 files held
-#: 504 MB as tables, some 90 MB packed; on docs/scale.md's 16,384-rank job the main process
-#: peaked at 0.92 GB with this bound, at 1.43 GB with twice it, for no less CPU.
+#: slice of it), so this bounds the main process's memory. Measured on a generated job of
+#: 1,024 ranks: 2,048 files held 504 MB as tables, some 90 MB packed; on docs/scale.md's
+#: 16,384-rank job the main process peaked at 0.92 GB with this bound, at 1.43 GB with
+#: twice it, for no less CPU.
 SMALL_TABLES_BYTES = 256 * 1024 * 1024
 
 
