@@ -25,6 +25,9 @@ ALLOWED = {
     "alone, and parse_file reports its error",
     ("pipeline/ingest/run.py", "parse_together"): "a batch that fails as a whole is parsed "
     "again one file at a time: only the file that makes it fail fails, with its own error",
+    ("pipeline/ingest/run.py", "_conform_small"): "a batch's small tables that cannot be "
+    "conformed together are conformed one file at a time, and each file's error goes "
+    "through _fail, as _outcome's: internal unless it is bad input",
     ("pipeline/ingest/nccl/log.py", "parse_batch"): "a batch of logs that fails is parsed "
     "again one file at a time, and each file's error is reported for it",
     ("pipeline/ingest/nccl/log.py", "_alone"): "returns the exception to parse_batch, "
