@@ -76,6 +76,16 @@ def _run(dataset: Path, text: str, *, allow_writes: bool) -> list[pl.DataFrame |
     try:
         with interrupt_calls(con.interrupt):  # (Ctrl-C stops a query that runs for hours)
             return statement_results(con, text, allow_writes=allow_writes)
+    except duckdb.OutOfMemoryException as exc:
+        if "max_temp_directory_size" not in str(exc):
+            raise
+        setting = "SELECT current_setting('max_temp_directory_size')"
+        limit = con.execute(setting).fetchone()[0]
+        raise QueryError(
+            f"the query needs more than the {limit} of temporary disk tokenwire sql allows "
+            "(4 GiB, or 16 times the dataset's parts where that is more; "
+            "TOKENWIRE_SQL_SPILL_BYTES sets it in bytes)"
+        ) from exc
     finally:
         con.close()
 

@@ -93,10 +93,32 @@ def connect(
         # folder: one of its own, unguessable and not there yet, which it removes on close
         spill = Path(tempfile.gettempdir()) / f"tokenwire-sql-{secrets.token_hex(8)}"
         con.execute("SET temp_directory = ?", [str(spill)])
+        # (by default DuckDB may fill 90% of that disk: a runaway query, 46 GB)
+        con.execute("SET max_temp_directory_size = ?", [f"{spill_limit(dataset, parts)}B"])
         con.execute("SET allowed_paths = ?", [part_paths(con, dataset, parts)])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return con
+
+
+#: A read-only connection spills at most this many bytes to disk, or
+#: :data:`SPILL_PER_PART_BYTE` times the dataset's parts where that is more; a query that
+#: needs more fails with its limit named (``$TOKENWIRE_SQL_SPILL_BYTES`` sets the bound).
+SPILL_MIN_BYTES = 4 * 1024**3
+#: Parquet parts hold a table in about a fifth to a tenth of its size in memory: a query that
+#: sorts or joins every table of the dataset fits in this many times their size.
+SPILL_PER_PART_BYTE = 16
+
+
+def spill_limit(dataset: Path, parts: list[str]) -> int:
+    """The bytes a read-only connection to ``dataset`` may spill to disk:
+    ``$TOKENWIRE_SQL_SPILL_BYTES`` when set, else :data:`SPILL_MIN_BYTES` or
+    :data:`SPILL_PER_PART_BYTE` times the size of ``parts``, whichever is more."""
+    value = os.environ.get("TOKENWIRE_SQL_SPILL_BYTES", "")
+    if value.isdigit():
+        return int(value)
+    size = sum(os.path.getsize(dataset / rel) for rel in parts if (dataset / rel).is_file())
+    return max(SPILL_MIN_BYTES, SPILL_PER_PART_BYTE * size)
 
 
 def add_convenience_views(con: duckdb.DuckDBPyConnection) -> None:
