@@ -152,7 +152,7 @@ WITH per_rank AS (
 SELECT name, kind, CAST(sum(calls) AS BIGINT) AS calls, sum(total_ns) AS total_ns,
        count(rank) AS ranks
 FROM per_rank
-GROUP BY name, kind ORDER BY total_ns DESC, name LIMIT $limit;
+GROUP BY name, kind ORDER BY total_ns DESC, name, kind LIMIT $limit;
 
 -- name: busbw_instances
 -- Achieved bus bandwidth of matched collective instances, binned by message size (powers
@@ -305,7 +305,7 @@ FROM collectives WHERE job = $job AND source <> 'flight_recorder';
 -- name: quality_links
 -- After tokenwire link: collectives without a layer or a parallel dimension, by evidence.
 SELECT attributed_by, parallel_dim = 'unknown' AS dim_unknown, count(*) AS collectives
-FROM collective_links WHERE job = $job GROUP BY ALL ORDER BY collectives DESC;
+FROM collective_links WHERE job = $job GROUP BY ALL ORDER BY collectives DESC, attributed_by, dim_unknown;
 
 -- name: quality_steps
 -- After tokenwire link: how each source's collectives got their step (their own trace, a
@@ -514,7 +514,8 @@ FROM ledger
 WHERE job = $job AND status <> 'matched'
 GROUP BY status, parallel_dim, op, phase, purpose, layer, predicted_message_bytes,
          message_bytes
-ORDER BY abs(avg(bytes) - avg(predicted_bytes)) DESC, parallel_dim, op, phase, status
+ORDER BY abs(avg(bytes) - avg(predicted_bytes)) DESC, parallel_dim, op, phase, status, purpose,
+         layer, predicted_message_bytes, message_bytes
 LIMIT $limit;
 
 -- name: wire_summary
