@@ -11,7 +11,7 @@ import polars as pl
 
 from ..dataset.location import local_text, part_error
 from ..dataset.snapshot import read_snapshot
-from ..dataset.views import connect
+from ..dataset.views import SPILL_MIN_BYTES, SPILL_PER_PART_BYTE, connect
 from ..errors import TokenwireError
 from ..guards import interrupt_calls
 
@@ -83,8 +83,8 @@ def _run(dataset: Path, text: str, *, allow_writes: bool) -> list[pl.DataFrame |
         limit = con.execute(setting).fetchone()[0]
         raise QueryError(
             f"the query needs more than the {limit} of temporary disk tokenwire sql allows "
-            "(4 GiB, or 16 times the dataset's parts where that is more; "
-            "TOKENWIRE_SQL_SPILL_BYTES sets it in bytes)"
+            f"({SPILL_MIN_BYTES / 1024**3:g} GiB, or {SPILL_PER_PART_BYTE} times the "
+            "dataset's parts where that is more; TOKENWIRE_SQL_SPILL_BYTES sets it in bytes)"
         ) from exc
     finally:
         con.close()

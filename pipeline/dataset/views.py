@@ -93,7 +93,7 @@ def connect(
         # folder: one of its own, unguessable and not there yet, which it removes on close
         spill = Path(tempfile.gettempdir()) / f"tokenwire-sql-{secrets.token_hex(8)}"
         con.execute("SET temp_directory = ?", [str(spill)])
-        # (by default DuckDB may fill 90% of that disk: a runaway query, 46 GB)
+        # (DuckDB's own bound is 90% of that disk: a runaway query would fill it)
         con.execute("SET max_temp_directory_size = ?", [f"{spill_limit(dataset, parts)}B"])
         con.execute("SET allowed_paths = ?", [part_paths(con, dataset, parts)])
         con.execute("SET enable_external_access = false")
