@@ -17,7 +17,8 @@ DuckDB ``count(*)`` of every table, each in its own child process, and prints th
 
 ``--scale-ranks N`` times instead the ingest of docs/scale.md's job (TP8 x PP4, 1 step, 4
 layers, a Kineto trace and an NCCL log per rank) of N ranks with 2 workers, whole process,
-against the target of 3 minutes for 16,384 ranks (N / 16,384 of it for fewer ranks).
+against the target of 3 minutes for 16,384 ranks (N / 16,384 of it for fewer ranks);
+``--scale-job DIR`` keeps the generated job there to time it again.
 """
 
 from __future__ import annotations
@@ -105,16 +106,18 @@ def run(folder: Path, work: Path, baseline_rows: int = 0) -> dict[str, dict[str,
 SCALE_TARGET_S = 180.0
 
 
-def scale(ranks: int, work: Path) -> None:
-    """Generate docs/scale.md's job of ``ranks`` ranks, ingest it with 2 workers (a whole
-    process, imports included) and print the time beside the target."""
+def scale(ranks: int, work: Path, job: Path | None = None) -> None:
+    """Generate docs/scale.md's job of ``ranks`` ranks (into ``job`` when given and not there
+    yet; reused when it is), ingest it with 2 workers (a whole process, imports included) and
+    print the time beside the target."""
     dp = max(1, ranks // 32)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
-        folder = Path(tmp) / "job"
-        command = [sys.executable, "-m", "pipeline.synth", str(folder), "--tp", "8", "--pp", "4"]
-        command += ["--dp", str(dp), "--steps", "1", "--layers", "4"]
-        command += ["--global-batch", str(4 * dp), "--formats", "kineto,nccl"]
-        subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+        folder = job or Path(tmp) / "job"
+        if not folder.exists():
+            command = [sys.executable, "-m", "pipeline.synth", str(folder), "--tp", "8"]
+            command += ["--pp", "4", "--dp", str(dp), "--steps", "1", "--layers", "4"]
+            command += ["--global-batch", str(4 * dp), "--formats", "kineto,nccl"]
+            subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         files = sum(1 for _ in folder.iterdir())
         m = measure(f"ingest, 2 workers, {32 * dp:,} ranks", INGEST, "merged",
                     str(Path(tmp) / "ds"), str(folder))  # fmt: skip
@@ -135,10 +138,16 @@ def main(argv: list[str] | None = None) -> None:
         "--baseline-rows", type=int, default=0, help="small-table rows of the baseline (0: none)"
     )
     parser.add_argument("--scale-ranks", type=int, help="instead: docs/scale.md's job's ingest")
+    parser.add_argument(
+        "--scale-job",
+        type=Path,
+        help="--scale-ranks' job folder: generated there when absent, reused when present "
+        "(generating 16,384 ranks takes 15 to 35 minutes on 2 cores)",
+    )
     args = parser.parse_args(argv)
     if args.scale_ranks:
         args.work.mkdir(parents=True, exist_ok=True)
-        scale(args.scale_ranks, args.work)
+        scale(args.scale_ranks, args.work, args.scale_job)
         return
     dp = 4 if args.quick else 32
     args.work.mkdir(parents=True, exist_ok=True)

@@ -71,9 +71,9 @@ POOL_MIN_BYTES = 64 * 1024 * 1024
 #: batch with others (:func:`parse_files`).
 BATCH_FILE_BYTES = 2 * 1024 * 1024
 #: A batch holds up to this many files ...
-BATCH_FILES = 32
+BATCH_FILES = 64
 #: ... and this many bytes (on disk); a larger file is a task alone.
-BATCH_BYTES = 8 * 1024 * 1024
+BATCH_BYTES = 32 * 1024 * 1024
 #: The small tables of parsed files wait in the main process until the commit writes them
 #: (packed, :class:`~pipeline.dataset.small_parts.SmallRows`), up to this many bytes in all
 #: as tables; past it, those held are written at once, one part per table and job shared by

@@ -130,31 +130,32 @@ def communicators_table(
                 "nranks": size if size is not None else (len(listed) if listed else None),
                 "ranks": listed,
             }
+    pgs = [(file, pg, rank) for file, (by_name, rank) in enumerate(zip(rows, ranks, strict=True))
+           for pg in by_name.values()]  # fmt: skip
+    # (built a column at a time: rows of dicts convert a world group's list of every rank
+    # of the job several times slower, in each trace of the job)
     frame = pl.DataFrame(
-        [
-            _communicator(file, pg, rank)
-            for file, (by_name, rank) in enumerate(zip(rows, ranks, strict=True))
-            for pg in by_name.values()
-        ],
+        {
+            "file": [file for file, _, _ in pgs],
+            "comm": [f"pg:{pg['pg_name']}" for _, pg, _ in pgs],
+            "pg_name": [pg["pg_name"] for _, pg, _ in pgs],
+            "pg_desc": [pg.get("pg_desc") for _, pg, _ in pgs],
+            "backend": [pg.get("backend") for _, pg, _ in pgs],
+            "nranks": [pg.get("nranks") for _, pg, _ in pgs],
+            "ranks": [pg.get("ranks") for _, pg, _ in pgs],
+            "rank_in_comm": [_place(pg.get("ranks"), rank) for _, pg, rank in pgs],
+        },
         schema=_COMMUNICATOR,
     )
     return frame.sort("file", "pg_name")
 
 
-def _communicator(file: int, pg: dict[str, Any], rank: int) -> dict[str, Any]:
-    """A ``communicators`` row of file ``file`` (of rank ``rank``)."""
-    return {
-        "file": file,
-        "comm": f"pg:{pg['pg_name']}",
-        "pg_name": pg["pg_name"],
-        "pg_desc": pg.get("pg_desc"),
-        "backend": pg.get("backend"),
-        "nranks": pg.get("nranks"),
-        "ranks": pg.get("ranks"),
-        "rank_in_comm": pg["ranks"].index(rank)
-        if pg.get("ranks") and rank in pg["ranks"]
-        else None,
-    }
+def _place(members: list[int] | None, rank: int) -> int | None:
+    """Where ``rank`` is in a group's ``members`` (None: not there, or no list)."""
+    try:
+        return members.index(rank) if members else None
+    except ValueError:
+        return None
 
 
 _COMMUNICATOR = {

@@ -745,25 +745,30 @@ def _comm_table(parts, comm_ids: pl.DataFrame, facts: pl.DataFrame, ranked) -> p
         .group_by("file", "comm", "rank_in_comm")
         .agg(pl.col("rank").first())
     )
-    positions = ids.select("file", "comm", "nranks").unique(["file", "comm"])
-    positions = positions.filter(pl.col("nranks").is_not_null())
-    positions = positions.with_columns(
-        pl.int_ranges(0, pl.col("nranks")).alias("rank_in_comm")
-    ).explode("rank_in_comm")
-    lists = (
+    comms = (
+        ids.select("file", "comm", "nranks")
+        .unique(["file", "comm"])
+        .filter(pl.col("nranks").is_not_null())
+        .join(facts.select("file", "world"), on="file", how="left")
+    )
+    # (a world communicator's list is made whole at once: placing each of its positions
+    # in every file of a 16,384-rank job cost more than the rest of the parse)
+    is_world = (pl.col("nranks") == pl.col("world")).fill_null(False)
+    world = comms.filter(is_world).select(
+        "file", "comm", pl.int_ranges(0, pl.col("nranks")).alias("ranks")
+    )
+    positions = (
+        comms.filter(~is_world)
+        .with_columns(pl.int_ranges(0, pl.col("nranks")).alias("rank_in_comm"))
+        .explode("rank_in_comm")
+    )
+    placed = (
         positions.join(members, on=["file", "comm", "rank_in_comm"], how="left")
         .sort("file", "comm", "rank_in_comm")
         .group_by("file", "comm", maintain_order=True)
-        .agg(pl.col("rank").alias("ranks"), pl.col("nranks").first())
-        .join(facts.select("file", "world"), on="file", how="left")
-        .with_columns(
-            pl.when(pl.col("nranks") == pl.col("world"))
-            .then(pl.int_ranges(0, pl.col("nranks")))
-            .otherwise(pl.col("ranks"))
-            .alias("ranks")
-        )
-        .drop("nranks", "world")
+        .agg(pl.col("rank").alias("ranks"))
     )
+    lists = pl.concat([world, placed], how="vertical_relaxed")
     return ids.join(lists, on=["file", "comm"], how="left").sort(
         "file", "rank", "comm", maintain_order=True
     )
