@@ -59,19 +59,19 @@ def encode(table: pa.Table) -> pa.Table:
     if not len(rows):
         return table
     # (combined, the column is one array whose offsets index its values)
-    starts = to_numpy(column.offsets)[rows]
+    starts = to_numpy(column.offsets)[rows].astype(np.int64)
     values = to_floats(column.values)
     n = lengths[rows].astype(np.int64)
     first = values[starts]
     stride = values[starts + 1] - first
-    # member i of each row against first + i * stride, all rows' members in one array
-    row_starts = np.cumsum(n) - n
-    i = np.arange(n.sum()) - np.repeat(row_starts, n)
-    members = values[np.repeat(starts, n) + i]
-    same = members == np.repeat(first, n) + i * np.repeat(stride, n)
-    sequence = np.logical_and.reduceat(same, row_starts) & (stride != 0)
+    # A row is a sequence where each step between its members is the one before (a null
+    # member, NaN, never is): counted over every row's values at once, with no array of each
+    # member's index (64 traces of a world group of 16,384 ranks are a million members).
+    step = values[1:] - values[:-1]
+    uneven = _count_in(np.append(step[1:] != step[:-1], False), starts, starts + n - 2)
+    sequence = ((uneven == 0) | (n == 2)) & ~np.isnan(stride) & (stride != 0)
     rank = to_floats(table.column("rank"))[rows]
-    own = _own_rank_only(table, rows, rank, members, row_starts, n)
+    own = _own_rank_only(table, rows, rank, values, starts, n)
     encoded = np.zeros(table.num_rows, bool)
     encoded[rows[sequence | own]] = True
     ranks = pa.ListArray.from_arrays(
@@ -85,7 +85,7 @@ def encode(table: pa.Table) -> pa.Table:
         ("ranks_first", np.where(sequence, first, rank), sequence | own),
         ("ranks_stride", stride, sequence),
     ):
-        kept = to_floats(table.column(name))
+        kept = to_floats(table.column(name)).copy()  # (a column without nulls comes read-only)
         kept[rows[where]] = value[where]
         stored = ints_from_floats(kept)
         table = table.set_column(table.schema.get_field_index(name), table.field(name), stored)
@@ -93,17 +93,21 @@ def encode(table: pa.Table) -> pa.Table:
 
 
 def _own_rank_only(
-    table: pa.Table,
-    rows: np.ndarray,
-    rank: np.ndarray,
-    members: np.ndarray,
-    row_starts: np.ndarray,
-    n: np.ndarray,
-) -> np.ndarray:
-    """Which of ``rows`` (their ``n`` ``members`` laid end to end from ``row_starts``) list
+    table: pa.Table, rows: np.ndarray, rank: np.ndarray, values: np.ndarray,
+    starts: np.ndarray, n: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Which of ``rows`` (their ``n`` members at ``starts`` in the lists' ``values``) list
     one rank, the row's own (``rank``), at its ``rank_in_comm``, and nulls elsewhere."""
-    known = np.add.reduceat(~np.isnan(members), row_starts)
+    known = _count_in(np.append(~np.isnan(values), False), starts, starts + n)
     position = to_floats(table.column("rank_in_comm"))[rows]
     inside = (position >= 0) & (position < n)  # (false for a null position: NaN)
-    at = row_starts + np.where(inside, position, 0).astype(np.int64)
-    return (known == 1) & inside & (members[at] == rank)
+    at = starts + np.where(inside, position, 0).astype(np.int64)
+    return (known == 1) & inside & (values[at] == rank)
+
+
+def _count_in(flags: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many of ``flags[begin:end]`` are set, for each pair of increasing, disjoint ranges
+    (an empty range counts ``flags[begin]``; ``flags`` ends in one unset flag past the last
+    range, as ``reduceat`` takes no index at its end)."""
+    bounds = np.column_stack((begins, ends)).ravel()
+    return np.add.reduceat(flags, bounds, dtype=np.int64)[::2]

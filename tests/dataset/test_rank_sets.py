@@ -290,3 +290,17 @@ def _whole(row: dict) -> list | None:
         return [row["ranks_first"] if i == row["rank_in_comm"] else None
                 for i in range(row["nranks"])]  # fmt: skip
     return row["ranks"]
+
+
+def test_columns_of_stored_ranks_without_nulls_are_written_over_not_refused() -> None:
+    """``ranks_first`` and ``ranks_stride`` with a value on every row (a part of rows stored
+    before, merged with new ones) come from Arrow read-only: encoding still stores the list."""
+    table = _communicators([(4, [0, 1, 2, 3], None), (2, [4, 6], None)])
+    for name, values in (("ranks_first", [9, 9]), ("ranks_stride", [1, 1])):
+        at = table.schema.get_field_index(name)
+        table = table.set_column(at, table.field(name), pa.array(values, pa.int64()))
+    stored = encode(table).to_pylist()
+    assert [(r["ranks"], r["ranks_first"], r["ranks_stride"]) for r in stored] == [
+        (None, 0, 1),
+        (None, 4, 2),
+    ]
