@@ -77,9 +77,9 @@ from pipeline.dataset.store import read_manifest
 from pipeline.dataset.views import connect
 con = connect(sys.argv[1])
 with tempfile.TemporaryDirectory() as tmp:
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else tmp)
     for name in sorted(read_manifest(Path(sys.argv[1])).derived):
-        out = Path(tmp) / f"{name}.parquet"
-        con.execute(f"COPY (SELECT * FROM {name}) TO '{out}' (FORMAT parquet)")
+        con.execute(f"COPY (SELECT * FROM {name}) TO '{out / name}.parquet' (FORMAT parquet)")
 """
 #: The least a report does: import the libraries it draws with, and make the dataset's views.
 VIEWS = """
