@@ -8,9 +8,11 @@ Every source spells these its own way (``ncclKernel_AllReduce_...``, ``c10d::all
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
 
-from .ingest.values import product_fits
+if TYPE_CHECKING:  # (Polars is imported by the expressions' builders only: link and the model
+    # read the names and factors, and Polars with the ingest package costs 0.1 s to import)
+    import polars as pl
 
 #: Substring (of the lower-cased name, underscores removed) -> op; first match wins, so the
 #: compound names come before the words they contain.
@@ -207,6 +209,8 @@ for _names, _canon in [
 
 def op_expr(name: pl.Expr) -> pl.Expr:
     """The dataset's op name (``all_reduce``...) for a source's spelling; ``unknown`` if none."""
+    import polars as pl
+
     key = name.str.to_lowercase().str.replace_all("_", "")
     expr = pl.when(name.is_null()).then(pl.lit(None, pl.String))
     for pattern, op in _OP_PATTERNS:
@@ -217,6 +221,8 @@ def op_expr(name: pl.Expr) -> pl.Expr:
 def op_name_expr(name: pl.Expr, default: str | None = "unknown") -> pl.Expr:
     """The dataset's op for a name a source writes whole (:data:`OP_NAMES`); ``default`` for
     any other name."""
+    import polars as pl
+
     return name.replace_strict(OP_NAMES, default=default, return_dtype=pl.String)
 
 
@@ -231,6 +237,8 @@ def op_of(name: str) -> str:
 
 def dtype_expr(name: pl.Expr) -> pl.Expr:
     """The dataset's dtype name; unknown spellings are kept as written."""
+    import polars as pl
+
     key = name.str.to_lowercase().str.strip_chars()
     mapping = {k: v[0] for k, v in DTYPES.items()}
     return key.replace_strict(mapping, default=name, return_dtype=pl.String)
@@ -238,6 +246,8 @@ def dtype_expr(name: pl.Expr) -> pl.Expr:
 
 def dtype_size_expr(dtype: pl.Expr) -> pl.Expr:
     """Bytes per element of a dataset dtype name, null when unknown."""
+    import polars as pl
+
     sizes = {canon: size for canon, size in DTYPES.values()}
     return dtype.replace_strict(sizes, default=None, return_dtype=pl.Int64)
 
@@ -261,6 +271,8 @@ def bus_factor(op: str, n: int) -> float:
 
 def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     """:func:`bus_factor` of columns (``n`` as a float)."""
+    import polars as pl
+
     return (
         pl.when(op == "all_reduce")
         .then(2 * (n - 1) / n)
@@ -279,6 +291,10 @@ def message_bytes_expr(
     buffer for all_reduce and reduce_scatter, all it contributes for all_to_all, the tensor
     for send/recv).
     """
+    import polars as pl
+
+    from .ingest.values import product_fits
+
     elements = pl.when(op.is_in(["all_gather", "gather"])).then(out_count).otherwise(in_count)
     # a product beyond int64 would wrap (a negative byte count): unknown, like a bad args value
     known = ~op.is_in(["send_recv", "unknown"]) & product_fits(elements, size) & (elements >= 0)
@@ -321,6 +337,8 @@ _KERNEL_KINDS: list[tuple[str, str]] = [
 def kernel_kind_expr(name: pl.Expr) -> pl.Expr:
     """Classify a GPU kernel by its name: comm, attention, gemm, conv, norm, reduction,
     elementwise or other. Copies and memsets are classified by their source, not here."""
+    import polars as pl
+
     lower = name.str.to_lowercase()
     expr = pl.when(name.is_null()).then(pl.lit("other"))
     for kind, pattern in _KERNEL_KINDS:
@@ -388,6 +406,8 @@ def chunk_annotation_expr(name: pl.Expr) -> pl.Expr:
     """A struct of ``part`` and ``phase`` (:data:`CHUNK_ANNOTATION`,
     :data:`CHUNK_PASS_PHASES`) of each name that is a chunk annotation; null fields
     elsewhere."""
+    import polars as pl
+
     found = name.str.extract_groups(CHUNK_ANNOTATION)
     return pl.struct(
         found.struct.field("1").alias("part"),

@@ -16,13 +16,13 @@ other file names them, and the runner drops them once the file has run.
 The plan: a file runs after the files that create what it reads or takes, and a file that
 takes an object runs after every other file that reads it. Objects named ``_...`` are
 working objects, dropped once the last file that reads them has run; the others are the
-derived tables the runner publishes.
+derived tables the runner publishes, each once the last file that reads it has run.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 from importlib import resources
 
@@ -61,6 +61,8 @@ class Plan:
     #: per file, the (kind, name) of each table or view to drop once it has run
     drops_after: dict[str, tuple[tuple[str, str], ...]]
     published: tuple[str, ...]
+    #: per file, the published tables no later file reads: complete once it has run
+    complete_after: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def strip_comments(text: str) -> str:
@@ -121,7 +123,13 @@ def plan(files: list[SqlFile] | None = None) -> Plan:
         order = tuple(by_name[n] for n in _stable_order(graph))
     except CycleError as exc:
         raise PlanError(f"link SQL files read each other in a cycle: {exc.args[1]}") from exc
-    return Plan(order, _drops_after(order, creator, taker), _published(order))
+    published = _published(order)
+    return Plan(
+        order,
+        _drops_after(order, creator, taker),
+        published,
+        _complete_after(order, published),
+    )
 
 
 def _owners(files: list[SqlFile], key: str) -> dict[str, str]:
@@ -175,3 +183,16 @@ def _drops_after(
 
 def _published(order: tuple[SqlFile, ...]) -> tuple[str, ...]:
     return tuple(obj for f in order for obj in f.creates if not obj.startswith("_"))
+
+
+def _complete_after(
+    order: tuple[SqlFile, ...], published: tuple[str, ...]
+) -> dict[str, tuple[str, ...]]:
+    """Each published table under the last file that creates or reads it (in the order
+    they are made)."""
+    last: dict[str, str] = {}
+    for f in order:
+        for obj in (*f.creates, *f.reads):
+            if obj in published:
+                last[obj] = f.name
+    return {f.name: tuple(t for t in published if last[t] == f.name) for f in order}

@@ -345,7 +345,8 @@ SELECT job, src, dst,
 FROM (SELECT *, count(*) OVER (PARTITION BY job, src, dst, transport) AS n FROM lines)
 GROUP BY ALL;
 
-CREATE TEMP TABLE wire AS
+-- (a view: link writes its rows straight from the query, and no other file reads them)
+CREATE VIEW wire AS
 SELECT i.job, i.source, i.comm, i.seq, i.op, i.algorithm, i.protocol, e.path,
        i.algorithm_guessed OR i.root_guessed OR e.path = 'rank_order' OR i.size_estimated
            AS estimated,

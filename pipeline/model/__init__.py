@@ -4,18 +4,8 @@
 ``params`` counts weights and FLOPs, ``traffic`` turns message sizes into bytes on the wire,
 ``predict`` assembles per-rank rows and the ``predictions`` table, ``network`` inverts them
 into bandwidth requirements and ``tokens`` goes from words to tokens to bytes.
+
+Each is imported on its own (``from pipeline.model.predict import predict``): link reads
+``link_inputs`` without a job.yaml, and the package importing ``predict`` (with Polars)
+would cost every such link 0.15 s.
 """
-
-from ..model.config import Job, build_job, job_from_dict, load_job
-from ..model.predict import Prediction, Row, predict, predictions_table
-
-__all__ = [
-    "Job",
-    "Prediction",
-    "Row",
-    "build_job",
-    "job_from_dict",
-    "load_job",
-    "predict",
-    "predictions_table",
-]

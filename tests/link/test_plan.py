@@ -137,6 +137,22 @@ def test_working_objects_dropped_after_their_last_reader() -> None:
     assert not set(dropped) & set(steps.published)
 
 
+def test_each_derived_table_completed_once_after_its_last_reader() -> None:
+    """The runner writes and drops each derived table once the file ``complete_after`` lists
+    it under has run: every one is listed once, under a file at or after its creator and
+    every file that reads it."""
+    steps = plan()
+    position = {f.name: i for i, f in enumerate(steps.files)}
+    completed = [(obj, name) for name, objs in steps.complete_after.items() for obj in objs]
+    assert sorted(obj for obj, _ in completed) == sorted(steps.published)
+    for obj, name in completed:
+        users = [f.name for f in FILES if obj in f.reads or obj in f.creates]
+        assert users and all(position[u] <= position[name] for u in users), (obj, name)
+        assert name in users, (obj, name)
+    # (the wire is read by no other file: written from the file that makes it)
+    assert dict(completed)["wire"] == "wire.sql"
+
+
 def _file(name: str, reads: str, creates: str) -> SqlFile:
     return SqlFile(name, "", tuple(reads.split()), tuple(creates.split()), ())
 
