@@ -331,7 +331,6 @@ def _parse_read(
     ops = _ops(host, steps)
     del host
     kernels = comm_by_launch(_kernels(gpu, ops, steps), ops)
-    gpu = gpu.join(meta, on="event_id", how="left")
     groups = [process_groups(f.trace) for f in files]
     warnings = [f.warnings for f in files]
     comms = collectives_table(groups, gpu, ops, meta, kernels, warnings)
@@ -963,50 +962,65 @@ def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
-    """Classify a GPU activity: memcpy and memset by category, kernels by name."""
+def kernel_kind(cat: pl.Expr, by_name: pl.Expr) -> pl.Expr:
+    """Classify a GPU activity: memcpy and memset by category, kernels by name (``by_name``:
+    :func:`~pipeline.vocab.kernel_kind_expr` of it)."""
     return (
         pl.when(cat == "gpu_memcpy")
         .then(pl.lit("memcpy"))
         .when(cat == "gpu_memset")
         .then(pl.lit("memset"))
-        .otherwise(kernel_kind_expr(name))
+        .otherwise(by_name)
     )
 
 
 def _kernels(gpu: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """GPU activity, each with the step of the runtime call that launched it."""
+    """GPU activity, each with the step of the runtime call that launched it.
+
+    The launch's step is joined on a narrow frame (file, correlation) and put beside the
+    wide one, which keeps its rows in ``event_id`` order: the wide columns are never
+    copied (a join or a sort of the whole frame would copy each once more).
+    """
     launches = (
         ops.lazy()
         .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
         .select("file", "correlation", pl.col("step").alias("launch_step"))
         .drop_nulls("correlation")
         .unique(["file", "correlation"], keep="first")
-    )
-    kind = per_distinct(gpu, ["name", "cat"], kernel_kind(pl.col("name"), pl.col("cat")))
-    gpu = step_of(gpu, steps).hstack([kind.alias("kind")])
-    return (
-        gpu.lazy()
-        .join(launches, on=["file", "correlation"], how="left", maintain_order="left")
-        .select(
-            "file",
-            pl.col("event_id").alias("kernel_id"),
-            "device",
-            pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
-            "name",
-            "kind",
-            "start_ns",
-            "end_ns",
-            "dur_ns",
-            "correlation",
-            "external_id",
-            "bytes",
-            "grid",
-            "block",
-            pl.coalesce("launch_step", "step").alias("step"),
-        )
-        .sort("kernel_id")
         .collect(engine=ENGINE)
+    )
+    launch_step = (
+        gpu.lazy()
+        .select("file", "correlation")
+        .join(launches.lazy(), on=["file", "correlation"], how="left", maintain_order="left")
+        .collect(engine=ENGINE)
+        .get_column("launch_step")
+    )
+    # by name alone: a join on (name, cat) would copy every row's name (its row encoding)
+    by_name = per_distinct(gpu, ["name"], kernel_kind_expr(pl.col("name")))
+    kind = gpu.select(kernel_kind(pl.col("cat"), pl.lit(by_name))).to_series()
+    # (one chunk each, as the frame's columns: a query over columns cut in different places
+    # copies every column of the frame to one chunk first)
+    gpu = step_of(gpu, steps).hstack([kind.alias("kind").rechunk(), launch_step.rechunk()])
+    ids = gpu.get_column("event_id").to_numpy()
+    if not np.all(ids[1:] > ids[:-1]):
+        gpu = gpu.sort("event_id")
+    return gpu.select(
+        "file",
+        pl.col("event_id").alias("kernel_id"),
+        "device",
+        pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "correlation",
+        "external_id",
+        "bytes",
+        "grid",
+        "block",
+        pl.coalesce("launch_step", "step").alias("step"),
     )
 
 
