@@ -580,7 +580,7 @@ def _batch_frame(
         [
             pl.Series("file", files, dtype=pl.Int64),
             pl.Series("cat", _values(evs, "cat"), dtype=CAT),
-            _stored_once(pl.Series("name", _values(evs, "name"), dtype=pl.String)),
+            _distinct_once("name", _values(evs, "name")),
             # strict=False turns a value of another type (a string where an int belongs) into null.
             pl.Series("pid", _values(evs, "pid"), dtype=pl.Int64, strict=False),
             pl.Series("tid", _values(evs, "tid"), dtype=pl.Int64, strict=False),
@@ -673,7 +673,7 @@ def _with_args(
     fields = {**_COMMON_ARGS, **only}
     raws = {f: _values(picked, f) for f, kind in fields.items() if kind == "raw"}
     read = [_arg_column(f, kind, _values(picked, f)) for f, kind in fields.items() if f not in raws]
-    read += _raw_columns(raws)
+    read += _raw_columns(raws, stored_once=True)
     out = [_ARG_TEXTS.get(c, pl.col(c)).alias(c) for c in columns]
     return part.hstack(read).lazy().select(out).collect(engine=ENGINE)
 
@@ -710,9 +710,10 @@ def _arg_column(field: str, kind: Any, values: list) -> pl.Series:
     return pl.Series(field, values, dtype=kind, strict=False)
 
 
-def _raw_columns(raws: dict[str, list[msgspec.Raw]]) -> list[pl.Series]:
+def _raw_columns(raws: dict[str, list[msgspec.Raw]], stored_once: bool = False) -> list[pl.Series]:
     """Raw JSON values as text columns, one per name of ``raws``, ``""`` where the event had
-    none.
+    none; with ``stored_once``, each distinct value of a column stored once
+    (:func:`_stored_once`: for the args' texts, which the tables keep, not the times).
 
     One join and one split in Rust for all the columns instead of a Python ``bytes`` per
     value (measured: the per-value copies were a third of building a batch's frame), the
@@ -723,12 +724,22 @@ def _raw_columns(raws: dict[str, list[msgspec.Raw]]) -> list[pl.Series]:
         return [pl.Series(name, [], dtype=pl.String) for name in raws]
     # msgspec does not check UTF-8 inside a raw value: a bad byte becomes U+FFFD, not an error
     text = b"\0".join(itertools.chain.from_iterable(raws.values())).decode(errors="replace")
-    values = pl.select(pl.lit(text, pl.String).str.split("\0").explode()).to_series()
+    # (a column, not a literal: a query copies its literals, the text a few times over)
+    values = pl.Series([text], dtype=pl.String).str.split("\0").explode()
     out, at = [], 0
     for name, column in raws.items():
-        out.append(_stored_once(values.slice(at, len(column)).alias(name)))
+        piece = values.slice(at, len(column)).alias(name)
+        out.append(_stored_once(piece) if stored_once else piece)
         at += len(column)
     return out
+
+
+def _distinct_once(name: str, values: list[str]) -> pl.Series:
+    """Column ``name`` of ``values`` (Python strings), each distinct one stored once (see
+    :func:`_stored_once`), found by a dict (C loops) before any string is copied."""
+    place = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    distinct = pl.Series(name, list(place), dtype=pl.String)
+    return distinct.gather(pl.Series(list(map(place.__getitem__, values)), dtype=pl.UInt32))
 
 
 def _stored_once(values: pl.Series) -> pl.Series:
