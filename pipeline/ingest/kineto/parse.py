@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from ...allocators import trim_heap
 from ...dataset.schema import conform
 from ...errors import TokenwireError, TraceFormatError
 from ...ingest.derive.attribution import attribute_collectives
@@ -330,7 +331,9 @@ def _parse_read(
     steps = _steps(host, gpu, len(files), step_marker)
     ops = _ops(host, steps)
     del host
+    trim_heap()  # (the nesting's arrays, a few of the ops' length, freed)
     kernels = comm_by_launch(_kernels(gpu, ops, steps), ops)
+    trim_heap()  # (the kernels' steps, searched on arrays of their length)
     groups = [process_groups(f.trace) for f in files]
     warnings = [f.warnings for f in files]
     comms = collectives_table(groups, gpu, ops, meta, kernels, warnings)
