@@ -13,8 +13,8 @@ allocators keep of them counts in the process's resident size as much as what is
   from the heap, whose freed middle stays resident until ``malloc_trim`` gives it back
   (:func:`trim_heap`, after the steps that make such arrays).
 
-Measured on a generated one-rank trace of 1,039 MB (2 cores, docs/scale.md):
-``tokenwire ingest`` peaked at 1,151 MB with neither, 996 MB with jemalloc's setting alone.
+Measured on a generated one-rank trace of 1,039 MB (2 cores, docs/scale.md): the ingest
+peaked at 1,151 MB with neither, 996 MB with jemalloc's setting alone, 897 MB with both.
 """
 
 from __future__ import annotations
