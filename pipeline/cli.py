@@ -68,6 +68,11 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="tokenwire")
 def cli() -> None:
     """tokenwire: where the bytes of a training job go."""
+    if click.get_current_context().invoked_subcommand == "ingest":
+        # (before any import of Polars, which reads jemalloc's setting once, when it loads)
+        from .allocators import return_freed_memory
+
+        return_freed_memory()
     # A path or value from the input that is not valid text (a file name from an old file
     # system) is printed escaped rather than stopping the command.
     for stream in (sys.stdout, sys.stderr):

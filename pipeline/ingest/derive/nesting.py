@@ -123,13 +123,15 @@ def add_scope_path(
         ),
         {"op_id": pl.Int64, "_scope": pl.String},
     ).rename({"op_id": "_scope", "_scope": out})
-    return (
-        ranges.lazy()
-        .with_columns(innermost)
+    # (joined on the one column: a join of the whole frame would copy each of its columns)
+    path = (
+        innermost.to_frame()
+        .lazy()
         .join(paths.lazy(), on="_scope", how="left", maintain_order="left")
-        .drop("_scope")
         .collect(engine=ENGINE)
+        .get_column(out)
     )
+    return ranges.hstack([path.rechunk()])
 
 
 def rows_of(op_ids: pl.Series, wanted: pl.Series) -> np.ndarray:

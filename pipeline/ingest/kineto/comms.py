@@ -87,8 +87,8 @@ def collectives_table(
 
     Frames hold the events of one or more files (``file``: the index of the file's
     :func:`process_groups` in ``groups`` and its warnings in ``warnings``). ``events`` is the
-    GPU activity with its collective metadata; ``meta`` the collective metadata of every
-    event that has some, by ``event_id`` (for ``record_param_comms``).
+    GPU activity; ``meta`` the collective metadata of every event that has some, by
+    ``event_id`` (the kernels' and ``record_param_comms``').
     """
     gpu = _nccl_kernel_collectives(events, ops, meta, kernels)
     # a trace recorded without CUDA activities keeps the nccl:<op> annotations (with their
@@ -285,7 +285,7 @@ def _nccl_kernel_collectives(
     if comm_ids.is_empty():
         return pl.DataFrame(schema={"file": pl.Int64})
     ops_ = ops.lazy()
-    launched = _launched(events.lazy(), ops_, comm_ids.lazy())
+    launched = _launched(events.lazy(), ops_, comm_ids.lazy(), meta.lazy())
     # Launch times stand in for the kernel's own while finding the enclosing host ranges.
     host = launched.select(
         "collective_id",
@@ -304,9 +304,14 @@ def _nccl_kernel_collectives(
     return _kernel_call_fields(frame).collect(engine=ENGINE)
 
 
-def _launched(events: pl.LazyFrame, ops_: pl.LazyFrame, comm_ids: pl.LazyFrame) -> pl.LazyFrame:
-    """The communication kernels with the runtime call that launched each (``launch_*``)."""
-    k = events.join(comm_ids, left_on="event_id", right_on="kernel_id").select(
+def _launched(
+    events: pl.LazyFrame, ops_: pl.LazyFrame, comm_ids: pl.LazyFrame, meta: pl.LazyFrame
+) -> pl.LazyFrame:
+    """The communication kernels with their metadata and the runtime call that launched
+    each (``launch_*``)."""
+    # (the metadata joined to the few communication kernels, not to every GPU activity)
+    k = events.join(comm_ids, left_on="event_id", right_on="kernel_id")
+    k = k.join(meta, on="event_id", how="left").select(
         pl.col("event_id").alias("collective_id"),
         "file",
         "name",

@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from ...allocators import trim_heap
 from ...dataset.schema import conform
 from ...errors import TokenwireError, TraceFormatError
 from ...ingest.derive.attribution import attribute_collectives
@@ -330,8 +331,9 @@ def _parse_read(
     steps = _steps(host, gpu, len(files), step_marker)
     ops = _ops(host, steps)
     del host
+    trim_heap()  # (the nesting's arrays, a few of the ops' length, freed)
     kernels = comm_by_launch(_kernels(gpu, ops, steps), ops)
-    gpu = gpu.join(meta, on="event_id", how="left")
+    trim_heap()  # (the kernels' steps, searched on arrays of their length)
     groups = [process_groups(f.trace) for f in files]
     warnings = [f.warnings for f in files]
     comms = collectives_table(groups, gpu, ops, meta, kernels, warnings)
@@ -530,8 +532,13 @@ class _Batches:
         def whole(parts: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
             if not parts:
                 return _EMPTY_BATCH.select(columns).with_columns(pl.col("start_ns").alias("end_ns"))
-            frame = pl.concat(parts, how="vertical")
+            columns = pl.concat(parts, how="vertical").get_columns()
             parts.clear()
+            # one chunk per column, a column at a time: a frame whose columns are cut in
+            # different places (the batches', and those added whole later) is copied whole,
+            # to one chunk each, by every query that filters or joins it (measured: 236 MB
+            # at each of four steps of a 1 GB trace)
+            frame = pl.DataFrame([columns.pop(0).rechunk() for _ in range(len(columns))])
             start = pl.col("start_ns") + base
             return frame.with_columns(
                 file.alias("file"),
@@ -576,7 +583,7 @@ def _batch_frame(
         [
             pl.Series("file", files, dtype=pl.Int64),
             pl.Series("cat", _values(evs, "cat"), dtype=CAT),
-            pl.Series("name", _values(evs, "name"), dtype=pl.String),
+            _distinct_once("name", _values(evs, "name")),
             # strict=False turns a value of another type (a string where an int belongs) into null.
             pl.Series("pid", _values(evs, "pid"), dtype=pl.Int64, strict=False),
             pl.Series("tid", _values(evs, "tid"), dtype=pl.Int64, strict=False),
@@ -669,7 +676,7 @@ def _with_args(
     fields = {**_COMMON_ARGS, **only}
     raws = {f: _values(picked, f) for f, kind in fields.items() if kind == "raw"}
     read = [_arg_column(f, kind, _values(picked, f)) for f, kind in fields.items() if f not in raws]
-    read += _raw_columns(raws)
+    read += _raw_columns(raws, stored_once=True)
     out = [_ARG_TEXTS.get(c, pl.col(c)).alias(c) for c in columns]
     return part.hstack(read).lazy().select(out).collect(engine=ENGINE)
 
@@ -706,9 +713,10 @@ def _arg_column(field: str, kind: Any, values: list) -> pl.Series:
     return pl.Series(field, values, dtype=kind, strict=False)
 
 
-def _raw_columns(raws: dict[str, list[msgspec.Raw]]) -> list[pl.Series]:
+def _raw_columns(raws: dict[str, list[msgspec.Raw]], stored_once: bool = False) -> list[pl.Series]:
     """Raw JSON values as text columns, one per name of ``raws``, ``""`` where the event had
-    none.
+    none; with ``stored_once``, each distinct value of a column stored once
+    (:func:`_stored_once`: for the args' texts, which the tables keep, not the times).
 
     One join and one split in Rust for all the columns instead of a Python ``bytes`` per
     value (measured: the per-value copies were a third of building a batch's frame), the
@@ -719,12 +727,34 @@ def _raw_columns(raws: dict[str, list[msgspec.Raw]]) -> list[pl.Series]:
         return [pl.Series(name, [], dtype=pl.String) for name in raws]
     # msgspec does not check UTF-8 inside a raw value: a bad byte becomes U+FFFD, not an error
     text = b"\0".join(itertools.chain.from_iterable(raws.values())).decode(errors="replace")
-    values = pl.select(pl.lit(text, pl.String).str.split("\0").explode()).to_series()
+    # (a column, not a literal: a query copies its literals, the text a few times over)
+    values = pl.Series([text], dtype=pl.String).str.split("\0").explode()
     out, at = [], 0
     for name, column in raws.items():
-        out.append(values.slice(at, len(column)).alias(name))
+        piece = values.slice(at, len(column)).alias(name)
+        out.append(_stored_once(piece) if stored_once else piece)
         at += len(column)
     return out
+
+
+def _distinct_once(name: str, values: list[str]) -> pl.Series:
+    """Column ``name`` of ``values`` (Python strings), each distinct one stored once (see
+    :func:`_stored_once`), found by a dict (C loops) before any string is copied."""
+    place = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    distinct = pl.Series(name, list(place), dtype=pl.String)
+    return distinct.gather(pl.Series(list(map(place.__getitem__, values)), dtype=pl.UInt32))
+
+
+def _stored_once(values: pl.Series) -> pl.Series:
+    """The same strings (none null), each distinct one stored once, every row a view of it.
+
+    An event's name and its args' JSON texts repeat from event to event (kernel names of
+    some 200 characters, the shapes of each layer's ops); stored once per row, they were
+    most of a big trace's columns (measured: a 1 GB trace's names 200 MB, its args' texts
+    120 MB; 36 MB and 10 MB stored once), and the tables keep them to the end of the parse.
+    """
+    distinct = values.unique()
+    return distinct.gather(values.cast(pl.Enum(distinct)).to_physical()).alias(values.name)
 
 
 def _int_list(text: pl.Expr) -> pl.Expr:
@@ -946,50 +976,65 @@ def _ops(host: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def kernel_kind(name: pl.Expr, cat: pl.Expr) -> pl.Expr:
-    """Classify a GPU activity: memcpy and memset by category, kernels by name."""
+def kernel_kind(cat: pl.Expr, by_name: pl.Expr) -> pl.Expr:
+    """Classify a GPU activity: memcpy and memset by category, kernels by name (``by_name``:
+    :func:`~pipeline.vocab.kernel_kind_expr` of it)."""
     return (
         pl.when(cat == "gpu_memcpy")
         .then(pl.lit("memcpy"))
         .when(cat == "gpu_memset")
         .then(pl.lit("memset"))
-        .otherwise(kernel_kind_expr(name))
+        .otherwise(by_name)
     )
 
 
 def _kernels(gpu: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """GPU activity, each with the step of the runtime call that launched it."""
+    """GPU activity, each with the step of the runtime call that launched it.
+
+    The launch's step is joined on a narrow frame (file, correlation) and put beside the
+    wide one, which keeps its rows in ``event_id`` order: the wide columns are never
+    copied (a join or a sort of the whole frame would copy each once more).
+    """
     launches = (
         ops.lazy()
         .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"]))
         .select("file", "correlation", pl.col("step").alias("launch_step"))
         .drop_nulls("correlation")
         .unique(["file", "correlation"], keep="first")
-    )
-    kind = per_distinct(gpu, ["name", "cat"], kernel_kind(pl.col("name"), pl.col("cat")))
-    gpu = step_of(gpu, steps).hstack([kind.alias("kind")])
-    return (
-        gpu.lazy()
-        .join(launches, on=["file", "correlation"], how="left", maintain_order="left")
-        .select(
-            "file",
-            pl.col("event_id").alias("kernel_id"),
-            "device",
-            pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
-            "name",
-            "kind",
-            "start_ns",
-            "end_ns",
-            "dur_ns",
-            "correlation",
-            "external_id",
-            "bytes",
-            "grid",
-            "block",
-            pl.coalesce("launch_step", "step").alias("step"),
-        )
-        .sort("kernel_id")
         .collect(engine=ENGINE)
+    )
+    launch_step = (
+        gpu.lazy()
+        .select("file", "correlation")
+        .join(launches.lazy(), on=["file", "correlation"], how="left", maintain_order="left")
+        .collect(engine=ENGINE)
+        .get_column("launch_step")
+    )
+    # by name alone: a join on (name, cat) would copy every row's name (its row encoding)
+    by_name = per_distinct(gpu, ["name"], kernel_kind_expr(pl.col("name")))
+    kind = gpu.select(kernel_kind(pl.col("cat"), pl.lit(by_name))).to_series()
+    # (one chunk each, as the frame's columns: a query over columns cut in different places
+    # copies every column of the frame to one chunk first)
+    gpu = step_of(gpu, steps).hstack([kind.alias("kind").rechunk(), launch_step.rechunk()])
+    ids = gpu.get_column("event_id").to_numpy()
+    if not np.all(ids[1:] > ids[:-1]):
+        gpu = gpu.sort("event_id")
+    return gpu.select(
+        "file",
+        pl.col("event_id").alias("kernel_id"),
+        "device",
+        pl.col("stream").fill_null(pl.col("tid")).alias("stream"),
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "correlation",
+        "external_id",
+        "bytes",
+        "grid",
+        "block",
+        pl.coalesce("launch_step", "step").alias("step"),
     )
 
 
