@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.allocators import JEMALLOC_CONF, trim_heap
+import pytest
+
+from pipeline import allocators
+from pipeline.allocators import JEMALLOC_CONF, JEMALLOC_ENV, trim_heap
 from tests.conftest import REPO_ROOT
 
 SCRIPT = r"""
@@ -76,3 +79,31 @@ def test_other_commands_leave_it_alone(tmp_path: Path) -> None:
 
 def test_trim_heap_runs_anywhere() -> None:
     trim_heap()  # (glibc: gives free pages back; elsewhere: nothing, no error)
+
+
+def test_workers_of_small_files_only_start_with_jemallocs_own_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers that parse batches of small files start without the setting ingest made (each
+    batch would fault the pages given back in again); where some file is parsed alone they
+    keep it; a value the user set is never taken away."""
+    from pipeline.ingest.run import _worker_environment
+
+    monkeypatch.delenv(JEMALLOC_ENV, raising=False)
+    monkeypatch.setattr(allocators, "_set_here", False)
+    allocators.return_freed_memory()
+    assert allocators.set_here()
+    with _worker_environment(2, False):
+        assert JEMALLOC_ENV not in os.environ
+    assert os.environ[JEMALLOC_ENV] == JEMALLOC_CONF
+    with _worker_environment(2, True):
+        assert os.environ[JEMALLOC_ENV] == JEMALLOC_CONF
+    # (Polars' import writes its own settings in front of ours: still ours to take away)
+    monkeypatch.setenv(JEMALLOC_ENV, "dirty_decay_ms:500," + JEMALLOC_CONF)
+    with _worker_environment(2, False):
+        assert JEMALLOC_ENV not in os.environ
+    monkeypatch.setattr(allocators, "_set_here", False)
+    monkeypatch.setenv(JEMALLOC_ENV, JEMALLOC_CONF)  # (the user's, though the same value)
+    allocators.return_freed_memory()
+    with _worker_environment(2, False):
+        assert os.environ[JEMALLOC_ENV] == JEMALLOC_CONF

@@ -342,16 +342,16 @@ def test_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    with _worker_environment(4):
+    with _worker_environment(4, True):
         assert os.environ["POLARS_MAX_THREADS"] == "4"
         assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"
     assert "POLARS_MAX_THREADS" not in os.environ
     assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ
-    with _worker_environment(32):
+    with _worker_environment(32, True):
         assert os.environ["POLARS_MAX_THREADS"] == "1"
     monkeypatch.setenv("POLARS_MAX_THREADS", "3")
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
-    with _worker_environment(4):
+    with _worker_environment(4, True):
         assert os.environ["POLARS_MAX_THREADS"] == "3"
         assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
     assert os.environ["POLARS_MAX_THREADS"] == "3"

@@ -301,6 +301,11 @@ def _read(path: Path, index: int, batches: _Batches, batch_bytes: int) -> _File:
     return _File(path, index, trace, rank, rank_source, warnings, later)
 
 
+#: Host ranges from which a parse gives the C heap's free pages back after its big steps
+#: (:func:`~pipeline.allocators.trim_heap`; a trace of a few hundred MB).
+TRIM_EVENTS = 1_000_000
+
+
 #: The args kept as JSON text (raw), with their keys in the trace.
 _RAW_ARGS = {f.name: f.encode_name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}
 
@@ -329,11 +334,15 @@ def _parse_read(
     of them at once."""
     host, gpu, meta = batches.frames([f.trace.baseTimeNanoseconds or 0 for f in files], keys)
     steps = _steps(host, gpu, len(files), step_marker)
+    # (a heap given back is faulted in again by the next batch: worth it for big frames only)
+    trim = host.height >= TRIM_EVENTS
     ops = _ops(host, steps)
     del host
-    trim_heap()  # (the nesting's arrays, a few of the ops' length, freed)
+    if trim:
+        trim_heap()  # (the nesting's arrays, a few of the ops' length, freed)
     kernels = comm_by_launch(_kernels(gpu, ops, steps), ops)
-    trim_heap()  # (the kernels' steps, searched on arrays of their length)
+    if trim:
+        trim_heap()  # (the kernels' steps, searched on arrays of their length)
     groups = [process_groups(f.trace) for f in files]
     warnings = [f.warnings for f in files]
     comms = collectives_table(groups, gpu, ops, meta, kernels, warnings)
