@@ -81,12 +81,12 @@ def test_trim_heap_runs_anywhere() -> None:
     trim_heap()  # (glibc: gives free pages back; elsewhere: nothing, no error)
 
 
-def test_workers_of_small_files_only_start_with_jemallocs_own_setting(
+def test_workers_without_a_big_file_start_with_jemallocs_own_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Workers that parse batches of small files start without the setting ingest made (each
-    batch would fault the pages given back in again); where some file is parsed alone they
-    keep it; a value the user set is never taken away."""
+    """Workers start without the setting ingest made where no file is big (each batch or step
+    would fault the pages given back in again); where one is they keep it; a value the user
+    set is never taken away."""
     from pipeline.ingest.run import _worker_environment
 
     monkeypatch.delenv(JEMALLOC_ENV, raising=False)

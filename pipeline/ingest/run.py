@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..allocators import JEMALLOC_ENV, set_here
+from ..allocators import GIVE_BACK_FILE_BYTES, JEMALLOC_ENV, set_here
 from ..dataset.arrow_convert import string_scalar
 from ..dataset.commit import PartWriter, Transaction, discard_parts, write_part
 from ..dataset.schema import conform
@@ -409,8 +409,8 @@ def _parse_all(
     else:
         # (at least 4 tasks a worker, so that none waits on the last one for long)
         files = max(1, min(BATCH_FILES, len(sizes) // (4 * jobs)))
-        alone = max(sizes, default=0) >= BATCH_FILE_BYTES
-        _parse_in_pool(_tasks(planned, sizes, files), jobs, slots, on_file, alone)
+        big = max(sizes, default=0) >= GIVE_BACK_FILE_BYTES
+        _parse_in_pool(_tasks(planned, sizes, files), jobs, slots, on_file, big)
     return [out for out in slots if out is not None]
 
 
@@ -435,11 +435,11 @@ def _tasks(
 
 
 def _parse_in_pool(
-    tasks: Iterator[list[tuple[int, tuple]]], jobs: int, slots: list, on_file, alone: bool
+    tasks: Iterator[list[tuple[int, tuple]]], jobs: int, slots: list, on_file, big: bool
 ) -> None:
     """Parse in ``jobs`` spawned processes, each task (a batch of files, see
-    :func:`parse_files`) submitted as soon as it is planned; ``alone``: some file is parsed
-    alone (not in a batch)."""
+    :func:`parse_files`) submitted as soon as it is planned; ``big``: some file is of
+    :data:`~pipeline.allocators.GIVE_BACK_FILE_BYTES` or more."""
     pool = ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=get_context("spawn"),
@@ -448,7 +448,7 @@ def _parse_in_pool(
     )
     with pool:
         # (the workers start while their tasks are submitted)
-        with _worker_environment(jobs, alone):
+        with _worker_environment(jobs, big):
             futures = {pool.submit(parse_files, [a for _, a in t]): t for t in tasks}
         try:
             for future in as_completed(futures):
@@ -477,10 +477,10 @@ def _size(path: Path) -> int:
 
 
 @contextmanager
-def _worker_environment(jobs: int, alone: bool) -> Iterator[None]:
+def _worker_environment(jobs: int, big: bool) -> Iterator[None]:
     """Start each of ``jobs`` worker processes with its share of the cores for Polars' thread
     pool, and Arrow's buffers from the system allocator; jemalloc's setting that gives pages
-    back at once only where some file is parsed alone (``alone``; see
+    back at once only where some file is big (``big``; see
     :func:`~pipeline.allocators.set_here`).
 
     Every process would otherwise size its pool to the whole machine: ``jobs`` x cores
@@ -497,7 +497,7 @@ def _worker_environment(jobs: int, alone: bool) -> Iterator[None]:
     added = [key for key in settings if key not in os.environ]
     os.environ.update({key: settings[key] for key in added})
     removed = {}
-    if not alone and set_here():
+    if not big and set_here():
         removed[JEMALLOC_ENV] = os.environ.pop(JEMALLOC_ENV)
     try:
         yield
