@@ -25,7 +25,7 @@ import contextlib
 import ctypes
 import os
 
-#: jemalloc (Polars) gives freed pages back at once, not 10 s later.
+#: jemalloc (Polars) gives freed pages back at once, not after the 0.5 s Polars asks for.
 JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 #: Where jemalloc reads its settings.
 JEMALLOC_ENV = "_RJEM_MALLOC_CONF"

@@ -497,7 +497,7 @@ def _worker_environment(jobs: int, big: bool) -> Iterator[None]:
     added = [key for key in settings if key not in os.environ]
     os.environ.update({key: settings[key] for key in added})
     removed = {}
-    if not big and set_here():
+    if not big and set_here() and JEMALLOC_ENV in os.environ:
         removed[JEMALLOC_ENV] = os.environ.pop(JEMALLOC_ENV)
     try:
         yield
