@@ -698,6 +698,31 @@ def _values(spec: dict) -> list[list[dict]]:
     return found
 
 
+def test_the_benchmarks_few_rank_report_does_what_a_many_rank_one_does(
+    many_ranks, tmp_path, monkeypatch
+):
+    """bench_link measures the report's fixed work on the generated job of FIXED_RANKS
+    ranks: its report draws the same charts and runs the same queries as a many-rank one."""
+    from benchmarks.bench_link import FIXED_RANKS
+    from pipeline.report.context import Context
+    from tests.report.fixtures import large_job
+
+    asked: list[str] = []
+    query = Context.query
+
+    def recording(self, name, **params):
+        asked.append(name)
+        return query(self, name, **params)
+
+    monkeypatch.setattr(Context, "query", recording)
+    large_job(tmp_path / "ds", ranks=FIXED_RANKS)
+    few = _charts_by_name(tmp_path / "ds")
+    few_queries, asked[:] = sorted(asked), []
+    many = _charts_by_name(many_ranks)
+    assert sorted(few) == sorted(many) and len(few) >= 10
+    assert few_queries == sorted(asked) and len(asked) >= 40
+
+
 def test_many_ranks_charts_are_binned_and_capped_and_say_so(many_ranks):
     from pipeline.report.page import chart_spec
     from pipeline.report.timing import LATE_TOP, RANK_BINS
