@@ -4,15 +4,17 @@ real link and a real report."""
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
+import polars as pl
 from click.testing import CliRunner
 
 import pipeline
-from benchmarks.bench_link import OUTPUT_COPY, build_job
+from benchmarks.bench_link import ANSWERS, OUTPUT_COPY, REPORT_GIVEN, build_job
 from pipeline.cli import cli
 from pipeline.dataset.store import read_manifest
 from pipeline.link.runner import link
@@ -55,3 +57,29 @@ def test_the_output_floor_copies_every_derived_table(tmp_path: Path) -> None:
     for name in derived:
         copied = duckdb.sql(f"SELECT count(*) FROM '{out / name}.parquet'").fetchall()[0][0]
         assert copied == summary.rows[name] > 0
+
+
+def test_the_report_with_its_answers_given_writes_the_same_page(tmp_path: Path) -> None:
+    """The report's floor without a query (bench_link --many-ranks) does all the report
+    does but query: from the answers a report kept, it writes the same page."""
+    from tests.report.fixtures import large_job
+
+    large_job(tmp_path / "job", ranks=16)
+    answers, pages = tmp_path / "answers.pickle", [tmp_path / "a.html", tmp_path / "b.html"]
+
+    def run(code: str, page: Path) -> None:
+        args = [sys.executable, "-c", code, str(tmp_path / "job"), str(page), str(answers)]
+        subprocess.run(args, check=True, cwd=REPO_ROOT, capture_output=True)
+
+    run(ANSWERS, pages[0])
+    run(REPORT_GIVEN, pages[1])
+    assert pages[0].read_bytes() == pages[1].read_bytes()
+    assert b"tw-spec" in pages[0].read_bytes()
+    # the page is drawn from the answers kept, not from queries run again
+    with answers.open("rb") as f:
+        kept = pickle.load(f)
+    kept["glance_ranks", "[]"] = kept["glance_ranks", "[]"].with_columns(gpus=pl.lit("Z-GPU-9"))
+    with answers.open("wb") as f:
+        pickle.dump(kept, f)
+    run(REPORT_GIVEN, pages[1])
+    assert b"Z-GPU-9" in pages[1].read_bytes() and b"Z-GPU-9" not in pages[0].read_bytes()
